@@ -1,0 +1,108 @@
+"""The `cockpit` command: bare it opens the TUI; `--no-ui` trains headless; subcommands
+`presets` and `runs` inspect what there is. Kept light: torch loads only when training."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from engine import __version__
+from engine.errors import ConfigError
+
+EXIT_BAD_INPUT = 2
+
+EPILOG = """\
+examples:
+  cockpit --no-ui                                   default workload on the best local device
+  cockpit --no-ui --workload matmul --device cpu --set batch_size=64 --set train.epochs=2
+  cockpit --no-ui --detach                          start, print the run id, leave it running
+  cockpit runs follow last                          watch a detached run
+  cockpit presets list
+
+exit codes: 0 finished, 1 failed, 2 bad input, 130 interrupted or stopped
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but bad input is one line and exit 2, like every other bad input here."""
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from cockpit.commands import presets as presets_cmd, runs as runs_cmd
+
+    parser = _Parser(prog="cockpit", description="A terminal cockpit for PyTorch training.",
+                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"cockpit {__version__}")
+    parser.add_argument("--no-ui", action="store_true", help="train headless instead of opening the TUI")
+    parser.add_argument("--workload", "-w", default="matmul", metavar="W",
+                        help="workload preset (default: matmul)")
+    parser.add_argument("--device", "-d", default="auto", metavar="D",
+                        help="device preset (default: auto: CUDA, then MPS, then CPU)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a setting: batch_size=16, train.epochs=2, params.n=128 (repeatable)")
+    parser.add_argument("--json", action="store_true", help="print every event as a JSON line")
+    parser.add_argument("--detach", action="store_true",
+                        help="start the run in the background, print its id and return")
+    parser.add_argument("--runs-dir", metavar="DIR", help="where runs live (default: COCKPIT_RUNS_DIR "
+                                                          "or the user data dir)")
+    sub = parser.add_subparsers(dest="command", metavar="{presets,runs}", parser_class=_Parser)
+
+    p = sub.add_parser("presets", help="list, show and locate presets")
+    psub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    q = psub.add_parser("list", help="workload and device presets, shipped and yours")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(handler=presets_cmd.list_)
+    q = psub.add_parser("show", help="a preset, validated, as TOML")
+    q.add_argument("name")
+    q.add_argument("--kind", choices=("workloads", "devices"))
+    q.set_defaults(handler=presets_cmd.show)
+    q = psub.add_parser("path", help="where presets and runs are kept")
+    q.set_defaults(handler=presets_cmd.path)
+
+    r = sub.add_parser("runs", help="list, show, follow and stop runs")
+    rsub = r.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    q = rsub.add_parser("list", help="runs, newest first")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(handler=runs_cmd.list_)
+    for name, handler, text in (("show", runs_cmd.show, "one run's summary"),
+                                ("follow", runs_cmd.follow, "print a run's events until it ends"),
+                                ("stop", runs_cmd.stop, "stop a running run gracefully")):
+        q = rsub.add_parser(name, help=text)
+        q.add_argument("run", help="run id, a unique prefix of one, a path, or 'last'")
+        if name != "stop":
+            q.add_argument("--json", action="store_true")
+        q.set_defaults(handler=handler)
+    return parser
+
+
+def _open_tui() -> int:
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        print("cockpit: the TUI needs a terminal; use cockpit --no-ui (see cockpit --help)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    from cockpit.app import make_app
+
+    make_app().run()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.runs_dir:
+        os.environ["COCKPIT_RUNS_DIR"] = os.path.abspath(args.runs_dir)  # children see it too
+    try:
+        if args.command:
+            return args.handler(args)
+        if args.no_ui:
+            from cockpit.commands import train
+
+            return train.run(args)
+        return _open_tui()
+    except ConfigError as e:
+        print(f"cockpit: {e.line()}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130

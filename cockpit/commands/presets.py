@@ -1,0 +1,72 @@
+"""`cockpit presets list | show NAME | path`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from engine import paths, presets
+from engine.errors import ConfigError
+from engine.schema import to_table
+
+
+def _where(ref: presets.PresetRef) -> str:
+    if ref.shipped:
+        return "shipped"
+    return "user, shadows shipped" if ref.shadows_shipped else "user"
+
+
+def _description(ref: presets.PresetRef) -> str:
+    try:
+        text = presets.read_toml(ref.path).get("description", "")
+    except ConfigError:
+        return "(not valid TOML: see cockpit presets show)"
+    return text if isinstance(text, str) else ""
+
+
+def list_(args: argparse.Namespace) -> int:
+    found = {kind: presets.list_presets(kind) for kind in presets.KINDS}
+    if args.json:
+        print(json.dumps({kind: [{"name": r.name, "path": str(r.path), "shipped": r.shipped,
+                                  "shadows_shipped": r.shadows_shipped,
+                                  "description": _description(r)} for r in refs]
+                          for kind, refs in found.items()}, indent=2))
+        return 0
+    for kind, refs in found.items():
+        print(kind)
+        for r in refs:
+            print(f"  {r.name:<18} {_where(r):<22} {_description(r)}")
+    return 0
+
+
+def show(args: argparse.Namespace) -> int:
+    kinds = [args.kind] if args.kind else list(presets.KINDS)
+    shown = 0
+    for kind in kinds:
+        try:
+            ref = presets.find(kind, args.name)
+        except ConfigError:
+            if args.kind:
+                raise
+            continue
+        if kind == "devices":
+            preset = presets.load_device(args.name)
+            presets.check_ladder(args.name, preset, str(ref.path))
+            table = to_table(preset)
+        else:
+            table = presets.workload_to_table(presets.load_workload(args.name))
+        print(f"# {kind[:-1]} preset {ref.name} ({_where(ref)}): {ref.path}")
+        print(presets.dump_toml(table).decode())
+        shown += 1
+    if not shown:
+        names = "; ".join(f"{kind}: " + ", ".join(r.name for r in presets.list_presets(kind))
+                          for kind in presets.KINDS)
+        raise ConfigError(f"preset {args.name!r}", None, f"not found; available {names}")
+    return 0
+
+
+def path(args: argparse.Namespace) -> int:
+    print(f"user presets:    {paths.user_presets_dir()}")
+    print(f"shipped presets: {paths.shipped_presets_dir()}")
+    print(f"runs:            {paths.runs_dir()}")
+    return 0

@@ -1,0 +1,63 @@
+"""`cockpit runs list | show RUN | follow RUN | stop RUN`."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+from cockpit.commands.train import follow as follow_run
+from cockpit.headless import duration
+from engine import supervisor
+from engine.rundir import find_run, list_runs, summarize
+
+
+def _rate(value: float | None) -> str:
+    return f"{value:,.0f}/s" if value is not None else "-"
+
+
+def list_(args: argparse.Namespace) -> int:
+    summaries = [summarize(r) for r in list_runs()]
+    if args.json:
+        print(json.dumps([dataclasses.asdict(s) for s in summaries], indent=2))
+        return 0
+    if not summaries:
+        print("no runs yet; start one with: cockpit --no-ui")
+        return 0
+    print(f"{'run':<44} {'status':<9} {'step':>13} {'samples':>10} {'time':>7}")
+    for s in summaries:
+        print(f"{s.id:<44} {s.status:<9} {f'{s.step}/{s.total_steps}':>13} "
+              f"{_rate(s.samples_per_s):>10} {duration(s.duration_s):>7}")
+    return 0
+
+
+def show(args: argparse.Namespace) -> int:
+    run = find_run(args.run)
+    s = summarize(run)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(s), indent=2))
+        return 0
+    print(f"run       {s.id}\npath      {run.path}\nstatus    {s.status}")
+    print(f"workload  {s.workload}\ndevice    {s.device_preset}")
+    print(f"progress  step {s.step}/{s.total_steps}, {s.samples_seen:,} samples")
+    if s.loss is not None:
+        print(f"loss      {s.loss:.4g}")
+    print(f"speed     {_rate(s.samples_per_s)} samples, duration {duration(s.duration_s)}")
+    for k, v in s.metrics.items():
+        print(f"eval      {k} {v:.4g}" if isinstance(v, float) else f"eval      {k} {v}")
+    for a in s.attempts:
+        print(f"attempt {a.attempt}: {a.preset} on {a.device}, {a.outcome} {a.exit}, last step {a.last_step}")
+    return 0
+
+
+def follow(args: argparse.Namespace) -> int:
+    return follow_run(find_run(args.run), args.json)
+
+
+def stop(args: argparse.Namespace) -> int:
+    run = find_run(args.run)
+    if not supervisor.request_stop(run):
+        print(f"run {run.id} is not running")
+        return 1
+    print(f"asked run {run.id} to stop; it checkpoints and exits after the current step")
+    return 0

@@ -1,0 +1,35 @@
+"""Errors the user can fix: bad presets, bad overrides, bad arguments.
+
+Every front end turns a ConfigError into one line on stderr and exit code 2, so its
+message must stand on its own: where (file or argument), which key, what was found,
+what was expected.
+"""
+
+from __future__ import annotations
+
+
+class ConfigError(Exception):
+    """A user-fixable problem with a preset, an override or an argument."""
+
+    def __init__(self, where: str, key: str | None, problem: str):
+        self.where = where
+        self.key = key
+        self.problem = problem
+        super().__init__(self.line())
+
+    def line(self) -> str:
+        where = self.where
+        if self.key:
+            where = f"{where}: {self.key}"
+        return f"{where}: {self.problem}"
+
+
+def describe(value: object) -> str:
+    """How a bad value is quoted in a message: TOML-ish, short."""
+    if isinstance(value, str):
+        text = repr(value)
+    elif isinstance(value, bool):
+        text = "true" if value else "false"
+    else:
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

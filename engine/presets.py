@@ -1,0 +1,251 @@
+"""Workload and device presets: TOML files read into frozen dataclasses.
+
+A device preset says how to run (device, micro-batch, accumulation, precision, ...), a
+workload preset says what to train (which workload, its [train] schedule and its [params]).
+Shipped presets live in presets/{workloads,devices}/; the user's in the user config dir
+shadow shipped ones of the same name. A preset is data: nothing in it is executed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tempfile
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import tomli_w
+
+from engine import paths
+from engine.errors import ConfigError
+from engine.schema import FieldError, from_table, setting, to_table, unknown_key
+
+KINDS = ("workloads", "devices")
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+Device = Literal["auto", "cpu", "mps", "cuda"]
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
+CachePolicy = Literal["never", "before-mining", "every-epoch"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DevicePreset:
+    """How to run: the device and everything that decides memory and speed on it."""
+
+    description: str = setting("", "one line shown in lists")
+    device: Device = setting("auto", "auto picks CUDA, then MPS, then CPU")
+    batch_size: int = setting(32, "micro-batch: samples per forward/backward", min=1)
+    accumulation: int = setting(1, "micro-batches per optimizer step", min=1)
+    precision: Precision = setting("auto", "auto: bf16 on CUDA when supported, else fp32")
+    grad_checkpointing: bool = setting(False, "recompute activations in backward to save memory")
+    compile: bool = setting(False, "torch.compile the model (refused on MPS)")
+    threads: int = setting(0, "CPU threads for torch; 0 keeps torch's default", min=0)
+    env: Mapping[str, str] = setting({}, "environment for the trainer process, set before torch loads")
+    empty_cache: CachePolicy = setting("never", "when to empty the device cache")
+    fallback: tuple[str, ...] = setting([], "device presets to fall back to, in order")
+
+    def __post_init__(self):
+        if self.device == "mps" and self.compile:
+            raise FieldError("compile", "true is refused on MPS: torch.compile's Metal backend is "
+                                        "immature and segfaults; expected false")
+        if self.device == "mps" and self.precision == "fp16":
+            raise FieldError("precision", "'fp16' needs a GradScaler, which MPS lacks; expected "
+                                          "'fp32' or 'bf16'")
+        for name in self.env:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise FieldError(f"env.{name}", "is not an environment variable name")
+
+    @property
+    def effective_batch(self) -> int:
+        return self.batch_size * self.accumulation
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainSettings:
+    """The schedule of a run: how long, how fast it learns, when it reports and saves."""
+
+    epochs: float = setting(1.0, "passes over the workload's training samples", min=0.0)
+    max_steps: int = setting(0, "stop after this many optimizer steps; 0 = no limit", min=0)
+    lr: float = setting(1e-3, "AdamW learning rate", min=0.0)
+    weight_decay: float = setting(0.0, "AdamW weight decay", min=0.0)
+    grad_clip: float = setting(0.0, "clip the gradient norm to this; 0 = off", min=0.0)
+    seed: int = setting(0, "seeds the model, the data order and every RNG", min=0)
+    report_every_s: float = setting(0.5, "seconds per reporting window (one step event each)",
+                                    min=0.01)
+    eval_every_steps: int = setting(0, "evaluate every N optimizer steps; 0 = at the end only",
+                                    min=0)
+    checkpoint_every_steps: int = setting(0, "checkpoint every N optimizer steps; 0 = off", min=0)
+    checkpoint_every_minutes: float = setting(5.0, "checkpoint every M minutes; 0 = off", min=0.0)
+    keep_checkpoints: int = setting(3, "how many recent checkpoints to keep", min=1)
+
+    def __post_init__(self):
+        if self.epochs <= 0:
+            raise FieldError("epochs", f"got {self.epochs:g}, expected a number > 0")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkloadPreset:
+    """What to train: a workload, its schedule and its own parameters."""
+
+    workload: str
+    description: str = ""
+    train: TrainSettings = dataclasses.field(default_factory=TrainSettings)
+    params: Any = None  # the workload's own frozen Params dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class PresetRef:
+    """Where a preset was found."""
+
+    kind: str
+    name: str
+    path: Path
+    shipped: bool
+    shadows_shipped: bool = False
+
+
+# ---------------------------------------------------------------- locating
+
+
+def _dirs(kind: str) -> list[tuple[Path, bool]]:
+    """Search order, first wins: the user's presets, then the shipped ones."""
+    return [(paths.user_presets_dir() / kind, False), (paths.shipped_presets_dir() / kind, True)]
+
+
+def list_presets(kind: str) -> list[PresetRef]:
+    found: dict[str, PresetRef] = {}
+    for directory, shipped in _dirs(kind):
+        for path in sorted(directory.glob("*.toml")) if directory.is_dir() else []:
+            name = path.stem
+            if name in found:
+                found[name] = dataclasses.replace(found[name], shadows_shipped=True)
+            else:
+                found[name] = PresetRef(kind, name, path, shipped)
+    return sorted(found.values(), key=lambda r: r.name)
+
+
+def find(kind: str, name: str) -> PresetRef:
+    singular = kind.rstrip("s")
+    if not NAME_PATTERN.match(name):
+        raise ConfigError(f"{singular} preset {name!r}", None,
+                          "is not a preset name (letters, digits, '.', '_' and '-')")
+    for ref in list_presets(kind):
+        if ref.name == name:
+            return ref
+    names = [r.name for r in list_presets(kind)]
+    raise ConfigError(f"{singular} preset {name!r}", None,
+                      "not found; available: " + (", ".join(names) or "none"))
+
+
+def read_toml(path: Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(str(path), None, f"is not valid TOML ({e})") from None
+    except OSError as e:
+        raise ConfigError(str(path), None, f"cannot be read ({e.strerror})") from None
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def device_from_table(table: dict, where: str) -> DevicePreset:
+    return from_table(DevicePreset, table, where=where)
+
+
+def workload_from_table(table: dict, where: str) -> WorkloadPreset:
+    from engine.workloads import params_class
+
+    table = dict(table)
+    known = ("workload", "description", "train", "params")
+    for key in table:
+        if key not in known:
+            raise unknown_key(where, key, known)
+    name = table.get("workload")
+    if not isinstance(name, str):
+        raise ConfigError(where, "workload", "missing, expected the name of a workload "
+                                             "(e.g. 'matmul') or 'package.module:factory'")
+    description = table.get("description", "")
+    if not isinstance(description, str):
+        raise ConfigError(where, "description", "expected a string")
+    for section in ("train", "params"):
+        if not isinstance(table.get(section, {}), dict):
+            raise ConfigError(where, section, "expected a table ([" + section + "])")
+    params_cls = params_class(name, where)
+    return WorkloadPreset(
+        workload=name,
+        description=description,
+        train=from_table(TrainSettings, table.get("train", {}), where=where, prefix="train."),
+        params=from_table(params_cls, table.get("params", {}), where=where, prefix="params."),
+    )
+
+
+def workload_to_table(preset: WorkloadPreset) -> dict:
+    return {"workload": preset.workload, "description": preset.description,
+            "train": to_table(preset.train), "params": to_table(preset.params)}
+
+
+def load_device(name: str) -> DevicePreset:
+    ref = find("devices", name)
+    return device_from_table(read_toml(ref.path), str(ref.path))
+
+
+def load_workload(name: str) -> WorkloadPreset:
+    ref = find("workloads", name)
+    return workload_from_table(read_toml(ref.path), str(ref.path))
+
+
+def check_ladder(name: str, preset: DevicePreset, where: str) -> dict[str, DevicePreset]:
+    """The fallback ladder's presets, each loaded and checked; no cycles back to the start."""
+    ladder = {}
+    for step in preset.fallback:
+        if step == name:
+            raise ConfigError(where, "fallback", f"names {name!r} itself; expected other presets")
+        if step in ladder:
+            raise ConfigError(where, "fallback", f"names {step!r} twice")
+        try:
+            ladder[step] = load_device(step)
+        except ConfigError as e:
+            raise ConfigError(where, "fallback", f"{step!r}: {e.line()}") from None
+    return ladder
+
+
+# ---------------------------------------------------------------- writing
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write via a temp file in the same directory and rename: never a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def dump_toml(table: dict) -> bytes:
+    return tomli_w.dumps(table).encode()
+
+
+def save_user_preset(kind: str, name: str, table: dict) -> Path:
+    """Validate and save a preset to the user's dir. Shipped presets are never written."""
+    if kind not in KINDS:
+        raise ConfigError("preset kind", None, f"got {kind!r}, expected one of {KINDS}")
+    if not NAME_PATTERN.match(name):
+        raise ConfigError(f"preset name {name!r}", None, "expected letters, digits, '.', '_', '-'")
+    path = paths.user_presets_dir() / kind / f"{name}.toml"
+    if kind == "devices":
+        table = to_table(device_from_table(table, str(path)))
+    else:
+        table = workload_to_table(workload_from_table(table, str(path)))
+    atomic_write(path, dump_toml(table))
+    return path

@@ -1,0 +1,110 @@
+"""A run's resolved configuration: workload preset + device preset + `--set` overrides.
+
+Precedence: dataclass defaults < preset file < `--set` overrides. The resolved result,
+with the device presets of the fallback ladder, is written to the run directory as
+run.toml, so a run never depends on preset files that may change after it started.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from engine import presets
+from engine.errors import ConfigError
+from engine.presets import DevicePreset, TrainSettings, WorkloadPreset
+from engine.schema import fields, from_table, parse_value, to_table, unknown_key
+
+SECTIONS = ("device", "train", "params")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunConfig:
+    workload_preset: str
+    device_preset: str
+    workload: WorkloadPreset
+    device: DevicePreset
+    ladder: dict[str, DevicePreset]
+    overrides: tuple[str, ...] = ()
+
+    def to_table(self) -> dict:
+        return {
+            "workload_preset": self.workload_preset,
+            "device_preset": self.device_preset,
+            "overrides": list(self.overrides),
+            "workload": presets.workload_to_table(self.workload),
+            "device": to_table(self.device),
+            "ladder": {name: to_table(p) for name, p in self.ladder.items()},
+        }
+
+    @classmethod
+    def from_table(cls, table: dict, where: str) -> "RunConfig":
+        try:
+            return cls(
+                workload_preset=table["workload_preset"],
+                device_preset=table["device_preset"],
+                overrides=tuple(table.get("overrides", ())),
+                workload=presets.workload_from_table(table["workload"], where + " [workload]"),
+                device=presets.device_from_table(table["device"], where + " [device]"),
+                ladder={name: presets.device_from_table(t, f"{where} [ladder.{name}]")
+                        for name, t in table.get("ladder", {}).items()},
+            )
+        except KeyError as e:
+            raise ConfigError(where, e.args[0], "missing from run.toml") from None
+
+
+def _section_classes(workload: WorkloadPreset) -> dict[str, type]:
+    return {"device": DevicePreset, "train": TrainSettings, "params": type(workload.params)}
+
+
+def _split_key(key: str, classes: dict[str, type]) -> tuple[str, str]:
+    """'device.batch_size' or a bare 'batch_size' (when exactly one section has it)."""
+    if "." in key:
+        section, _, name = key.partition(".")
+        if section not in classes:
+            raise ConfigError("--set", key, f"unknown section {section!r}; expected one of "
+                                            + ", ".join(SECTIONS))
+        return section, name
+    owners = [s for s, cls in classes.items() if key in fields(cls)]
+    if len(owners) == 1:
+        return owners[0], key
+    if len(owners) > 1:
+        raise ConfigError("--set", key, "is ambiguous; write " + " or ".join(f"{s}.{key}" for s in owners))
+    known = [f"{s}.{k}" for s, cls in classes.items() for k in fields(cls)]
+    raise unknown_key("--set", key, known)
+
+
+def apply_overrides(workload: WorkloadPreset, device: DevicePreset,
+                    overrides: list[str]) -> tuple[WorkloadPreset, DevicePreset]:
+    """Apply `key=value` overrides through the same validation as preset files."""
+    classes = _section_classes(workload)
+    tables = {"device": to_table(device), "train": to_table(workload.train),
+              "params": to_table(workload.params)}
+    for item in overrides:
+        key, eq, text = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise ConfigError("--set", item, "expected key=value (e.g. batch_size=16)")
+        section, name = _split_key(key, classes)
+        spec = fields(classes[section])
+        if name not in spec:
+            raise unknown_key("--set", name, spec, prefix=f"{section}.")
+        tables[section][name] = parse_value(text.strip(), spec[name][1])
+    device = from_table(DevicePreset, tables["device"], where="--set", prefix="device.")
+    workload = dataclasses.replace(
+        workload,
+        train=from_table(TrainSettings, tables["train"], where="--set", prefix="train."),
+        params=from_table(classes["params"], tables["params"], where="--set", prefix="params."),
+    )
+    return workload, device
+
+
+def resolve(workload_name: str, device_name: str, overrides: list[str] | None = None) -> RunConfig:
+    """Load both presets, apply overrides, load the ladder: everything checked up front."""
+    overrides = list(overrides or [])
+    workload = presets.load_workload(workload_name)
+    device_ref = presets.find("devices", device_name)
+    device = presets.load_device(device_name)
+    workload, device = apply_overrides(workload, device, overrides)
+    ladder = presets.check_ladder(device_name, device, str(device_ref.path))
+    return RunConfig(workload_preset=workload_name, device_preset=device_name,
+                     workload=workload, device=device, ladder=ladder, overrides=tuple(overrides))

@@ -1,0 +1,195 @@
+"""The run directory: the single source of truth about a run.
+
+    <runs>/<run id>/
+        run.toml          resolved configuration (workload, device, ladder, overrides)
+        events.jsonl      append-only events (engine.events)
+        checkpoints/      step-<n>.pt, the last K kept
+        attempt-<n>.log   the trainer's stdout and stderr, one file per attempt
+        supervisor.pid    pid of the supervising process while it runs
+        supervisor.log    a detached supervisor's own output
+
+Everything here can be read with no live process: the TUI, `cockpit runs`, tests and
+users' scripts all go through RunDir and summarize().
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine import paths, presets
+from engine.errors import ConfigError
+from engine.events import read_events
+from engine.runconfig import RunConfig
+
+
+class RunDir:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    @property
+    def id(self) -> str:
+        return self.path.name
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / "run.toml"
+
+    @property
+    def events_path(self) -> Path:
+        return self.path / "events.jsonl"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def pid_path(self) -> Path:
+        return self.path / "supervisor.pid"
+
+    @property
+    def supervisor_log(self) -> Path:
+        return self.path / "supervisor.log"
+
+    def attempt_log(self, attempt: int) -> Path:
+        return self.path / f"attempt-{attempt}.log"
+
+    def config(self) -> RunConfig:
+        return RunConfig.from_table(presets.read_toml(self.config_path), str(self.config_path))
+
+    def events(self) -> list[dict]:
+        return read_events(self.events_path)
+
+    def supervisor_pid(self) -> int | None:
+        """The pid of a live supervisor of this run, or None."""
+        try:
+            pid = int(self.pid_path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if _alive(pid) else None
+
+    @classmethod
+    def create(cls, config: RunConfig, root: Path | None = None) -> "RunDir":
+        """Make a new run directory holding run.toml; the runs dir must be writable."""
+        root = Path(root) if root else paths.runs_dir()
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        run_id = f"{stamp}-{config.workload_preset}-{config.device_preset}-{secrets.token_hex(2)}"
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            path = root / run_id
+            path.mkdir()
+            (path / "checkpoints").mkdir()
+        except OSError as e:
+            raise ConfigError(f"runs directory {root}", None,
+                              f"is not writable ({e.strerror}); set --runs-dir or COCKPIT_RUNS_DIR") from None
+        run = cls(path)
+        presets.atomic_write(run.config_path, presets.dump_toml(config.to_table()))
+        return run
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def find_run(ref: str, root: Path | None = None) -> RunDir:
+    """A run by id, unique id prefix, path, or 'last'."""
+    root = Path(root) if root else paths.runs_dir()
+    if ref != "last" and Path(ref).is_dir() and (Path(ref) / "run.toml").exists():
+        return RunDir(Path(ref))
+    runs = list_runs(root)
+    if ref == "last":
+        if not runs:
+            raise ConfigError("run", "last", f"no runs in {root}")
+        return runs[0]
+    matches = [r for r in runs if r.id.startswith(ref)]
+    if len(matches) == 1:
+        return matches[0]
+    problem = "matches several runs: " + ", ".join(r.id for r in matches[:5]) if matches else \
+        f"not found in {root}"
+    raise ConfigError("run", ref, problem)
+
+
+def list_runs(root: Path | None = None) -> list[RunDir]:
+    """Runs, newest first."""
+    root = Path(root) if root else paths.runs_dir()
+    if not root.is_dir():
+        return []
+    runs = [RunDir(p) for p in root.iterdir() if (p / "run.toml").exists()]
+    return sorted(runs, key=lambda r: r.id, reverse=True)
+
+
+@dataclass
+class AttemptSummary:
+    attempt: int
+    device: str = "?"
+    preset: str = "?"
+    outcome: str = "running"
+    exit: str = ""
+    last_step: int = 0
+
+
+@dataclass
+class RunSummary:
+    """What a run's events say, folded into one record."""
+
+    id: str
+    workload: str
+    device_preset: str
+    status: str = "created"        # created | running | finished | failed | stopped | lost
+    step: int = 0
+    total_steps: int = 0
+    samples_seen: int = 0
+    loss: float | None = None
+    samples_per_s: float | None = None
+    eta_s: float | None = None
+    started: float | None = None
+    ended: float | None = None
+    metrics: dict = field(default_factory=dict)
+    attempts: list[AttemptSummary] = field(default_factory=list)
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started is None:
+            return None
+        return (self.ended or time.time()) - self.started
+
+
+def summarize(run: RunDir) -> RunSummary:
+    """Fold the events into a RunSummary. A run whose supervisor died is 'lost'."""
+    config = presets.read_toml(run.config_path)
+    summary = RunSummary(id=run.id, workload=config.get("workload_preset", "?"),
+                         device_preset=config.get("device_preset", "?"))
+    for e in run.events():
+        kind = e["type"]
+        if kind == "run_started":
+            summary.status, summary.started = "running", e["t"]
+        elif kind == "attempt_started":
+            summary.attempts.append(AttemptSummary(attempt=e["attempt"], preset=e.get("preset", "?")))
+        elif kind == "trainer_ready" and summary.attempts:
+            summary.attempts[-1].device = e.get("device", "?")
+        elif kind == "step":
+            summary.step, summary.total_steps = e["step"], e["total"]
+            summary.samples_seen = e.get("samples_seen", summary.samples_seen)
+            summary.loss, summary.samples_per_s = e.get("loss"), e.get("samples_per_s")
+            summary.eta_s = e.get("eta_s")
+            if summary.attempts:
+                summary.attempts[-1].last_step = e["step"]
+        elif kind == "eval":
+            summary.metrics = e.get("metrics", {})
+        elif kind == "attempt_ended" and summary.attempts:
+            summary.attempts[-1].outcome = e.get("outcome", "?")
+            summary.attempts[-1].exit = e.get("exit", "")
+        elif kind == "run_finished":
+            summary.status, summary.ended = e["status"], e["t"]
+    if summary.status == "running" and run.supervisor_pid() is None:
+        summary.status = "lost"  # the supervisor was killed; nothing will finish this run
+    return summary

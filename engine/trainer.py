@@ -1,0 +1,260 @@
+"""The trainer: one process, one attempt.
+
+    python -m engine.trainer RUN_DIR --attempt N --preset NAME --device-json '{...}'
+
+It resolves the device once, resumes from the run's latest checkpoint (by samples seen, so
+a different batch size or accumulation continues at the same sample), trains until the
+schedule is done or it is asked to stop (SIGTERM/SIGINT: finish the step, checkpoint,
+exit), and reports through events.jsonl. The loss stays on the device and is read once per
+reporting window: that read is the only host-device sync in the loop.
+
+Exit codes: 0 finished, 2 bad configuration, 3 stopped on request, 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from engine import checkpoint, device as devices, presets, workloads
+from engine.data import SampleOrder
+from engine.errors import ConfigError
+from engine.events import EventWriter
+from engine.presets import DevicePreset
+from engine.rundir import RunDir
+from engine.schema import to_table
+
+EXIT_FINISHED, EXIT_FAILED, EXIT_CONFIG, EXIT_STOPPED = 0, 1, 2, 3
+
+
+class StopRequest:
+    """Set by SIGTERM/SIGINT; the loop finishes its step, checkpoints and exits."""
+
+    def __init__(self):
+        self.requested = False
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum, frame):
+        if self.requested:  # asked twice: stop now, without a checkpoint
+            raise KeyboardInterrupt
+        self.requested = True
+
+
+class Trainer:
+    def __init__(self, run: RunDir, events: EventWriter, preset_name: str, preset: DevicePreset,
+                 stop: StopRequest | None = None):
+        config = run.config()
+        self.stop = stop or StopRequest()
+        self.run, self.events = run, events
+        self.preset = preset
+        self.train = config.workload.train
+        self.resolved = devices.resolve(preset, where=f"device preset {preset_name!r}")
+        self.device = self.resolved.device
+        if preset.threads:
+            torch.set_num_threads(preset.threads)
+
+        devices.seed_everything(self.train.seed)
+        self.workload = workloads.build(config.workload.workload, config.workload.params, self.train.seed)
+        self.model = self.workload.build_model(grad_checkpointing=preset.grad_checkpointing).to(self.device)
+        self.forward = torch.compile(self.model) if preset.compile else self.model
+        self.optimizer = torch.optim.AdamW(
+            [p for p in self.model.parameters() if p.requires_grad],
+            lr=self.train.lr, weight_decay=self.train.weight_decay)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.resolved.precision == "fp16")
+        self.order = SampleOrder(self.workload.num_samples, self.train.seed)
+        self.total_samples = max(1, round(self.train.epochs * self.workload.num_samples))
+
+        self.step = 0
+        self.samples_seen = 0
+        self.resumed_from = self._resume()
+        self.total_steps = self.step + math.ceil(
+            max(0, self.total_samples - self.samples_seen) / preset.effective_batch)
+        if self.train.max_steps:
+            self.total_steps = min(self.total_steps, self.train.max_steps)
+
+        self._last_checkpoint_t = time.monotonic()
+        self._rate = None  # smoothed optimizer steps per second, for the ETA
+        self._new_window()
+
+    # ------------------------------------------------------------ the loop
+
+    def fit(self) -> str:
+        """Train to the end of the schedule or to a stop request: 'finished' or 'stopped'."""
+        self.events.emit("trainer_ready", **self._describe())
+        while self.should_continue():
+            self.train_step()
+            self.maybe_report()
+            self.maybe_eval()
+            self.maybe_checkpoint()
+        self.report()
+        if self.stop.requested and self.step < self.total_steps:
+            self.save_checkpoint()
+            return "stopped"
+        if self.train.eval_every_steps == 0 or self.step % self.train.eval_every_steps:
+            self.evaluate()
+        self.save_checkpoint()
+        return "finished"
+
+    def should_continue(self) -> bool:
+        return self.step < self.total_steps and not self.stop.requested
+
+    def train_step(self) -> None:
+        """One optimizer step over `accumulation` micro-batches (fewer at the very end)."""
+        group = min(self.preset.effective_batch, self.total_samples - self.samples_seen)
+        for start in range(0, group, self.preset.batch_size):
+            n = min(self.preset.batch_size, group - start)
+            indices = self.order.indices(self.samples_seen + start, n)
+            batch = self.workload.batch(indices, self.device)
+            with self.resolved.autocast():
+                loss = self.workload.loss(self.forward, batch)
+            # Weight each micro-batch by its share of the group: the step's gradient is the
+            # mean over all its samples, whatever the split into micro-batches.
+            self.scaler.scale(loss * (n / group)).backward()
+            self._window_loss += loss.detach().float() * n
+        if self.train.grad_clip:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.samples_seen += group
+        self._window_samples += group
+        self._window_steps += 1
+
+    def maybe_report(self) -> None:
+        if time.monotonic() - self._window_start >= self.train.report_every_s:
+            self.report()
+
+    def report(self) -> None:
+        """Emit a step event for the window: the loop's one host-device sync."""
+        if not self._window_steps:
+            return
+        loss = float(self._window_loss / self._window_samples)  # sync point
+        elapsed = max(time.monotonic() - self._window_start, 1e-9)
+        steps_per_s = self._window_steps / elapsed
+        self._rate = steps_per_s if self._rate is None else 0.7 * self._rate + 0.3 * steps_per_s
+        samples_per_s = self._window_samples / elapsed
+        event = dict(
+            step=self.step, total=self.total_steps, samples_seen=self.samples_seen,
+            total_samples=self.total_samples, epoch=self.order.epoch_of(max(0, self.samples_seen - 1)),
+            loss=loss, lr=self.optimizer.param_groups[0]["lr"],
+            samples_per_s=round(samples_per_s, 3), steps_per_s=round(steps_per_s, 4),
+            window_s=round(elapsed, 4), eta_s=round((self.total_steps - self.step) / self._rate, 1),
+            device_memory=devices.memory(self.device),
+        )
+        if self.workload.flops_per_sample:
+            event["gflop_s"] = round(samples_per_s * self.workload.flops_per_sample / 1e9, 2)
+        self.events.emit("step", **event)
+        self._new_window()
+
+    def maybe_eval(self) -> None:
+        every = self.train.eval_every_steps
+        if every and self.step % every == 0:
+            self.evaluate()
+
+    def evaluate(self) -> None:
+        started = time.monotonic()
+        self.model.eval()
+        with torch.no_grad(), self.resolved.autocast():
+            metrics = self.workload.evaluate(self.forward, self.device)
+        self.model.train()
+        if metrics:
+            self.events.emit("eval", step=self.step, metrics=metrics,
+                             eval_s=round(time.monotonic() - started, 3))
+        self._window_start += time.monotonic() - started  # eval time is not training throughput
+
+    def maybe_checkpoint(self) -> None:
+        every_steps = self.train.checkpoint_every_steps
+        every_s = self.train.checkpoint_every_minutes * 60
+        if (every_steps and self.step % every_steps == 0) or \
+                (every_s and time.monotonic() - self._last_checkpoint_t >= every_s):
+            self.save_checkpoint()
+
+    # ------------------------------------------------------------ state
+
+    def save_checkpoint(self) -> None:
+        started = time.monotonic()
+        path = checkpoint.save(self.run.checkpoints, {
+            "step": self.step,
+            "samples_seen": self.samples_seen,
+            "model": self.model.state_dict(),  # the uncompiled module's names
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "rng": devices.rng_state(),
+            "config": {"device": to_table(self.preset), "train": to_table(self.train)},
+        }, keep=self.train.keep_checkpoints)
+        self._last_checkpoint_t = time.monotonic()
+        self._window_start += self._last_checkpoint_t - started
+        self.events.emit("checkpoint", step=self.step, samples_seen=self.samples_seen,
+                         path=str(path.relative_to(self.run.path)),
+                         save_s=round(self._last_checkpoint_t - started, 3))
+
+    def _resume(self) -> dict | None:
+        path = checkpoint.latest(self.run.checkpoints)
+        if path is None:
+            return None
+        state = checkpoint.load(path)
+        self.model.load_state_dict(state["model"], strict=True)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])  # a no-op when the scaler is disabled
+        devices.set_rng_state(state["rng"])
+        self.step, self.samples_seen = state["step"], state["samples_seen"]
+        return {"path": str(path.relative_to(self.run.path)), "step": self.step,
+                "samples_seen": self.samples_seen}
+
+    def _new_window(self) -> None:
+        self._window_start = time.monotonic()
+        self._window_loss = torch.zeros((), device=self.device)
+        self._window_samples = 0
+        self._window_steps = 0
+
+    def _describe(self) -> dict:
+        return dict(
+            device=str(self.device), precision=self.resolved.precision, reason=self.resolved.reason,
+            batch_size=self.preset.batch_size, accumulation=self.preset.accumulation,
+            compile=self.preset.compile, grad_checkpointing=self.preset.grad_checkpointing,
+            threads=torch.get_num_threads(), total_steps=self.total_steps,
+            total_samples=self.total_samples, resumed_from=self.resumed_from,
+            parameters=sum(p.numel() for p in self.model.parameters()),
+            trainable=sum(p.numel() for p in self.model.parameters() if p.requires_grad),
+            pid=os.getpid(), torch=torch.__version__,
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine.trainer")
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--attempt", type=int, required=True)
+    parser.add_argument("--preset", required=True)
+    parser.add_argument("--device-json", required=True)
+    args = parser.parse_args(argv)
+
+    stop = StopRequest()
+    stop.install()
+    run = RunDir(args.run_dir)
+    with EventWriter(run.events_path, attempt=args.attempt) as events:
+        try:
+            preset = presets.device_from_table(json.loads(args.device_json), f"attempt {args.attempt}")
+            trainer = Trainer(run, events, args.preset, preset, stop)
+        except ConfigError as e:
+            print(e.line(), file=sys.stderr)
+            return EXIT_CONFIG
+        outcome = trainer.fit()
+    print(f"attempt {args.attempt}: {outcome} at step {trainer.step}/{trainer.total_steps}", flush=True)
+    return EXIT_FINISHED if outcome == "finished" else EXIT_STOPPED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

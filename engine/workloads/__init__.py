@@ -1,0 +1,59 @@
+"""Workloads: what cockpit trains, behind one small protocol.
+
+A workload package exposes, without importing torch:
+    Params                 a frozen settings dataclass (the preset's [params] table)
+    build(params, seed)    -> an object with the Workload protocol below
+
+The engine owns the data order: it asks for the samples at given indices, so a run resumed
+with another batch size or accumulation continues at exactly the same sample.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any, Protocol
+
+from engine.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
+
+BUILTIN = {
+    "matmul": "engine.workloads.matmul",
+}
+
+
+class Workload(Protocol):
+    """What the trainer needs from a workload."""
+
+    num_samples: int
+    """training samples in one epoch; sample indices run over range(num_samples)"""
+
+    flops_per_sample: float | None
+    """training FLOPs per sample (forward + backward), for GFLOP/s; None if unknown"""
+
+    def build_model(self, *, grad_checkpointing: bool) -> "torch.nn.Module": ...
+
+    def batch(self, indices: "torch.Tensor", device: "torch.device") -> Any:
+        """The training samples at these indices, on the device."""
+
+    def loss(self, model: "torch.nn.Module", batch: Any) -> "torch.Tensor":
+        """Mean loss over the batch, a scalar tensor on the device."""
+
+    def evaluate(self, model: "torch.nn.Module", device: "torch.device") -> dict[str, float]:
+        """Held-out metrics; may return {} when the workload has none."""
+
+
+def _module(name: str, where: str):
+    if name not in BUILTIN:
+        raise ConfigError(where, "workload", f"got {name!r}, expected one of "
+                          + ", ".join(repr(n) for n in BUILTIN))
+    return importlib.import_module(BUILTIN[name])
+
+
+def params_class(name: str, where: str) -> type:
+    return _module(name, where).Params
+
+
+def build(name: str, params: Any, seed: int) -> Workload:
+    return _module(name, "workload").build(params, seed)
