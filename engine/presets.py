@@ -67,23 +67,19 @@ class DevicePreset:
 class TrainSettings:
     """The schedule of a run: how long, how fast it learns, when it reports and saves."""
 
-    epochs: float = setting(1.0, "passes over the workload's training samples", min=0.0)
+    epochs: float = setting(1.0, "passes over the workload's training samples", above=0.0)
     max_steps: int = setting(0, "stop after this many optimizer steps; 0 = no limit", min=0)
     lr: float = setting(1e-3, "AdamW learning rate", min=0.0)
     weight_decay: float = setting(0.0, "AdamW weight decay", min=0.0)
     grad_clip: float = setting(0.0, "clip the gradient norm to this; 0 = off", min=0.0)
     seed: int = setting(0, "seeds the model, the data order and every RNG", min=0)
     report_every_s: float = setting(0.5, "seconds per reporting window (one step event each)",
-                                    min=0.01)
+                                    above=0.0)
     eval_every_steps: int = setting(0, "evaluate every N optimizer steps; 0 = at the end only",
                                     min=0)
     checkpoint_every_steps: int = setting(0, "checkpoint every N optimizer steps; 0 = off", min=0)
     checkpoint_every_minutes: float = setting(5.0, "checkpoint every M minutes; 0 = off", min=0.0)
     keep_checkpoints: int = setting(3, "how many recent checkpoints to keep", min=1)
-
-    def __post_init__(self):
-        if self.epochs <= 0:
-            raise FieldError("epochs", f"got {self.epochs:g}, expected a number > 0")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -30,9 +30,10 @@ class FieldError(ValueError):
 
 
 def setting(default: Any = dataclasses.MISSING, doc: str = "", *, min: float | None = None,
-            max: float | None = None) -> Any:
-    """A dataclass field with its one-line doc and numeric bounds (inclusive)."""
-    meta = {"doc": doc, "min": min, "max": max}
+            max: float | None = None, above: float | None = None) -> Any:
+    """A dataclass field with its one-line doc and numeric bounds (min/max inclusive,
+    `above` exclusive)."""
+    meta = {"doc": doc, "min": min, "max": max, "above": above}
     if isinstance(default, (list, dict)):
         frozen = tuple(default) if isinstance(default, list) else types.MappingProxyType(dict(default))
         return dataclasses.field(default_factory=lambda: frozen, metadata=meta)
@@ -47,8 +48,8 @@ def fields(cls: type) -> dict[str, tuple[dataclasses.Field, Any]]:
 
 def expected(annotation: Any, field: dataclasses.Field | None = None) -> str:
     """Plain words for what a field accepts."""
-    lo = field.metadata.get("min") if field else None
-    hi = field.metadata.get("max") if field else None
+    meta = field.metadata if field else {}
+    lo, hi, above = meta.get("min"), meta.get("max"), meta.get("above")
     origin = get_origin(annotation)
     if origin is Literal:
         return "one of " + ", ".join(repr(c) for c in get_args(annotation))
@@ -56,12 +57,14 @@ def expected(annotation: Any, field: dataclasses.Field | None = None) -> str:
         return "true or false"
     if annotation in (int, float):
         noun = "an integer" if annotation is int else "a number"
+        if above is not None:
+            return f"{noun} > {above:g}"
         if lo is not None and hi is not None:
             return f"{noun} from {lo:g} to {hi:g}"
         if lo == 1 and annotation is int:
             return "a positive integer"
         if lo is not None:
-            return f"{noun} >= {lo:g}" if lo != 0 or annotation is int else f"{noun} >= 0"
+            return f"{noun} >= {lo:g}"
         return noun
     if annotation is str:
         return "a string"
@@ -103,8 +106,9 @@ def _check_value(name: str, value: Any, annotation: Any, field: dataclasses.Fiel
         if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
             raise bad
         return types.MappingProxyType(dict(value))
-    lo, hi = field.metadata.get("min"), field.metadata.get("max")
-    if (lo is not None and value < lo) or (hi is not None and value > hi):
+    lo, hi, above = field.metadata.get("min"), field.metadata.get("max"), field.metadata.get("above")
+    if (lo is not None and value < lo) or (hi is not None and value > hi) or \
+            (above is not None and value <= above):
         raise bad
     return value
 

@@ -121,7 +121,7 @@ class Trainer:
             # Weight each micro-batch by its share of the group: the step's gradient is the
             # mean over all its samples, whatever the split into micro-batches.
             self.scaler.scale(loss * (n / group)).backward()
-            self._window_loss += loss.detach().float() * n
+            self._window_loss.add_(loss.detach(), alpha=n)  # one kernel, no sync
         if self.train.grad_clip:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train.grad_clip)

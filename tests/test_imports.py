@@ -1,0 +1,35 @@
+"""The one-way arrow and the fast paths: engine never pulls in the UI, --help never torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from conftest import ROOT, child_env
+
+
+def _modules_after(code: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", code + "; import sys; print(' '.join(sys.modules))"],
+                         capture_output=True, text=True, env=child_env(), check=True, cwd=ROOT)
+    return set(out.stdout.split())
+
+
+def test_engine_does_not_import_textual():
+    mods = _modules_after("import engine, engine.supervisor, engine.rundir, engine.trainer")
+    assert "torch" in mods  # the trainer really was imported
+    assert not any(m == "textual" or m.startswith(("textual.", "cockpit", "rich")) for m in mods)
+
+
+def test_help_and_presets_do_not_import_torch():
+    mods = _modules_after("from cockpit.cli import build_parser; build_parser(); "
+                          "from engine import presets, runconfig; runconfig.resolve('matmul', 'cpu')")
+    assert "torch" not in mods
+
+
+def test_every_package_is_in_the_wheel():
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for top in ("engine", "cockpit")
+             for p in (ROOT / top).rglob("__init__.py")}
+    assert found <= listed, f"add to pyproject's packages: {sorted(found - listed)}"

@@ -1,0 +1,182 @@
+"""The training loop in-process on a tiny matmul: learning, accumulation, checkpoints, resume."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import TINY
+from engine import checkpoint, device, runconfig
+from engine.data import SampleOrder
+from engine.errors import ConfigError
+from engine.events import EventWriter
+from engine.rundir import RunDir
+from engine.trainer import Trainer
+
+
+def new_run(*overrides: str) -> RunDir:
+    return RunDir.create(runconfig.resolve("matmul", "cpu", TINY + list(overrides)))
+
+
+def trainer_for(run: RunDir, *device_overrides: str, stop_after: int | None = None,
+                record: list | None = None, attempt: int = 1) -> Trainer:
+    config = run.config()
+    _, preset = runconfig.apply_overrides(config.workload, config.device, list(device_overrides))
+    trainer = Trainer(run, EventWriter(run.events_path, attempt=attempt), "cpu", preset)
+    if stop_after is not None:
+        step = trainer.train_step
+
+        def step_then_maybe_stop():
+            step()
+            if trainer.step == stop_after:
+                trainer.stop.requested = True
+        trainer.train_step = step_then_maybe_stop
+    if record is not None:
+        batch = trainer.workload.batch
+
+        def recording_batch(indices, dev):
+            record.append(indices.clone())
+            return batch(indices, dev)
+        trainer.workload.batch = recording_batch
+    return trainer
+
+
+def test_loss_falls_and_the_model_learns(home):
+    run = new_run("train.epochs=4")
+    assert trainer_for(run).fit() == "finished"
+    events = run.events()
+    losses = [e["loss"] for e in events if e["type"] == "step"]
+    assert losses[-1] < losses[0] / 10
+    (evaluation,) = [e for e in events if e["type"] == "eval"]
+    assert evaluation["metrics"]["r2"] > 0.9  # chance (predicting the mean) scores 0
+
+
+def test_optimizer_steps_exactly_once_per_accumulation_group(home):
+    run = new_run("params.samples=100", "batch_size=8", "accumulation=4")
+    trainer = trainer_for(run)
+    calls = {"step": 0, "loss": 0}
+    opt_step, loss = trainer.optimizer.step, trainer.workload.loss
+
+    def counting_step(*a, **k):
+        calls["step"] += 1
+        return opt_step(*a, **k)
+
+    def counting_loss(*a, **k):
+        calls["loss"] += 1
+        return loss(*a, **k)
+    trainer.optimizer.step, trainer.workload.loss = counting_step, counting_loss
+    trainer.fit()
+    # 100 samples in groups of 32: 32, 32, 32, 4 -> 4 optimizer steps over 4+4+4+1 micro-batches
+    assert calls == {"step": 4, "loss": 13}
+    assert trainer.step == trainer.total_steps == 4 and trainer.samples_seen == 100
+
+
+def test_accumulated_gradient_equals_the_full_batch_gradient(home):
+    """bs 8 x accum 4 and bs 32 x accum 1 take the same optimizer steps (up to rounding)."""
+    finals = []
+    for bs, accum in ((8, 4), (32, 1)):
+        run = new_run(f"batch_size={bs}", f"accumulation={accum}")
+        trainer = trainer_for(run)
+        trainer.fit()
+        finals.append({k: v.clone() for k, v in trainer.model.state_dict().items()})
+    for k in finals[0]:
+        torch.testing.assert_close(finals[0][k], finals[1][k], rtol=1e-4, atol=1e-5)
+
+
+def test_interrupted_run_resumed_ends_with_the_same_weights(home):
+    straight = new_run("batch_size=8", "accumulation=2", "train.epochs=2")
+    reference = trainer_for(straight)
+    reference.fit()
+
+    broken = new_run("batch_size=8", "accumulation=2", "train.epochs=2")
+    assert trainer_for(broken, stop_after=5).fit() == "stopped"
+    assert checkpoint.latest(broken.checkpoints).name == "step-000000005.pt"
+    resumed = trainer_for(broken, attempt=2)
+    assert resumed.resumed_from["step"] == 5 and resumed.samples_seen == 5 * 16
+    assert resumed.fit() == "finished"
+
+    assert resumed.step == reference.step
+    for k, v in reference.model.state_dict().items():
+        assert torch.equal(v, resumed.model.state_dict()[k]), k
+
+
+def test_resume_with_another_batch_size_continues_at_the_same_sample(home):
+    run = new_run("batch_size=8", "accumulation=4")
+    seen: list[torch.Tensor] = []
+    first = trainer_for(run, stop_after=3, record=seen)
+    assert first.fit() == "stopped" and first.samples_seen == 96
+    second = trainer_for(run, "batch_size=16", "accumulation=1", record=seen, attempt=2)
+    assert second.samples_seen == 96
+    assert second.total_steps == 3 + (256 - 96) // 16
+    second.fit()
+    order = SampleOrder(256, seed=0)
+    # every sample exactly once, in the order the run would have seen them without the change
+    assert torch.equal(torch.cat(seen), order.indices(0, 256))
+    assert [len(i) for i in seen[12:]] == [16] * 10
+
+
+def test_the_loss_is_read_once_per_reporting_window(home):
+    run = new_run("train.report_every_s=3600")
+    trainer = trainer_for(run)
+    trainer.fit()
+    steps = [e for e in run.events() if e["type"] == "step"]
+    assert trainer.step == 8 and len(steps) == 1  # one window: the final report
+    assert steps[0]["step"] == 8 and steps[0]["samples_per_s"] > 0 and steps[0]["gflop_s"] > 0
+
+
+def test_checkpoints_are_complete_and_only_the_last_k_kept(home):
+    run = new_run("checkpoint_every_steps=1", "keep_checkpoints=2", "batch_size=8", "accumulation=4")
+    trainer_for(run).fit()
+    files = checkpoint.checkpoint_files(run.checkpoints)
+    assert [f.name for f in files] == ["step-000000007.pt", "step-000000008.pt"]
+    state = checkpoint.load(files[-1])
+    assert {"schema", "model", "optimizer", "scaler", "rng", "step", "samples_seen", "config"} <= set(state)
+    assert state["samples_seen"] == 256 and state["config"]["device"]["batch_size"] == 8
+    assert not list(run.checkpoints.glob("*.tmp"))
+    saved = [e for e in run.events() if e["type"] == "checkpoint"]
+    assert len(saved) == 8 + 1  # every step, and the final save
+
+
+def test_gradient_checkpointing_changes_memory_not_results(home):
+    finals = []
+    for flag in ("false", "true"):
+        run = new_run(f"grad_checkpointing={flag}")
+        trainer = trainer_for(run)
+        trainer.fit()
+        finals.append(trainer.model.state_dict())
+    for k in finals[0]:
+        torch.testing.assert_close(finals[0][k], finals[1][k])
+
+
+def test_auto_prefers_cuda_then_mps_then_cpu(monkeypatch, home):
+    auto = runconfig.resolve("matmul", "auto").device
+    assert device.resolve(auto).device.type == "cpu"
+    assert "neither CUDA nor MPS" in device.resolve(auto).reason
+
+    monkeypatch.setattr(device, "mps_available", lambda: True)
+    resolved = device.resolve(auto)
+    assert resolved.device.type == "mps" and resolved.precision == "fp32"
+    assert "MPS is available" in resolved.reason
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Fake GPU")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    resolved = device.resolve(auto)
+    assert resolved.device.type == "cuda" and resolved.precision == "bf16"
+    assert "Fake GPU" in resolved.reason
+
+
+def test_compile_is_refused_when_auto_lands_on_mps(monkeypatch, home):
+    monkeypatch.setattr(device, "mps_available", lambda: True)
+    auto = runconfig.resolve("matmul", "auto", ["compile=true"]).device
+    with pytest.raises(ConfigError, match="compile: true is refused on MPS"):
+        device.resolve(auto)
+
+
+def test_bf16_autocast_on_cpu_trains(home):
+    run = new_run("precision=bf16")
+    trainer = trainer_for(run)
+    assert trainer.resolved.autocast_dtype == torch.bfloat16
+    trainer.fit()
+    losses = [e["loss"] for e in run.events() if e["type"] == "step"]
+    assert losses[-1] < losses[0]
