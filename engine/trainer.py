@@ -121,7 +121,7 @@ class Trainer:
             # Weight each micro-batch by its share of the group: the step's gradient is the
             # mean over all its samples, whatever the split into micro-batches.
             self.scaler.scale(loss * (n / group)).backward()
-            self._window_loss.add_(loss.detach(), alpha=n)  # one kernel, no sync
+            self._keep_loss(loss.detach(), n)
         if self.train.grad_clip:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train.grad_clip)
@@ -141,7 +141,8 @@ class Trainer:
         """Emit a step event for the window: the loop's one host-device sync."""
         if not self._window_steps:
             return
-        loss = float(self._window_loss / self._window_samples)  # sync point
+        self._fold_losses()
+        loss = float(self._window_loss) / self._window_samples  # the sync point
         elapsed = max(time.monotonic() - self._window_start, 1e-9)
         steps_per_s = self._window_steps / elapsed
         self._rate = steps_per_s if self._rate is None else 0.7 * self._rate + 0.3 * steps_per_s
@@ -214,9 +215,24 @@ class Trainer:
         return {"path": str(path.relative_to(self.run.path)), "step": self.step,
                 "samples_seen": self.samples_seen}
 
+    def _keep_loss(self, loss: torch.Tensor, n: int) -> None:
+        # Keeping the device tensor costs no kernel launch; they are summed in batches.
+        self._losses.append(loss)
+        self._loss_counts.append(n)
+        if len(self._losses) >= 1024:
+            self._fold_losses()
+
+    def _fold_losses(self) -> None:
+        if self._losses:
+            weights = torch.tensor(self._loss_counts, dtype=torch.float32).to(self.device, non_blocking=True)
+            self._window_loss += (torch.stack(self._losses).float() * weights).sum()
+            self._losses, self._loss_counts = [], []
+
     def _new_window(self) -> None:
         self._window_start = time.monotonic()
         self._window_loss = torch.zeros((), device=self.device)
+        self._losses: list[torch.Tensor] = []
+        self._loss_counts: list[int] = []
         self._window_samples = 0
         self._window_steps = 0
 

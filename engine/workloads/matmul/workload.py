@@ -56,6 +56,7 @@ class MatmulWorkload:
         self.x_eval = torch.randn(params.eval_samples, n, generator=g)
         self.y_eval = self.x_eval @ self.w
         self.y_var = float(self.y.var())
+        self._x, self._y, self._data_device = self.x, self.y, torch.device("cpu")
         self.num_samples = params.samples
         # forward: products x (2 N^2) per sample; backward: the same again for the input grads.
         self.flops_per_sample = 4.0 * n * n * params.products
@@ -64,7 +65,12 @@ class MatmulWorkload:
         return ProductChain(self.q.clone(), self.params.products, grad_checkpointing)
 
     def batch(self, indices: torch.Tensor, device: torch.device):
-        return self.x[indices].to(device, non_blocking=True), self.y[indices].to(device, non_blocking=True)
+        # The data set is small: keep one copy on the device and gather there, so a GPU
+        # measures products, not host-side gathers and copies.
+        if self._data_device != device:
+            self._x, self._y, self._data_device = self.x.to(device), self.y.to(device), device
+        indices = indices.to(device, non_blocking=True)
+        return self._x[indices], self._y[indices]
 
     def loss(self, model: nn.Module, batch) -> torch.Tensor:
         x, y = batch
