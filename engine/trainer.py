@@ -84,6 +84,7 @@ class Trainer:
             self.total_steps = min(self.total_steps, self.train.max_steps)
 
         self._last_checkpoint_t = time.monotonic()
+        self._prepared_epoch = -1
         self._rate = None  # smoothed optimizer steps per second, for the ETA
         self._new_window()
 
@@ -114,6 +115,7 @@ class Trainer:
         group = min(self.preset.effective_batch, self.total_samples - self.samples_seen)
         for start in range(0, group, self.preset.batch_size):
             n = min(self.preset.batch_size, group - start)
+            self.maybe_prepare_epoch(self.order.epoch_of(self.samples_seen + start))
             indices = self.order.indices(self.samples_seen + start, n)
             batch = self.workload.batch(indices, self.device)
             with self.resolved.autocast():
@@ -132,6 +134,25 @@ class Trainer:
         self.samples_seen += group
         self._window_samples += group
         self._window_steps += 1
+
+    def maybe_prepare_epoch(self, epoch: int) -> None:
+        """Let the workload prepare an epoch with the current model (e.g. mine negatives)."""
+        if epoch == self._prepared_epoch:
+            return
+        self._prepared_epoch = epoch
+        if self.preset.empty_cache == "every-epoch":
+            devices.empty_cache(self.device)
+        prepare = getattr(self.workload, "prepare_epoch", None)
+        if prepare is None:
+            return
+        if self.preset.empty_cache == "before-mining":
+            devices.empty_cache(self.device)
+        started = time.monotonic()
+        self.model.eval()
+        with torch.no_grad(), self.resolved.autocast():
+            prepare(self.forward, epoch, self.device, self.events.emit)
+        self.model.train()
+        self._window_start += time.monotonic() - started  # not training throughput
 
     def maybe_report(self) -> None:
         if time.monotonic() - self._window_start >= self.train.report_every_s:

@@ -180,3 +180,22 @@ def test_bf16_autocast_on_cpu_trains(home):
     trainer.fit()
     losses = [e["loss"] for e in run.events() if e["type"] == "step"]
     assert losses[-1] < losses[0]
+
+
+def test_prepare_epoch_runs_once_per_epoch_and_again_on_resume(home):
+    run = new_run("params.samples=64", "train.epochs=3", "batch_size=8", "accumulation=2")
+    seen: list[tuple[int, int, bool]] = []
+
+    def attach(trainer):
+        def prepare(model, epoch, dev, emit):
+            seen.append((epoch, trainer.samples_seen, torch.is_grad_enabled()))
+            emit("mining", epoch=epoch)
+        trainer.workload.prepare_epoch = prepare
+        return trainer
+
+    assert attach(trainer_for(run, stop_after=5)).fit() == "stopped"
+    assert seen == [(0, 0, False), (1, 64, False)]  # 5 steps x 16 samples reach into epoch 1
+    seen.clear()
+    assert attach(trainer_for(run, attempt=2)).fit() == "finished"
+    assert seen == [(1, 80, False), (2, 128, False)]  # the resumed epoch is prepared again
+    assert [e["epoch"] for e in run.events() if e["type"] == "mining"] == [0, 1, 1, 2]

@@ -43,6 +43,15 @@ class Workload(Protocol):
     def evaluate(self, model: "torch.nn.Module", device: "torch.device") -> dict[str, float]:
         """Held-out metrics; may return {} when the workload has none."""
 
+    # Optional:
+    #   def prepare_epoch(self, model, epoch: int, device, emit) -> None
+    # called (under torch.no_grad, model in eval mode) before the first sample of every
+    # epoch an attempt trains, including the epoch it resumes in; work that depends on the
+    # current model goes here (the two-tower retriever mines hard negatives). `emit(type,
+    # **fields)` writes an event (e.g. "mining"). The device preset's empty_cache policy
+    # 'before-mining' empties the device cache just before this call. Its time is counted
+    # apart from training throughput.
+
 
 def _module(name: str, where: str):
     if name not in BUILTIN:
