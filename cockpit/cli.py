@@ -17,6 +17,7 @@ examples:
   cockpit --no-ui                                   default workload on the best local device
   cockpit --no-ui --workload matmul --device cpu --set batch_size=64 --set train.epochs=2
   cockpit --no-ui --detach                          start, print the run id, leave it running
+  cockpit --no-ui --device mps --inject native-crash@117   rehearse a crash and its fallback
   cockpit runs follow last                          watch a detached run
   cockpit presets list
 
@@ -44,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="device preset (default: auto: CUDA, then MPS, then CPU)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a setting: batch_size=16, train.epochs=2, params.n=128 (repeatable)")
+    parser.add_argument("--inject", action="append", default=[], metavar="KIND@STEP",
+                        help="make the trainer fail for real at a step, to try the fallback rules: "
+                             "native-crash, oom, backend, openmp, nan, hang or user-code "
+                             "(e.g. native-crash@117; KIND@STEP+ repeats in every attempt)")
     parser.add_argument("--json", action="store_true", help="print every event as a JSON line")
     parser.add_argument("--detach", action="store_true",
                         help="start the run in the background, print its id and return")

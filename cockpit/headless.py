@@ -44,13 +44,56 @@ def human_line(e: dict) -> str | None:
         return f"eval at step {e['step']}: {_metrics(e['metrics'])}"
     if kind == "warning":
         return f"warning: {e.get('message', '')} {e.get('advice', '')}".rstrip()
-    if kind == "attempt_ended" and e["outcome"] not in ("finished", "stopped"):
-        tail = "\n".join("    " + line for line in e.get("tail", "").splitlines()[-8:])
-        return f"attempt {e['attempt']} ({e['preset']}) ended: {e['outcome']} ({e['exit']})" + \
-            (f"\n{tail}" if tail else "")
+    if kind == "fault_injected":
+        return f"attempt {e['attempt']}: injecting fault {e['spec']} at step {e['step']}"
+    if kind == "crash":
+        line = f"attempt {e['attempt']} ({e['preset']}) crashed: {e['kind']}. {e['sentence']}"
+        message = (e.get("evidence") or {}).get("message")
+        if e["kind"] == "user-code" and e.get("exception"):
+            line += "\n" + _indent(e["exception"], 15)
+        elif message:
+            line += "\n" + _indent(message, 3)
+        return line
+    if kind == "attempt_ended" and e["outcome"] == "config":
+        return f"attempt {e['attempt']} ({e['preset']}) refused its configuration:\n" + _indent(e.get("tail", ""), 4)
+    if kind == "fallback":
+        return fallback_line(e)
+    if kind == "run_failed":
+        return f"no further attempt: {e['why']}"
     if kind == "run_finished":
-        return f"run {e['status']}"
+        return f"run {e['status']}" + (f": {summary_text(e['summary'])}" if e.get("summary") else "")
     return None
+
+
+def _indent(text: str, last: int) -> str:
+    return "\n".join("    " + line for line in text.rstrip().splitlines()[-last:])
+
+
+def fallback_line(e: dict) -> str:
+    resume = e.get("resume")
+    where = (f"resuming at step {resume['step']}, sample {resume['samples_seen']:,}" if resume
+             else "starting over (no checkpoint yet)")
+    changes = "; ".join(f"{k} {_value(a)} -> {_value(b)}" for k, (a, b) in (e.get("changed") or {}).items())
+    return (f"fallback: attempt {e['next_attempt']} on {e['to_preset']} ({e['why']})"
+            + (f": {changes}" if changes else "") + f"; {where}")
+
+
+def _value(value) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}={v}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def summary_text(summary: dict) -> str:
+    """'3 attempts (mps: native-crash at step 117; cpu: finished), 17 steps lost to crashes'."""
+    parts = [f"{a['preset']}: {a['outcome']}" + (f" after step {a['last_step']}" if a["outcome"] not in
+                                                  ("finished", "stopped") and a.get("last_step") else "")
+             for a in summary.get("attempts", [])]
+    n = len(parts)
+    text = f"{n} attempt{'s' if n != 1 else ''} ({'; '.join(parts)})"
+    if summary.get("steps_lost"):
+        text += f", {summary['steps_lost']} steps lost to crashes"
+    return text
 
 
 class HeadlessPrinter:

@@ -19,8 +19,10 @@ from typing import Any, Literal, Mapping
 
 import tomli_w
 
-from engine import paths
+from engine import faults, paths
+from engine.crashes import CRASH_KINDS
 from engine.errors import ConfigError
+from engine.fallback import ACTIONS, ENV_FIXES
 from engine.schema import FieldError, from_table, setting, to_table, unknown_key
 
 KINDS = ("workloads", "devices")
@@ -46,6 +48,16 @@ class DevicePreset:
     env: Mapping[str, str] = setting({}, "environment for the trainer process, set before torch loads")
     empty_cache: CachePolicy = setting("never", "when to empty the device cache")
     fallback: tuple[str, ...] = setting([], "device presets to fall back to, in order")
+    rules: Mapping[str, str] = setting({}, "crash kind -> action (next, retry, retry-env, fp32, "
+                                           "halve-batch, stop); unnamed kinds use the defaults")
+    max_attempts: int = setting(5, "attempts a run may make, the first included", min=1)
+    hang_timeout_s: float = setting(300.0, "no progress for this long (or 10x the slowest "
+                                           "interval seen, if longer) is a hang", above=0.0)
+    on_slowdown: Literal["warn", "fallback"] = setting(
+        "warn", "throughput far below its best under memory pressure: 'warn' (a warning with "
+                "advice) or 'fallback' (also checkpoint and resume on the next ladder preset)")
+    inject: tuple[str, ...] = setting([], "faults to inject, KIND@STEP (e.g. 'native-crash@117'); "
+                                          "each fires once per run, KIND@STEP+ in every attempt")
 
     def __post_init__(self):
         if self.device == "mps" and self.compile:
@@ -57,6 +69,27 @@ class DevicePreset:
         for name in self.env:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
                 raise FieldError(f"env.{name}", "is not an environment variable name")
+        for kind, action in self.rules.items():
+            if kind not in CRASH_KINDS:
+                raise FieldError(f"rules.{kind}", "is not a crash kind; expected one of "
+                                 + ", ".join(CRASH_KINDS))
+            if action not in ACTIONS:
+                raise FieldError(f"rules.{kind}", f"got {action!r}, expected one of "
+                                 + ", ".join(repr(a) for a in ACTIONS))
+            if kind == "user-code" and action != "stop":
+                raise FieldError("rules.user-code", f"got {action!r}, expected 'stop': falling "
+                                                    "back does not fix a bug in the workload")
+            if action == "retry-env" and kind not in ENV_FIXES:
+                raise FieldError(f"rules.{kind}", "'retry-env' has an environment fix only for "
+                                 + ", ".join(ENV_FIXES) + "; expected another action")
+        if self.on_slowdown == "fallback" and not self.fallback:
+            raise FieldError("on_slowdown", "'fallback' needs a fallback ladder (fallback = "
+                                            "[...]) to fall back to; expected 'warn'")
+        for spec in self.inject:
+            try:
+                faults.parse(spec)
+            except ValueError as e:
+                raise FieldError("inject", str(e)) from None
 
     @property
     def effective_batch(self) -> int:

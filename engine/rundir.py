@@ -135,6 +135,7 @@ class AttemptSummary:
     outcome: str = "running"
     exit: str = ""
     last_step: int = 0
+    crash: str | None = None        # the crash panel's sentence, when it crashed
 
 
 @dataclass
@@ -155,6 +156,8 @@ class RunSummary:
     ended: float | None = None
     metrics: dict = field(default_factory=dict)
     attempts: list[AttemptSummary] = field(default_factory=list)
+    fallbacks: list[dict] = field(default_factory=list)
+    steps_lost: int = 0
 
     @property
     def duration_s(self) -> float | None:
@@ -185,11 +188,16 @@ def summarize(run: RunDir) -> RunSummary:
                 summary.attempts[-1].last_step = e["step"]
         elif kind == "eval":
             summary.metrics = e.get("metrics", {})
+        elif kind == "crash" and summary.attempts:
+            summary.attempts[-1].crash = e.get("sentence")
+        elif kind == "fallback":
+            summary.fallbacks.append(e)
         elif kind == "attempt_ended" and summary.attempts:
             summary.attempts[-1].outcome = e.get("outcome", "?")
             summary.attempts[-1].exit = e.get("exit", "")
         elif kind == "run_finished":
             summary.status, summary.ended = e["status"], e["t"]
+            summary.steps_lost = (e.get("summary") or {}).get("steps_lost", 0)
     if summary.status == "running" and run.supervisor_pid() is None:
         summary.status = "lost"  # the supervisor was killed; nothing will finish this run
     return summary

@@ -1,9 +1,15 @@
 """The supervisor: owns a run's attempts, each a trainer in its own process.
 
 A native crash (SIGABRT from Metal, SIGSEGV) kills only the trainer; the supervisor
-records how the attempt ended (exit code or signal, the log's tail) and decides what comes
-next. It runs in the foreground under `cockpit --no-ui`, or detached in its own session
-(`python -m engine.supervisor RUN_DIR`) so that a run outlives its terminal.
+records how the attempt ended (exit code or signal, the log's tail, the trainer's own
+events), classifies it (engine.crashes), and applies the device preset's rules
+(engine.fallback): the next attempt resumes from the last checkpoint on a safer preset, or
+the run ends. It runs in the foreground under `cockpit --no-ui`, or detached in its own
+session (`python -m engine.supervisor RUN_DIR`) so that a run outlives its terminal.
+
+It also watches for hangs: a trainer that writes no event for max(hang_timeout_s, 10 x the
+slowest interval seen) gets a SIGTERM (a slow step could still checkpoint and exit), then
+SIGKILL — a wedged kernel answers nothing else.
 
 Stopping: SIGINT/SIGTERM to the supervisor (or `request_stop`) forwards one SIGTERM to the
 trainer, which finishes its step, checkpoints and exits; a second request forwards a
@@ -19,28 +25,74 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import psutil
+
 import engine
+from engine import fallback
+from engine.crashes import AttemptEnd, Verdict, classify
 from engine.events import EventFollower, EventWriter
-from engine.presets import DevicePreset
+from engine.fallback import Decision, Ladder, Step
 from engine.rundir import RunDir
 from engine.schema import to_table
 
 TAIL_LINES = 40
+HANG_GAP_FACTOR = 10
+# Until the trainer says it is ready (torch imported, data built, model on the device), a
+# slow start is not a hang: building a 500k-vector bank takes minutes on a laptop.
+STARTUP_TIMEOUT_S = 600.0
 _PROJECT_ROOT = str(Path(engine.__file__).resolve().parent.parent)
+
+
+@dataclass
+class AttemptWatch:
+    """What the supervisor learns about the running attempt from its events."""
+
+    attempt: int
+    started: float = field(default_factory=time.monotonic)
+    last_progress: float = field(default_factory=time.monotonic)
+    last_step: int | None = None
+    precision: str | None = None
+    device: str | None = None
+    resumed_step: int = 0
+    exception: dict | None = None
+    numerical: dict | None = None
+    fired: list[str] = field(default_factory=list)
+
+    def see(self, event: dict, now: float) -> float:
+        """Record one of this attempt's events; returns the gap since the previous one."""
+        gap, self.last_progress = now - self.last_progress, now
+        kind = event["type"]
+        if kind == "step":
+            self.last_step = event["step"]
+        elif kind == "trainer_ready":
+            self.precision, self.device = event.get("precision"), event.get("device")
+            self.resumed_step = (event.get("resumed_from") or {}).get("step", 0)
+        elif kind == "exception":
+            self.exception = event
+        elif kind == "numerical":
+            self.numerical = event
+        elif kind == "fault_injected":
+            self.fired.append(event["spec"])
+        return gap
 
 
 @dataclass(frozen=True)
 class AttemptResult:
     attempt: int
-    preset: str
-    outcome: str            # finished | stopped | config | failed
+    step: Step
+    verdict: Verdict
     exit_code: int | None   # set when the trainer exited
     signal: str | None      # set when a signal killed it (SIGABRT, SIGKILL, ...)
     tail: str               # the end of attempt-N.log
+    watch: AttemptWatch
+
+    @property
+    def outcome(self) -> str:
+        return self.verdict.kind
 
 
 def _child_env(extra: dict[str, str]) -> dict[str, str]:
@@ -72,6 +124,11 @@ class Supervisor:
         self.stop_requests = 0
         self._proc: subprocess.Popen | None = None
         self._forwarded = 0
+        self._watch: AttemptWatch | None = None
+        self._slowest_gap = 0.0       # the longest quiet interval seen in a healthy attempt
+        self._memory_percent: float | None = None
+        self._memory_sampled = 0.0
+        self._last_checkpoint: dict | None = None
 
     # ------------------------------------------------------------ the run
 
@@ -83,21 +140,61 @@ class Supervisor:
             self.events.emit("run_started", run=self.run.id, workload=self.config.workload_preset,
                              device_preset=self.config.device_preset, pid=os.getpid(),
                              overrides=list(self.config.overrides))
-            result = self.run_attempt(1, self.config.device_preset, self.config.device)
-            status = {"finished": "finished", "stopped": "stopped"}.get(result.outcome, "failed")
-            self.events.emit("run_finished", status=status, attempts=result.attempt)
+            status, results = self._attempts()
+            self.events.emit("run_finished", status=status, attempts=len(results),
+                             summary=run_summary(results))
             self._pump()
             return status
         finally:
             self.events.close()
             self.run.pid_path.unlink(missing_ok=True)
 
-    def run_attempt(self, attempt: int, name: str, preset: DevicePreset) -> AttemptResult:
+    def _attempts(self) -> tuple[str, list[AttemptResult]]:
+        start = Step(self.config.device_preset, self.config.device)
+        ladder = Ladder(start, self.config.ladder)
+        current, fired, results = start, set(), []
+        while True:
+            attempt = len(results) + 1
+            # A preset's fault fires once per run (unless it ends in '+'), as a real crash does
+            # not follow the run onto a safer setting.
+            preset = current.preset
+            inject = tuple(f for f in preset.inject if (current.name, f) not in fired or f.endswith("+"))
+            result = self.run_attempt(attempt, current.name, _replace(preset, inject=inject))
+            results.append(result)
+            fired.update((current.name, spec) for spec in result.watch.fired)
+            verdict = result.verdict
+            if not verdict.crashed:
+                return {"finished": "finished", "stopped": "stopped"}.get(verdict.kind, "failed"), results
+            if self.stop_requests:
+                return "stopped", results
+            decision = fallback.decide(verdict, current, ladder, attempt, start.preset.max_attempts,
+                                       precision_used=result.watch.precision)
+            if decision.next is None:
+                self.events.emit("run_failed", reason=decision.why, kind=verdict.kind)
+                return "failed", results
+            self._emit_fallback(result, decision)
+            current = decision.next
+
+    def _emit_fallback(self, result: AttemptResult, decision: Decision) -> None:
+        resume = None
+        if self._last_checkpoint:
+            resume = {k: self._last_checkpoint[k] for k in ("step", "samples_seen", "path")}
+        to = decision.next.name + (f" ({_describe_change(decision.changed)})"
+                                   if decision.action != "next" and decision.changed else "")
+        self.events.emit("fallback", attempt=result.attempt, **{"from": result.step.name}, to=to,
+                         to_preset=decision.next.name, action=decision.action,
+                         reason=result.verdict.kind, why=decision.why,
+                         sentence=result.verdict.sentence, changed=decision.changed,
+                         resume=resume, next_attempt=result.attempt + 1)
+        self._pump()
+
+    def run_attempt(self, attempt: int, name: str, preset) -> AttemptResult:
         log_path = self.run.attempt_log(attempt)
         command = [sys.executable, "-m", "engine.trainer", str(self.run.path), "--attempt", str(attempt),
                    "--preset", name, "--device-json", json.dumps(to_table(preset))]
         self.events.emit("attempt_started", attempt=attempt, preset=name, config=to_table(preset),
                          log=log_path.name)
+        self._watch = watch = AttemptWatch(attempt)
         with open(log_path, "ab") as log:
             # Its own session: a Ctrl-C in the terminal reaches only the supervisor, which
             # forwards exactly one stop request.
@@ -105,32 +202,68 @@ class Supervisor:
                                           stderr=subprocess.STDOUT, env=_child_env(dict(preset.env)),
                                           start_new_session=True)
         self._forwarded = 0
+        hung_for = None
         while self._proc.poll() is None:
             self._forward_stop()
             self._pump()
+            self._sample_memory()
+            if hung_for is None and (quiet := time.monotonic() - watch.last_progress) > \
+                    self._hang_timeout(preset, started=watch.device is not None):
+                hung_for = quiet
+                self._end_hung_trainer(preset)
             time.sleep(self.poll_s)
         self._pump()
-        result = self._result(attempt, name, self._proc.returncode, _tail(log_path))
+        code = self._proc.returncode
         self._proc = None
-        self.events.emit("attempt_ended", attempt=attempt, preset=name, outcome=result.outcome,
-                         exit_code=result.exit_code, signal=result.signal,
-                         exit=result.signal or f"exit {result.exit_code}", tail=result.tail)
+        sig = signal.Signals(-code).name if code < 0 else None
+        tail = _tail(log_path)
+        verdict = classify(AttemptEnd(
+            exit_code=None if sig else code, signal=sig, tail=tail, exception=watch.exception,
+            numerical=watch.numerical, last_step=watch.last_step,
+            stop_requested=bool(self.stop_requests), hung_for_s=hung_for,
+            memory_percent=self._memory_percent, device=watch.device))
+        result = AttemptResult(attempt, Step(name, preset), verdict, None if sig else code, sig, tail, watch)
+        if verdict.crashed:
+            self.events.emit("crash", attempt=attempt, preset=name, kind=verdict.kind,
+                             sentence=verdict.sentence, evidence=verdict.evidence,
+                             exception=watch.exception.get("traceback") if watch.exception else None)
+        self.events.emit("attempt_ended", attempt=attempt, preset=name, outcome=verdict.kind,
+                         exit_code=result.exit_code, signal=sig,
+                         exit=sig or f"exit {code}", last_step=watch.last_step, tail=tail)
         self._pump()
         return result
 
-    def _result(self, attempt: int, name: str, code: int, tail: str) -> AttemptResult:
-        from engine.trainer import EXIT_CONFIG, EXIT_FINISHED, EXIT_STOPPED
+    # ------------------------------------------------------------ hangs and memory
 
-        sig = signal.Signals(-code).name if code < 0 else None
-        if code == EXIT_FINISHED:
-            outcome = "finished"
-        elif code == EXIT_STOPPED or (self._forwarded and (sig or code)):
-            outcome = "stopped"
-        elif code == EXIT_CONFIG:
-            outcome = "config"
-        else:
-            outcome = "failed"
-        return AttemptResult(attempt, name, outcome, None if sig else code, sig, tail)
+    def _hang_timeout(self, preset, started: bool) -> float:
+        floor = preset.hang_timeout_s if started else max(preset.hang_timeout_s, STARTUP_TIMEOUT_S)
+        if self._watch.exception or self._watch.numerical:
+            floor = max(floor, 60.0)  # it said why it is ending; exiting takes a moment
+        return max(floor, HANG_GAP_FACTOR * self._slowest_gap)
+
+    def _end_hung_trainer(self, preset) -> None:
+        """SIGTERM first (a slow step can still checkpoint and exit), then SIGKILL."""
+        grace = min(10.0, preset.hang_timeout_s)
+        self._signal_trainer(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while self._proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(self.poll_s)
+        if self._proc.poll() is None:
+            self._signal_trainer(signal.SIGKILL)
+            self._proc.wait()
+
+    def _signal_trainer(self, sig: signal.Signals) -> None:
+        try:
+            self._proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+    def _sample_memory(self) -> None:
+        # How full memory was just before a SIGKILL tells the OOM killer from a user's kill -9.
+        now = time.monotonic()
+        if now - self._memory_sampled >= 1.0:
+            self._memory_sampled = now
+            self._memory_percent = psutil.virtual_memory().percent
 
     # ------------------------------------------------------------ stopping
 
@@ -139,8 +272,10 @@ class Supervisor:
         self.stop_requests += 1
 
     def _forward_stop(self) -> None:
-        if self._proc is not None and self._forwarded < min(self.stop_requests, 2):
-            self._proc.send_signal(signal.SIGTERM)
+        # First request: stop after a checkpoint; second: stop now; third: the trainer is
+        # wedged and answers no signal it can handle.
+        if self._proc is not None and self._forwarded < min(self.stop_requests, 3):
+            self._signal_trainer(signal.SIGTERM if self._forwarded < 2 else signal.SIGKILL)
             self._forwarded += 1
 
     def _install_signal_handlers(self) -> None:
@@ -153,8 +288,48 @@ class Supervisor:
 
     def _pump(self) -> None:
         events = self.follower.poll()
+        now = time.monotonic()
+        for e in events:
+            if self._watch and e.get("attempt") == self._watch.attempt:
+                gap = self._watch.see(e, now)
+                if e["type"] not in ("trainer_ready",):  # start-up is not a step interval
+                    self._slowest_gap = max(self._slowest_gap, gap)
+            if e["type"] == "checkpoint":
+                self._last_checkpoint = e
         if events and self.on_events:
             self.on_events(events)
+
+
+def _replace(preset, **changes):
+    import dataclasses
+
+    return dataclasses.replace(preset, **changes)
+
+
+def _describe_change(changed: dict) -> str:
+    return ", ".join(f"{k} {_short(a)} -> {_short(b)}" for k, (a, b) in changed.items())
+
+
+def _short(value) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}={v}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def run_summary(results: list[AttemptResult]) -> dict:
+    """Attempts, how each ended, where the run finished, and the steps lost to crashes."""
+    attempts, lost = [], 0
+    for i, r in enumerate(results):
+        attempts.append({"attempt": r.attempt, "preset": r.step.name, "device": r.watch.device,
+                         "outcome": r.outcome, "last_step": r.watch.last_step,
+                         "sentence": r.verdict.sentence if r.verdict.crashed else None})
+        if r.verdict.crashed and i + 1 < len(results):
+            resumed = results[i + 1].watch.resumed_step
+            lost += max(0, (r.watch.last_step or 0) - (resumed or 0))
+    last = results[-1] if results else None
+    return {"attempts": attempts, "steps_lost": lost,
+            "finished_on": last.step.name if last and last.outcome == "finished" else None,
+            "final_step": last.watch.last_step if last else None}
 
 
 # ---------------------------------------------------------------- detached runs

@@ -8,31 +8,45 @@ schedule is done or it is asked to stop (SIGTERM/SIGINT: finish the step, checkp
 exit), and reports through events.jsonl. The loss stays on the device and is read once per
 reporting window: that read is the only host-device sync in the loop.
 
-Exit codes: 0 finished, 2 bad configuration, 3 stopped on request, 1 anything else.
+Failures are reported for the supervisor to classify (engine.crashes): a Python exception
+becomes an `exception` event and exit 1; a non-finite loss a `numerical` event and exit 4
+(no checkpoint is ever written from a non-finite state); a native crash leaves only its
+signal and, through faulthandler, the Python stack it happened in.
+
+Exit codes: 0 finished, 1 failed, 2 bad configuration, 3 stopped on request, 4 numerical.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import math
 import os
 import signal
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import torch
 
 from engine import checkpoint, device as devices, presets, workloads
+from engine.crashes import EXIT_CONFIG, EXIT_FAILED, EXIT_FINISHED, EXIT_NUMERICAL, EXIT_STOPPED
 from engine.data import SampleOrder
 from engine.errors import ConfigError
 from engine.events import EventWriter
+from engine.faults import Injector
 from engine.presets import DevicePreset
 from engine.rundir import RunDir
 from engine.schema import to_table
 
-EXIT_FINISHED, EXIT_FAILED, EXIT_CONFIG, EXIT_STOPPED = 0, 1, 2, 3
+
+
+class NonFiniteLoss(Exception):
+    def __init__(self, step: int, what: str):
+        self.step = step
+        super().__init__(f"{what} at step {step}")
 
 
 class StopRequest:
@@ -61,6 +75,7 @@ class Trainer:
         self.train = config.workload.train
         self.resolved = devices.resolve(preset, where=f"device preset {preset_name!r}")
         self.device = self.resolved.device
+        self.faults = Injector(preset.inject, self.device.type, events.emit)
         if preset.threads:
             torch.set_num_threads(preset.threads)
 
@@ -93,6 +108,7 @@ class Trainer:
     def fit(self) -> str:
         """Train to the end of the schedule or to a stop request: 'finished' or 'stopped'."""
         self.events.emit("trainer_ready", **self._describe())
+        self.faults.before_step(0)
         while self.should_continue():
             self.train_step()
             self.maybe_report()
@@ -112,6 +128,7 @@ class Trainer:
 
     def train_step(self) -> None:
         """One optimizer step over `accumulation` micro-batches (fewer at the very end)."""
+        self.faults.before_step(self.step + 1)
         group = min(self.preset.effective_batch, self.total_samples - self.samples_seen)
         for start in range(0, group, self.preset.batch_size):
             n = min(self.preset.batch_size, group - start)
@@ -120,6 +137,8 @@ class Trainer:
             batch = self.workload.batch(indices, self.device)
             with self.resolved.autocast():
                 loss = self.workload.loss(self.forward, batch)
+            if self.faults.poison_loss:
+                loss = loss * float("nan")
             # Weight each micro-batch by its share of the group: the step's gradient is the
             # mean over all its samples, whatever the split into micro-batches.
             self.scaler.scale(loss * (n / group)).backward()
@@ -164,6 +183,8 @@ class Trainer:
             return
         self._fold_losses()
         loss = float(self._window_loss) / self._window_samples  # the sync point
+        if not math.isfinite(loss):
+            raise NonFiniteLoss(self.step, f"loss {loss} over the last {self._window_steps} steps")
         elapsed = max(time.monotonic() - self._window_start, 1e-9)
         steps_per_s = self._window_steps / elapsed
         self._rate = steps_per_s if self._rate is None else 0.7 * self._rate + 0.3 * steps_per_s
@@ -207,6 +228,11 @@ class Trainer:
     # ------------------------------------------------------------ state
 
     def save_checkpoint(self) -> None:
+        # Never save a non-finite state: the window's loss and the weights are checked first
+        # (one sync per checkpoint), so a resume always starts from good weights.
+        self.report()
+        if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+            raise NonFiniteLoss(self.step, "non-finite weights")
         started = time.monotonic()
         path = checkpoint.save(self.run.checkpoints, {
             "step": self.step,
@@ -278,17 +304,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device-json", required=True)
     args = parser.parse_args(argv)
 
+    # A native crash prints the Python stack it happened in: evidence for the crash panel.
+    faulthandler.enable()
     stop = StopRequest()
     stop.install()
     run = RunDir(args.run_dir)
+    trainer = None
     with EventWriter(run.events_path, attempt=args.attempt) as events:
         try:
             preset = presets.device_from_table(json.loads(args.device_json), f"attempt {args.attempt}")
             trainer = Trainer(run, events, args.preset, preset, stop)
+            outcome = trainer.fit()
         except ConfigError as e:
             print(e.line(), file=sys.stderr)
             return EXIT_CONFIG
-        outcome = trainer.fit()
+        except NonFiniteLoss as e:
+            events.emit("numerical", step=e.step, message=str(e))
+            print(f"attempt {args.attempt}: {e}", file=sys.stderr, flush=True)
+            return EXIT_NUMERICAL
+        except Exception as e:
+            frames = traceback.extract_tb(e.__traceback__)
+            events.emit("exception", error=type(e).__name__, message=str(e)[:2000],
+                        where=f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None,
+                        step=trainer.step if trainer else None, traceback=traceback.format_exc()[-8000:])
+            traceback.print_exc()
+            return EXIT_FAILED
     print(f"attempt {args.attempt}: {outcome} at step {trainer.step}/{trainer.total_steps}", flush=True)
     return EXIT_FINISHED if outcome == "finished" else EXIT_STOPPED
 

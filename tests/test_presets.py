@@ -82,6 +82,10 @@ def test_good_fixture(home):
     ("unknown_device", "device", "got 'tpu', expected one of 'auto', 'cpu', 'mps', 'cuda'"),
     ("mps_compile", "compile", "refused on MPS"),
     ("bool_as_int", "compile", "got 1, expected true or false"),
+    ("rules_bad_kind", "rules.explode", "is not a crash kind; expected one of oom, backend"),
+    ("rules_bad_action", "rules.oom", "got 'pray', expected one of 'next', 'retry'"),
+    ("rules_user_code", "rules.user-code", "expected 'stop': falling back does not fix a bug"),
+    ("bad_inject", "inject", "'native-crash' is not a fault; expected KIND@STEP[+]"),
 ])
 def test_bad_device_presets_name_file_key_and_expectation(home, fixture, key, words):
     with pytest.raises(ConfigError) as err:

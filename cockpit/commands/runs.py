@@ -46,7 +46,11 @@ def show(args: argparse.Namespace) -> int:
     for k, v in s.metrics.items():
         print(f"eval      {k} {v:.4g}" if isinstance(v, float) else f"eval      {k} {v}")
     for a in s.attempts:
-        print(f"attempt {a.attempt}: {a.preset} on {a.device}, {a.outcome} {a.exit}, last step {a.last_step}")
+        print(f"attempt {a.attempt}: {a.preset} on {a.device}, {a.outcome} ({a.exit}), last step {a.last_step}")
+        if a.crash:
+            print(f"          {a.crash}")
+    if s.steps_lost:
+        print(f"lost      {s.steps_lost} steps to crashes")
     return 0
 
 

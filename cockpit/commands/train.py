@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 
@@ -16,7 +17,10 @@ EXIT_BY_STATUS = {"finished": 0, "stopped": 130}
 
 def run(args: argparse.Namespace) -> int:
     # Everything the user gave is checked before anything is written.
-    config = runconfig.resolve(args.workload, args.device, args.set)
+    overrides = list(args.set)
+    if args.inject:
+        overrides.append("device.inject=" + json.dumps(args.inject))
+    config = runconfig.resolve(args.workload, args.device, overrides)
     from engine import device
 
     device.resolve(config.device, where=f"device preset {config.device_preset!r}")

@@ -1,0 +1,139 @@
+"""How an attempt ended, from evidence: exit status, signal, the log's tail and the events.
+
+The supervisor gathers an `AttemptEnd` when a trainer process is gone and `classify` turns it
+into a `Verdict`: a kind, the evidence, and one sentence a user understands. Message patterns
+come first (an MPS out-of-memory is a plain RuntimeError; a Metal command-buffer failure is a
+SIGABRT with a message), then what the process died of. Torch-free: presets validate their
+rules against CRASH_KINDS.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+# The ends that are not crashes.
+CLEAN = ("finished", "stopped", "config")
+# Every crash kind a device preset's [rules] can name.
+CRASH_KINDS = ("oom", "backend", "native-crash", "openmp", "numerical", "hang", "killed",
+               "user-code", "unknown")
+
+# Exit codes the trainer uses on purpose (engine.trainer).
+EXIT_FINISHED, EXIT_FAILED, EXIT_CONFIG, EXIT_STOPPED, EXIT_NUMERICAL = 0, 1, 2, 3, 4
+
+_OOM = re.compile(r"MPS backend out of memory|CUDA out of memory|OutOfMemoryError|"
+                  r"DefaultCPUAllocator: (?:not enough memory|can't allocate memory)|std::bad_alloc|"
+                  r"Cannot allocate memory|out of memory", re.IGNORECASE)
+_OPENMP = re.compile(r"OMP: Error #15")
+_BACKEND = re.compile(r"Placeholder storage has not been allocated on MPS device|"
+                      r"command buffer exited with error status|MTLCommandBuffer|"
+                      r"failed assertion|not currently implemented for the MPS device|"
+                      r"MPSGraph|MPSNDArray|CUDA error|CUBLAS_STATUS_\w+|cuDNN error|"
+                      r"NCCL error|device-side assert")
+_TRACEBACK = "Traceback (most recent call last)"
+_CRASH_SIGNALS = ("SIGABRT", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGTRAP")
+
+SENTENCES = {
+    "finished": "The attempt finished its schedule.",
+    "stopped": "The attempt stopped when asked, after saving a checkpoint.",
+    "config": "The trainer refused its configuration before training.",
+    "oom": "The device ran out of memory{where}.",
+    "backend": "The {backend} backend failed{where}; a different device or setting usually "
+               "avoids it.",
+    "native-crash": "The trainer died from {signal}{where} without a Python traceback: a native "
+                    "crash, as Metal/MPS aborts are.",
+    "openmp": "Two OpenMP runtimes were loaded into one process (torch and faiss); "
+              "KMP_DUPLICATE_LIB_OK=TRUE lets it continue.",
+    "numerical": "The loss became NaN or infinite{where}.",
+    "hang": "The trainer made no progress for {timeout}{where} and was killed.",
+    "killed": "The trainer was killed by {signal}{where} from outside (not a crash of its own).",
+    "user-code": "The workload code raised {exception}{where}; falling back will not fix a bug.",
+    "unknown": "The trainer exited with code {code}{where} and left no explanation.",
+}
+
+
+@dataclass(frozen=True)
+class AttemptEnd:
+    """Everything known about a trainer process once it is gone."""
+
+    exit_code: int | None               # when it exited
+    signal: str | None                  # when a signal killed it ("SIGABRT")
+    tail: str = ""                      # the end of attempt-N.log
+    exception: dict | None = None       # the trainer's `exception` event, if it wrote one
+    numerical: dict | None = None       # the trainer's `numerical` event, if it wrote one
+    last_step: int | None = None        # the last step it reported
+    stop_requested: bool = False        # the user asked the run to stop
+    hung_for_s: float | None = None     # set when the supervisor killed it for a hang
+    memory_percent: float | None = None  # system memory in use just before it died
+    device: str | None = None           # the device it ran on (trainer_ready)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: str
+    sentence: str
+    evidence: dict = field(default_factory=dict)
+
+    @property
+    def crashed(self) -> bool:
+        return self.kind not in CLEAN
+
+
+def _first_match(pattern: re.Pattern, *texts: str) -> str | None:
+    for text in texts:
+        for line in (text or "").splitlines():
+            if pattern.search(line):
+                return line.strip()
+    return None
+
+
+def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
+    code, sig = end.exit_code, end.signal
+    exc = end.exception or {}
+    message = f"{exc.get('error', '')}: {exc.get('message', '')}" if exc else ""
+    evidence = {"exit_code": code, "signal": sig, "last_step": end.last_step}
+    # The last step the trainer reported: the crash came after it (steps are not synced one
+    # by one, so the exact step is not known from outside).
+    where = f" after step {end.last_step}" if end.last_step else ""
+
+    def verdict(kind: str, message: str | None = None, **words) -> Verdict:
+        ev = {**evidence, **({"message": message} if message else {})}
+        return Verdict(kind, SENTENCES[kind].format(where=where, signal=sig, code=code, **words), ev)
+
+    if code == EXIT_FINISHED:
+        return verdict("finished")
+    if code == EXIT_STOPPED or (end.stop_requested and sig):
+        return verdict("stopped")  # a second stop request kills without a checkpoint
+    if code == EXIT_CONFIG:
+        return verdict("config", _last_line(end.tail) or None)
+    if line := _first_match(_OPENMP, end.tail):
+        return verdict("openmp", line)
+    if end.hung_for_s is not None:
+        return verdict("hang", f"no event for {end.hung_for_s:.0f} s",
+                       timeout=f"{end.hung_for_s:.0f} s")
+    if code == EXIT_NUMERICAL or end.numerical:
+        num = end.numerical or {}
+        where = f" at step {num['step']}" if num.get("step") else where
+        return verdict("numerical", num.get("message"))
+    if line := _first_match(_OOM, message, end.tail):
+        return verdict("oom", line)
+    if line := _first_match(_BACKEND, message, end.tail):
+        backend = "CUDA" if re.search(r"CUDA|CUBLAS|cuDNN|NCCL|device-side", line) else "MPS/Metal"
+        return verdict("backend", line, backend=backend)
+    if exc or (code is not None and _TRACEBACK in end.tail):
+        return verdict("user-code", message or _last_line(end.tail),
+                       exception=exc.get("error", "an exception"))
+    if sig == "SIGKILL" and end.memory_percent is not None and end.memory_percent >= memory_limit_percent:
+        return Verdict("oom", f"The trainer was killed by SIGKILL{where} with system memory "
+                              f"{end.memory_percent:.0f}% full: the kernel's out-of-memory killer.",
+                       {**evidence, "memory_percent": end.memory_percent})
+    if sig in _CRASH_SIGNALS:
+        return verdict("native-crash", _last_line(end.tail) or None)
+    if sig:
+        return verdict("killed")
+    return verdict("unknown", _last_line(end.tail) or None)
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else ""

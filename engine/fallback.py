@@ -1,0 +1,125 @@
+"""The fallback rules: what the next attempt is, given how the last one ended.
+
+This is the notes' "decision script", done properly. Each crash kind maps to an action in
+the device preset's [rules] table (DEFAULT_RULES fill the gaps):
+
+    next         the next preset of the run's ladder (the starting preset's `fallback` list)
+    retry        the same preset again, from the last checkpoint
+    retry-env    the same preset with the environment fix for the kind (openmp:
+                 KMP_DUPLICATE_LIB_OK=TRUE); the next preset if the fix is already in place
+    fp32         the same preset in fp32; the next preset if it already ran in fp32
+    halve-batch  half the micro-batch, twice the accumulation (the same effective batch);
+                 the next preset once the micro-batch is 1
+    stop         end the run as failed
+
+user-code always stops: falling back does not fix a bug. Every attempt resumes from the
+last checkpoint by samples seen, so a changed batch continues at the same sample.
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from engine.crashes import Verdict
+
+if TYPE_CHECKING:
+    from engine.presets import DevicePreset
+
+ACTIONS = ("next", "retry", "retry-env", "fp32", "halve-batch", "stop")
+DEFAULT_RULES = {
+    "oom": "halve-batch",
+    "backend": "next",
+    "native-crash": "next",
+    "openmp": "retry-env",
+    "numerical": "fp32",
+    "hang": "next",
+    "killed": "retry",
+    "user-code": "stop",
+    "unknown": "next",
+}
+ENV_FIXES = {"openmp": {"KMP_DUPLICATE_LIB_OK": "TRUE"}}
+# Fields a rule may change; what `changed` reports.
+_COMPARED = ("device", "batch_size", "accumulation", "precision", "env", "grad_checkpointing",
+             "compile", "threads")
+
+
+@dataclass(frozen=True)
+class Step:
+    """A place on the ladder: a preset by name (rules may have adjusted it)."""
+
+    name: str
+    preset: "DevicePreset"
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str                 # the action taken (after fall-throughs), or "stop"
+    why: str                    # in words: the rule, and any fall-through
+    next: Step | None = None    # None: the run ends as failed
+    changed: dict | None = None  # field -> [before, after]
+
+
+class Ladder:
+    """The run's ordered presets: the starting one, then its fallback list."""
+
+    def __init__(self, start: Step, rungs: dict[str, "DevicePreset"]):
+        self.start = start
+        self.order = [start.name, *start.preset.fallback]
+        self.rungs = {start.name: start.preset, **rungs}
+
+    def after(self, name: str) -> Step | None:
+        index = self.order.index(name) if name in self.order else len(self.order)
+        for later in self.order[index + 1:]:
+            return Step(later, self.rungs[later])
+        return None
+
+
+def rule_for(preset: "DevicePreset", kind: str) -> str:
+    return "stop" if kind == "user-code" else preset.rules.get(kind, DEFAULT_RULES[kind])
+
+
+def decide(verdict: Verdict, current: Step, ladder: Ladder, attempts: int, max_attempts: int,
+           precision_used: str | None = None) -> Decision:
+    """The next attempt after `verdict`, or a decision to stop."""
+    action = rule_for(current.preset, verdict.kind)
+    why = f"{verdict.kind} -> {action} (rule)"
+    if action != "stop" and attempts >= max_attempts:
+        return Decision("stop", f"{why}, but the run has used its {max_attempts} attempts (max_attempts)")
+    preset = current.preset
+    if action == "retry":
+        return _to(action, why, current, Step(current.name, preset))
+    if action == "retry-env":
+        fix = ENV_FIXES.get(verdict.kind, {})
+        if fix and any(preset.env.get(k) != v for k, v in fix.items()):
+            return _to(action, why, current, Step(current.name, dataclasses.replace(
+                preset, env={**preset.env, **fix})))
+        why += "; the environment fix is already in place, so the next preset"
+    elif action == "fp32":
+        if (precision_used or preset.precision) != "fp32":
+            return _to(action, why, current, Step(current.name, dataclasses.replace(preset, precision="fp32")))
+        why += "; it already ran in fp32, so the next preset"
+    elif action == "halve-batch":
+        if preset.batch_size > 1:
+            return _to(action, why, current, Step(current.name, dataclasses.replace(
+                preset, batch_size=preset.batch_size // 2, accumulation=preset.accumulation * 2)))
+        why += "; the micro-batch is already 1, so the next preset"
+    elif action == "stop":
+        return Decision("stop", why)
+    following = ladder.after(current.name)
+    if following is None:
+        return Decision("stop", why + "; the fallback ladder is exhausted")
+    return _to("next", why, current, following)
+
+
+def _to(action: str, why: str, current: Step, following: Step) -> Decision:
+    before, after = current.preset, following.preset
+    changed = {k: [_plain(getattr(before, k)), _plain(getattr(after, k))]
+               for k in _COMPARED if getattr(before, k) != getattr(after, k)}
+    return Decision(action, why, following, changed)
+
+
+def _plain(value):
+    return dict(value) if hasattr(value, "items") else value

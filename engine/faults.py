@@ -1,0 +1,139 @@
+"""Fault injection: make the trainer fail exactly the way a real run does, on any machine.
+
+A fault is `kind@step` (the preset key `inject`, or `cockpit --inject`): the trainer fails at
+the start of optimizer step `step` (0 = at start-up). Every failure is the real thing — a
+real SIGABRT with nothing on stderr (the notes' silent Metal deaths), the real message texts
+of MPS/CUDA/CPU out-of-memory and backend errors, the real "OMP: Error #15" followed by an
+abort, a real hang that ignores SIGTERM, a loss that really turns NaN — so the supervisor
+classifies them from evidence alone, as it would a real crash. Nothing downstream knows a
+fault was injected except for the `fault_injected` event, written for the human reading.
+
+A fault fires once per run: the supervisor drops it from later attempts, as a real crash
+does not follow the run onto a safer preset. `kind@step+` fires in every attempt that
+reaches the step (to exhaust a ladder or max_attempts). `openmp` fires only when
+KMP_DUPLICATE_LIB_OK is not TRUE, as the real duplicate-runtime check does.
+
+This module is torch-free at import: presets validate specs with `parse`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+KINDS = ("native-crash", "oom", "backend", "openmp", "nan", "hang", "user-code")
+
+MPS_OOM = ("MPS backend out of memory (MPS allocated: 17.80 GB, other allocations: 1.23 GB, max "
+           "allowed: 18.13 GB). Tried to allocate 256.00 MB on private pool. Use "
+           "PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit for memory allocations "
+           "(may cause system failure).")
+CUDA_OOM = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB "
+            "of which 1.06 GiB is free. Of the allocated memory 75.31 GiB is allocated by PyTorch, "
+            "and 1.52 GiB is reserved by PyTorch but unallocated.")
+CPU_OOM = ("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: "
+           "you tried to allocate 4294967296 bytes.")
+METAL_ERROR = ("Error: command buffer exited with error status.\n"
+               "\tThe Metal Performance Shaders operations encoded on it may not have completed.\n"
+               "\tError: \n\t(null)\n\tInternal Error (0000000e:Internal Error)\n"
+               "\t<AGXG14XFamilyCommandBuffer: 0x3a8e1c0f0>")
+CUDA_ERROR = ("CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be "
+              "asynchronously reported at some other API call, so the stacktrace below might be "
+              "incorrect.")
+OMP_ERROR = ("OMP: Error #15: Initializing libomp.dylib, but found libomp.dylib already initialized.\n"
+             "OMP: Hint This means that multiple copies of the OpenMP runtime have been linked into "
+             "the program. That is dangerous, since it can degrade performance or cause incorrect "
+             "results. As an unsafe, unsupported, undocumented workaround you can set the environment "
+             "variable KMP_DUPLICATE_LIB_OK=TRUE to allow the program to continue to execute.")
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    step: int
+    repeat: bool
+    spec: str
+
+
+def parse(spec: str) -> Fault:
+    """'native-crash@117' -> Fault; ValueError with a message that says what was expected."""
+    text = spec.strip()
+    repeat = text.endswith("+")
+    kind, at, step = text.rstrip("+").partition("@")
+    if kind not in KINDS or not at or not step.isdigit():
+        raise ValueError(f"{spec!r} is not a fault; expected KIND@STEP[+] with KIND one of "
+                         + ", ".join(KINDS) + " (e.g. 'native-crash@117', 'oom@120+')")
+    return Fault(kind, int(step), repeat, text)
+
+
+def openmp_duplicate_allowed(env: dict[str, str] | None = None) -> bool:
+    value = (os.environ if env is None else env).get("KMP_DUPLICATE_LIB_OK", "")
+    return value.strip().upper() in ("TRUE", "1", "YES")
+
+
+class Injector:
+    """Fires the attempt's faults at the start of their step (called by the trainer)."""
+
+    def __init__(self, specs: tuple[str, ...], device_type: str,
+                 emit: Callable[..., object]):
+        self.faults = [parse(s) for s in specs]
+        self.device_type = device_type
+        self.emit = emit
+        self.poison_loss = False  # set by a fired 'nan' fault: the loss is NaN from then on
+
+    def before_step(self, step: int) -> None:
+        """Fire every fault due at `step` (the optimizer step about to run; 0 = start-up)."""
+        for fault in [f for f in self.faults if f.step <= step]:
+            self.faults.remove(fault)
+            if fault.kind == "openmp" and openmp_duplicate_allowed():
+                continue  # the real check lets the duplicate runtime through
+            self.emit("fault_injected", spec=fault.spec, kind=fault.kind, step=step)
+            getattr(self, "_" + fault.kind.replace("-", "_"))()
+
+    # Each is what the real failure does to the process.
+
+    def _native_crash(self) -> None:
+        _die(signal.SIGABRT)  # the notes' silent death: no message, no traceback
+
+    def _oom(self) -> None:
+        import torch
+
+        if self.device_type == "cuda":
+            raise torch.OutOfMemoryError(CUDA_OOM)
+        # MPS raises a plain RuntimeError (MPSAllocator.mm); so does the CPU allocator.
+        raise RuntimeError(MPS_OOM if self.device_type == "mps" else CPU_OOM)
+
+    def _backend(self) -> None:
+        if self.device_type == "cuda":
+            raise RuntimeError(CUDA_ERROR)
+        print(METAL_ERROR, file=sys.stderr, flush=True)
+        _die(signal.SIGABRT)  # Metal's failed command buffer aborts the process
+
+    def _openmp(self) -> None:
+        print(OMP_ERROR, file=sys.stderr, flush=True)
+        _die(signal.SIGABRT)  # libomp calls abort() after the hint
+
+    def _nan(self) -> None:
+        self.poison_loss = True
+
+    def _hang(self) -> None:
+        # A kernel that never returns: signals stay pending, so a SIGTERM goes unanswered and
+        # only SIGKILL ends it — what a wedged Metal or CUDA call looks like from outside.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+        while True:
+            time.sleep(3600)
+
+    def _user_code(self) -> None:
+        raise ValueError("too many values to unpack (expected 2, got 3) "
+                         "[injected user-code fault]")
+
+
+def _die(sig: signal.Signals) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(sig, signal.SIG_DFL)
+    os.kill(os.getpid(), sig)
+    time.sleep(5)  # the signal is delivered before this returns

@@ -1,0 +1,125 @@
+"""Classification from evidence alone, and the fallback rules, as pure functions."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import faults
+from engine.crashes import AttemptEnd, classify
+from engine.fallback import Ladder, Step, decide
+from engine.presets import DevicePreset
+
+
+@pytest.mark.parametrize("end, kind", [
+    (AttemptEnd(0, None), "finished"),
+    (AttemptEnd(3, None), "stopped"),
+    (AttemptEnd(None, "SIGTERM", stop_requested=True), "stopped"),
+    (AttemptEnd(2, None, tail="device preset 'x': device: 'mps' is not available"), "config"),
+    (AttemptEnd(1, None, exception={"error": "RuntimeError", "message": faults.MPS_OOM}), "oom"),
+    (AttemptEnd(1, None, exception={"error": "OutOfMemoryError", "message": faults.CUDA_OOM}), "oom"),
+    (AttemptEnd(1, None, exception={"error": "RuntimeError", "message": faults.CPU_OOM}), "oom"),
+    (AttemptEnd(None, "SIGKILL", memory_percent=97.0), "oom"),
+    (AttemptEnd(None, "SIGKILL", memory_percent=41.0), "killed"),
+    (AttemptEnd(1, None, exception={"error": "RuntimeError",
+                                    "message": "Placeholder storage has not been allocated on MPS device!"}), "backend"),
+    (AttemptEnd(1, None, exception={"error": "NotImplementedError", "message":
+                                    "The operator 'aten::_ctc_loss' is not currently implemented for "
+                                    "the MPS device."}), "backend"),
+    (AttemptEnd(None, "SIGABRT", tail=faults.METAL_ERROR), "backend"),
+    (AttemptEnd(1, None, exception={"error": "RuntimeError", "message": faults.CUDA_ERROR}), "backend"),
+    (AttemptEnd(None, "SIGABRT", tail=faults.OMP_ERROR), "openmp"),
+    (AttemptEnd(None, "SIGABRT"), "native-crash"),
+    (AttemptEnd(None, "SIGSEGV", tail="Fatal Python error: Segmentation fault\n\nCurrent thread "
+                                      "(most recent call first):\n  File \"x.py\", line 3"), "native-crash"),
+    (AttemptEnd(None, "SIGBUS"), "native-crash"),
+    (AttemptEnd(4, None, numerical={"step": 30, "message": "loss nan at step 30"}), "numerical"),
+    (AttemptEnd(None, "SIGKILL", hung_for_s=312.0), "hang"),
+    (AttemptEnd(1, None, exception={"error": "KeyError", "message": "'label'"}), "user-code"),
+    (AttemptEnd(1, None, tail="Traceback (most recent call last):\n  File ...\nImportError: x"), "user-code"),
+    (AttemptEnd(7, None), "unknown"),
+])
+def test_classification(end, kind):
+    verdict = classify(end)
+    assert verdict.kind == kind
+    assert verdict.sentence.endswith(".") and "{" not in verdict.sentence
+
+
+def test_evidence_names_the_message_signal_and_step():
+    verdict = classify(AttemptEnd(None, "SIGABRT", tail=faults.OMP_ERROR, last_step=117))
+    assert verdict.evidence["message"].startswith("OMP: Error #15")
+    assert verdict.evidence["signal"] == "SIGABRT" and verdict.evidence["last_step"] == 117
+    crash = classify(AttemptEnd(None, "SIGABRT", last_step=927))
+    assert crash.sentence == ("The trainer died from SIGABRT after step 927 without a Python traceback: "
+                              "a native crash, as Metal/MPS aborts are.")
+
+
+MPS = DevicePreset(device="mps", batch_size=32, accumulation=16, fallback=("mps-safe", "cpu"))
+SAFE = DevicePreset(device="mps", batch_size=24, accumulation=4, empty_cache="before-mining",
+                    fallback=("cpu",))
+CPU = DevicePreset(device="cpu", batch_size=8, accumulation=64)
+LADDER = Ladder(Step("mps", MPS), {"mps-safe": SAFE, "cpu": CPU})
+
+
+def verdict(kind: str):
+    ends = {"oom": AttemptEnd(None, "SIGKILL", memory_percent=99.0),
+            "native-crash": AttemptEnd(None, "SIGABRT"),
+            "openmp": AttemptEnd(None, "SIGABRT", tail=faults.OMP_ERROR),
+            "numerical": AttemptEnd(4, None)}
+    return classify(ends[kind])
+
+
+def test_oom_halves_the_micro_batch_then_moves_down_the_ladder():
+    d = decide(verdict("oom"), Step("mps", MPS), LADDER, attempts=1, max_attempts=9)
+    assert (d.action, d.next.name, d.changed) == \
+        ("halve-batch", "mps", {"batch_size": [32, 16], "accumulation": [16, 32]})
+    assert d.next.preset.effective_batch == MPS.effective_batch
+    tiny = Step("mps", DevicePreset(device="mps", batch_size=1, accumulation=512, fallback=MPS.fallback))
+    d = decide(verdict("oom"), tiny, LADDER, attempts=2, max_attempts=9)
+    assert (d.action, d.next.name) == ("next", "mps-safe") and "already 1" in d.why
+
+
+def test_next_follows_the_starting_presets_ladder_and_ends():
+    d = decide(verdict("native-crash"), Step("mps-safe", SAFE), LADDER, attempts=2, max_attempts=9)
+    assert (d.action, d.next.name) == ("next", "cpu")
+    d = decide(verdict("native-crash"), Step("cpu", CPU), LADDER, attempts=3, max_attempts=9)
+    assert d.next is None and "ladder is exhausted" in d.why
+
+
+def test_openmp_retries_with_the_env_fix_once():
+    d = decide(verdict("openmp"), Step("mps", MPS), LADDER, attempts=1, max_attempts=9)
+    assert d.action == "retry-env" and d.next.preset.env == {"KMP_DUPLICATE_LIB_OK": "TRUE"}
+    d = decide(verdict("openmp"), d.next, LADDER, attempts=2, max_attempts=9)
+    assert (d.action, d.next.name) == ("next", "mps-safe")
+
+
+def test_numerical_goes_to_fp32_unless_it_already_ran_in_fp32():
+    bf16 = Step("mps", DevicePreset(device="mps", precision="bf16", fallback=MPS.fallback))
+    d = decide(verdict("numerical"), bf16, LADDER, attempts=1, max_attempts=9, precision_used="bf16")
+    assert d.action == "fp32" and d.changed == {"precision": ["bf16", "fp32"]}
+    d = decide(verdict("numerical"), Step("mps", MPS), LADDER, attempts=1, max_attempts=9,
+               precision_used="fp32")
+    assert (d.action, d.next.name) == ("next", "mps-safe")
+
+
+def test_max_attempts_stops_the_run():
+    d = decide(verdict("native-crash"), Step("mps", MPS), LADDER, attempts=3, max_attempts=3)
+    assert d.next is None and "max_attempts" in d.why
+
+
+def test_a_presets_own_rules_override_the_defaults():
+    retry = DevicePreset(device="mps", rules={"native-crash": "retry", "oom": "stop"}, fallback=("cpu",))
+    d = decide(verdict("native-crash"), Step("mps", retry), LADDER, attempts=1, max_attempts=9)
+    assert (d.action, d.next.name, d.changed) == ("retry", "mps", {})
+    d = decide(verdict("oom"), Step("mps", retry), LADDER, attempts=1, max_attempts=9)
+    assert d.next is None
+
+
+@pytest.mark.parametrize("spec", ["oom", "oom@", "explode@3", "oom@-1", "oom@3x"])
+def test_bad_fault_specs(spec):
+    with pytest.raises(ValueError, match="expected KIND@STEP"):
+        faults.parse(spec)
+
+
+def test_fault_specs():
+    assert faults.parse("native-crash@117") == faults.Fault("native-crash", 117, False, "native-crash@117")
+    assert faults.parse("oom@120+").repeat

@@ -1,0 +1,185 @@
+"""Crashes end to end: every fault injected into a real trainer process, classified from the
+evidence, and the device preset's rule applied by the real supervisor."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+import torch
+
+from conftest import TINY, child_env, cockpit_cmd, user_preset
+from engine import checkpoint, runconfig
+from engine.rundir import RunDir, list_runs
+from engine.supervisor import Supervisor
+
+# Checkpoint every step, so a resume loses nothing and weights can be compared exactly.
+FAST = TINY + ["train.checkpoint_every_steps=1", "train.epochs=3", "params.samples=128"]
+
+
+def ladder(home, first_extra: str = "", second_extra: str = "") -> None:
+    """Two CPU presets: 'first' falls back to 'second' (a different batch, so it shows)."""
+    user_preset(home, "devices", "first",
+                f'device = "cpu"\nbatch_size = 8\naccumulation = 4\nthreads = 1\n'
+                f'fallback = ["second"]\n{first_extra}')
+    user_preset(home, "devices", "second",
+                f'device = "cpu"\nbatch_size = 4\naccumulation = 8\nthreads = 1\n{second_extra}')
+
+
+def supervise(*overrides: str, device: str = "first") -> tuple[str, RunDir]:
+    run = RunDir.create(runconfig.resolve("matmul", device, FAST + list(overrides)))
+    return Supervisor(run, poll_s=0.05).supervise(), run
+
+
+def of_type(run: RunDir, kind: str) -> list[dict]:
+    return [e for e in run.events() if e["type"] == kind]
+
+
+@pytest.mark.parametrize("fault, kind, action, to", [
+    ("native-crash@5", "native-crash", "next", "second"),
+    ("backend@5", "backend", "next", "second"),
+    ("oom@5", "oom", "halve-batch", "first"),
+    ("openmp@0", "openmp", "retry-env", "first"),
+    ("nan@5", "numerical", "next", "second"),  # it already ran in fp32: fp32 falls through
+    ("hang@5", "hang", "next", "second"),
+])
+def test_each_fault_is_classified_and_its_rule_applied(home, fault, kind, action, to):
+    ladder(home)
+    # A short hang timeout only where a hang is expected: on a loaded 2-core machine a
+    # trainer can be quiet for a second without hanging.
+    status, run = supervise(f"inject=['{fault}']", *(["hang_timeout_s=2"] if kind == "hang" else []))
+    assert status == "finished"
+    (crash,) = of_type(run, "crash")
+    assert crash["kind"] == kind and crash["attempt"] == 1 and crash["sentence"]
+    (move,) = of_type(run, "fallback")
+    assert (move["reason"], move["action"], move["to_preset"]) == (kind, action, to)
+    ready = of_type(run, "trainer_ready")
+    assert len(ready) == 2
+    if action == "halve-batch":
+        assert move["changed"] == {"batch_size": [8, 4], "accumulation": [4, 8]}
+        assert (ready[1]["batch_size"], ready[1]["accumulation"]) == (4, 8)
+    if action == "retry-env":
+        assert move["changed"] == {"env": [{}, {"KMP_DUPLICATE_LIB_OK": "TRUE"}]}
+        assert "OMP: Error #15" in crash["evidence"]["message"]
+    if kind in ("native-crash", "backend", "openmp", "hang"):
+        assert crash["evidence"]["signal"] in ("SIGABRT", "SIGKILL")
+    # The second attempt resumed where the last checkpoint was, and the run ends with every
+    # sample seen exactly once per epoch.
+    checkpoints_before = [e for e in of_type(run, "checkpoint") if e["attempt"] == 1]
+    if checkpoints_before:
+        assert ready[1]["resumed_from"]["samples_seen"] == checkpoints_before[-1]["samples_seen"]
+    last = of_type(run, "checkpoint")[-1]
+    assert last["samples_seen"] == 3 * 128
+
+
+def test_numerical_retries_in_fp32_when_it_ran_in_bf16(home):
+    ladder(home, first_extra='precision = "bf16"\n')
+    status, run = supervise("inject=['nan@4']")
+    assert status == "finished"
+    (move,) = of_type(run, "fallback")
+    assert (move["action"], move["to_preset"], move["changed"]) == ("fp32", "first", {"precision": ["bf16", "fp32"]})
+    assert [e["precision"] for e in of_type(run, "trainer_ready")] == ["bf16", "fp32"]
+    # No checkpoint was written from the poisoned state.
+    for path in checkpoint.checkpoint_files(run.checkpoints):
+        assert all(torch.isfinite(t).all() for t in checkpoint.load(path)["model"].values())
+
+
+def test_user_code_errors_stop_and_are_not_retried(home):
+    ladder(home, first_extra='rules = { native-crash = "retry" }\n')
+    status, run = supervise("inject=['user-code@3']")
+    assert status == "failed"
+    assert len(of_type(run, "attempt_started")) == 1 and not of_type(run, "fallback")
+    (crash,) = of_type(run, "crash")
+    assert crash["kind"] == "user-code" and "Traceback (most recent call last)" in crash["exception"]
+    assert "ValueError: too many values to unpack" in crash["exception"]
+    assert "falling back will not fix a bug" in crash["sentence"]
+
+
+def test_max_attempts_is_respected(home):
+    ladder(home, first_extra='rules = { native-crash = "retry" }\nmax_attempts = 3\n')
+    status, run = supervise("inject=['native-crash@3+']")
+    assert status == "failed"
+    assert [e["kind"] for e in of_type(run, "crash")] == ["native-crash"] * 3
+    (failed,) = of_type(run, "run_failed")
+    assert "max_attempts" in failed["reason"]
+    finished = of_type(run, "run_finished")[0]
+    assert finished["status"] == "failed" and finished["attempts"] == 3
+
+
+def test_an_exhausted_ladder_fails_the_run(home):
+    # Injected faults belong to a preset: here both rungs of the ladder crash.
+    ladder(home, second_extra='inject = ["native-crash@2"]\n')
+    status, run = supervise("inject=['native-crash@2']")
+    assert status == "failed"
+    assert [e["preset"] for e in of_type(run, "crash")] == ["first", "second"]
+    assert "ladder is exhausted" in of_type(run, "run_failed")[0]["reason"]
+
+
+def final_weights(run: RunDir) -> dict:
+    return checkpoint.load(checkpoint.latest(run.checkpoints))["model"]
+
+
+def test_a_crash_resumed_on_the_same_preset_ends_with_the_same_weights(home):
+    ladder(home, first_extra='rules = { native-crash = "retry" }\n')
+    status, clean = supervise()
+    assert status == "finished" and len(of_type(clean, "attempt_started")) == 1
+    status, crashed = supervise("inject=['native-crash@6', 'native-crash@10']")
+    assert status == "finished" and len(of_type(crashed, "attempt_started")) == 3
+    assert [e["action"] for e in of_type(crashed, "fallback")] == ["retry", "retry"]
+    a, b = final_weights(clean), final_weights(crashed)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_an_external_sigkill_is_detected_and_resumed(home):
+    ladder(home)
+    run = RunDir.create(runconfig.resolve("matmul", "first", FAST + ["train.epochs=30"]))
+    supervisor = Supervisor(run, poll_s=0.05)
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(status=supervisor.supervise()))
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not [e for e in of_type(run, "checkpoint") if e["step"] >= 3]:
+        assert time.monotonic() < deadline, "no checkpoint"
+        time.sleep(0.05)
+    pid = of_type(run, "trainer_ready")[0]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    thread.join(120)
+    assert result["status"] == "finished"
+    (crash,) = of_type(run, "crash")
+    assert crash["kind"] == "killed" and crash["evidence"]["signal"] == "SIGKILL"
+    (move,) = of_type(run, "fallback")
+    assert move["action"] == "retry" and move["to_preset"] == "first" and move["resume"]["step"] >= 3
+    assert of_type(run, "trainer_ready")[1]["resumed_from"]["step"] == move["resume"]["step"]
+
+
+def test_headless_prints_crashes_fallbacks_and_a_summary(home):
+    import subprocess
+
+    ladder(home)
+    args = [a for o in FAST for a in ("--set", o)]
+    done = subprocess.run(cockpit_cmd("--no-ui", "--device", "first", "--inject", "native-crash@5",
+                                      *args), capture_output=True, text=True, env=child_env(), timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "attempt 1 (first) crashed: native-crash. The trainer died from SIGABRT" in out
+    assert "fallback: attempt 2 on second (native-crash -> next (rule)): batch_size 8 -> 4; " \
+           "accumulation 4 -> 8; resuming at step" in out
+    assert "run finished: 2 attempts (first: native-crash after step" in out
+    (run,) = list_runs()
+    assert run.config().device.inject == ("native-crash@5",)
+
+
+def test_a_bad_inject_flag_is_one_line_and_exit_2(home):
+    import subprocess
+
+    done = subprocess.run(cockpit_cmd("--no-ui", "--device", "cpu", "--inject", "explode@3"),
+                          capture_output=True, text=True, env=child_env(), timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "cockpit: --set: device.inject: 'explode@3' is not a fault; expected KIND@STEP[+] with KIND "
+        "one of native-crash, oom, backend, openmp, nan, hang, user-code (e.g. 'native-crash@117', "
+        "'oom@120+')"]
+    assert not list_runs()
