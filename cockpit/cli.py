@@ -20,6 +20,7 @@ examples:
   cockpit --no-ui --device mps --inject native-crash@117   rehearse a crash and its fallback
   cockpit runs follow last                          watch a detached run
   cockpit presets list
+  cockpit sample last --prompt "def "               continue a prompt with a trm run's checkpoint
 
 exit codes: 0 finished, 1 failed, 2 bad input, 130 interrupted or stopped
 """
@@ -47,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="override a setting: batch_size=16, train.epochs=2, params.n=128 (repeatable)")
     parser.add_argument("--inject", action="append", default=[], metavar="KIND@STEP",
                         help="make the trainer fail for real at a step, to try the fallback rules: "
-                             "native-crash, oom, backend, openmp, nan, hang or user-code "
+                             "native-crash, oom, backend, openmp, nan, hang, user-code or slow "
                              "(e.g. native-crash@117; KIND@STEP+ repeats in every attempt)")
     parser.add_argument("--json", action="store_true", help="print every event as a JSON line")
     parser.add_argument("--detach", action="store_true",

@@ -20,8 +20,23 @@ def _metrics(metrics: dict) -> str:
     return "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
 
 
-def human_line(e: dict) -> str | None:
-    """The line for one event, or None for events that are not worth one."""
+def memory_text(m: dict) -> str:
+    """'rss 1.2 GB, mem 71%, swap-in 0 MB/s, pressure normal' from a memory event."""
+    parts = []
+    if m.get("rss") is not None:
+        parts.append(f"rss {m['rss'] / 1e9:.1f} GB")
+    if m.get("system_total"):
+        parts.append(f"mem {100 * m['system_used'] / m['system_total']:.0f}%")
+    if m.get("swap_in_per_s") is not None:
+        parts.append(f"swap-in {m['swap_in_per_s'] / 1e6:.1f} MB/s")
+    level = (m.get("pressure") or {}).get("level")
+    parts.append(f"pressure {level or 'n/a'}")
+    return ", ".join(parts)
+
+
+def human_line(e: dict, memory: dict | None = None) -> str | None:
+    """The line for one event, or None for events that are not worth one; a step line ends
+    with the latest memory sample when there is one."""
     kind = e["type"]
     if kind == "run_started":
         return f"run {e['run']}: workload {e['workload']}, device preset {e['device_preset']}"
@@ -39,11 +54,26 @@ def human_line(e: dict) -> str | None:
                 f"{e['samples_per_s']:,.0f} samples/s")
         if "gflop_s" in e:
             line += f"  {e['gflop_s']:,.1f} GFLOP/s"
-        return line + f"  ETA {duration(e.get('eta_s'))}"
+        line += f"  ETA {duration(e.get('eta_s'))}"
+        if memory is not None:
+            line += f"  | {memory_text(memory)}"
+        return line
     if kind == "eval":
         return f"eval at step {e['step']}: {_metrics(e['metrics'])}"
+    if kind == "mining" and e.get("mode", "none") != "none":
+        exact = "exact" if e.get("exact") else "recall not measured" \
+            if e.get("recall_vs_exact") is None else f"recall {e['recall_vs_exact']:.3f} vs exact"
+        built = f", index built in {e['index_build_s']:.1f} s" if "index_build_s" in e else ""
+        return (f"mining epoch {e['epoch']}: {e['mode']} over {e['index']} ({exact}), "
+                f"{e['queries']:,} queries in {e['mining_s']:.1f} s{built}")
     if kind == "warning":
-        return f"warning: {e.get('message', '')} {e.get('advice', '')}".rstrip()
+        lines = [f"warning: {e.get('message', '')}"]
+        for tip in e.get("advice") or []:
+            how = "  (--set " + " --set ".join(tip["set"]) + ")" if tip.get("set") else ""
+            lines.append(f"    - {tip['text']}{how}")
+        if e.get("fallback"):
+            lines.append("    the preset says fall back: checkpointing and moving to the next preset")
+        return "\n".join(lines)
     if kind == "fault_injected":
         return f"attempt {e['attempt']}: injecting fault {e['spec']} at step {e['step']}"
     if kind == "crash":
@@ -71,8 +101,10 @@ def _indent(text: str, last: int) -> str:
 
 def fallback_line(e: dict) -> str:
     resume = e.get("resume")
-    where = (f"resuming at step {resume['step']}, sample {resume['samples_seen']:,}" if resume
-             else "starting over (no checkpoint yet)")
+    where = "starting over (no checkpoint yet)"
+    if resume:
+        where = f"resuming at step {resume['step']}" + (
+            f", sample {resume['samples_seen']:,}" if resume.get("samples_seen") is not None else "")
     changes = "; ".join(f"{k} {_value(a)} -> {_value(b)}" for k, (a, b) in (e.get("changed") or {}).items())
     return (f"fallback: attempt {e['next_attempt']} on {e['to_preset']} ({e['why']})"
             + (f": {changes}" if changes else "") + f"; {where}")
@@ -103,11 +135,16 @@ class HeadlessPrinter:
         self.as_json = as_json
         self.stream = stream or sys.stdout
         self.alive = True
+        self.memory: dict | None = None  # the latest memory event, shown on step lines
 
     def __call__(self, events: list[dict]) -> None:
         if not self.alive:
             return
-        lines = [json.dumps(e) if self.as_json else human_line(e) for e in events]
+        lines = []
+        for e in events:
+            if e["type"] == "memory":
+                self.memory = e
+            lines.append(json.dumps(e) if self.as_json else human_line(e, self.memory))
         text = "".join(line + "\n" for line in lines if line is not None)
         if not text:
             return

@@ -12,8 +12,6 @@ import os
 import re
 from pathlib import Path
 
-import torch
-
 SCHEMA = 1
 _NAME = re.compile(r"^step-(\d+)\.pt$")
 
@@ -35,6 +33,8 @@ def save(directory: Path, state: dict, keep: int) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"step-{state['step']:09d}.pt"
     tmp = directory / f".{path.name}.tmp"
+    import torch  # lazily: the supervisor lists checkpoints without loading torch
+
     with open(tmp, "wb") as f:
         torch.save({"schema": SCHEMA, **state}, f)
         f.flush()
@@ -45,7 +45,13 @@ def save(directory: Path, state: dict, keep: int) -> Path:
     return path
 
 
+def step_of(path: Path) -> int:
+    return int(_NAME.match(path.name).group(1))
+
+
 def load(path: Path) -> dict:
+    import torch
+
     state = torch.load(path, map_location="cpu", weights_only=True)
     if state.get("schema") != SCHEMA:
         raise ValueError(f"{path}: checkpoint schema {state.get('schema')!r}, expected {SCHEMA}")

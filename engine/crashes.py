@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 CLEAN = ("finished", "stopped", "config")
 # Every crash kind a device preset's [rules] can name.
 CRASH_KINDS = ("oom", "backend", "native-crash", "openmp", "numerical", "hang", "killed",
-               "user-code", "unknown")
+               "user-code", "slowdown", "unknown")
 
 # Exit codes the trainer uses on purpose (engine.trainer).
 EXIT_FINISHED, EXIT_FAILED, EXIT_CONFIG, EXIT_STOPPED, EXIT_NUMERICAL = 0, 1, 2, 3, 4
@@ -48,6 +48,8 @@ SENTENCES = {
     "hang": "The trainer made no progress for {timeout}{where} and was killed.",
     "killed": "The trainer was killed by {signal}{where} from outside (not a crash of its own).",
     "user-code": "The workload code raised {exception}{where}; falling back will not fix a bug.",
+    "slowdown": "The run crawled{where} because memory was too full (swapping or under "
+                "pressure); it checkpointed and stopped so the next preset can take over.",
     "unknown": "The trainer exited with code {code}{where} and left no explanation.",
 }
 
@@ -66,6 +68,7 @@ class AttemptEnd:
     hung_for_s: float | None = None     # set when the supervisor killed it for a hang
     memory_percent: float | None = None  # system memory in use just before it died
     device: str | None = None           # the device it ran on (trainer_ready)
+    slowdown: dict | None = None        # the warning for which the supervisor stopped it
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,8 @@ def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
 
     if code == EXIT_FINISHED:
         return verdict("finished")
+    if end.slowdown and not end.stop_requested and code == EXIT_STOPPED:
+        return verdict("slowdown", end.slowdown.get("message"))
     if code == EXIT_STOPPED or (end.stop_requested and sig):
         return verdict("stopped")  # a second stop request kills without a checkpoint
     if code == EXIT_CONFIG:

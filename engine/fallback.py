@@ -38,6 +38,7 @@ DEFAULT_RULES = {
     "hang": "next",
     "killed": "retry",
     "user-code": "stop",
+    "slowdown": "next",
     "unknown": "next",
 }
 ENV_FIXES = {"openmp": {"KMP_DUPLICATE_LIB_OK": "TRUE"}}

@@ -4,7 +4,8 @@ A fault is `kind@step` (the preset key `inject`, or `cockpit --inject`): the tra
 the start of optimizer step `step` (0 = at start-up). Every failure is the real thing — a
 real SIGABRT with nothing on stderr (the notes' silent Metal deaths), the real message texts
 of MPS/CUDA/CPU out-of-memory and backend errors, the real "OMP: Error #15" followed by an
-abort, a real hang that ignores SIGTERM, a loss that really turns NaN — so the supervisor
+abort, a real hang that ignores SIGTERM, a loss that really turns NaN, steps that really take four times
+longer (`slow`, what swapping looks like from the loop) — so the supervisor
 classifies them from evidence alone, as it would a real crash. Nothing downstream knows a
 fault was injected except for the `fault_injected` event, written for the human reading.
 
@@ -25,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-KINDS = ("native-crash", "oom", "backend", "openmp", "nan", "hang", "user-code")
+KINDS = ("native-crash", "oom", "backend", "openmp", "nan", "hang", "user-code", "slow")
 
 MPS_OOM = ("MPS backend out of memory (MPS allocated: 17.80 GB, other allocations: 1.23 GB, max "
            "allowed: 18.13 GB). Tried to allocate 256.00 MB on private pool. Use "
@@ -83,9 +84,18 @@ class Injector:
         self.device_type = device_type
         self.emit = emit
         self.poison_loss = False  # set by a fired 'nan' fault: the loss is NaN from then on
+        self.slow_s: float | None = None  # set by a fired 'slow' fault: extra seconds per step
+        self._last_call: float | None = None
+        self._step_s = 0.0
 
     def before_step(self, step: int) -> None:
         """Fire every fault due at `step` (the optimizer step about to run; 0 = start-up)."""
+        now = time.monotonic()
+        if self._last_call is not None and self.slow_s is None:
+            self._step_s = now - self._last_call  # the last healthy step's duration
+        self._last_call = now
+        if self.slow_s is not None:
+            time.sleep(self.slow_s)
         for fault in [f for f in self.faults if f.step <= step]:
             self.faults.remove(fault)
             if fault.kind == "openmp" and openmp_duplicate_allowed():
@@ -118,6 +128,10 @@ class Injector:
 
     def _nan(self) -> None:
         self.poison_loss = True
+
+    def _slow(self) -> None:
+        # What swapping looks like from the loop: the same work, each step four times longer.
+        self.slow_s = 3 * max(self._step_s, 0.01)
 
     def _hang(self) -> None:
         # A kernel that never returns: signals stay pending, so a SIGTERM goes unanswered and

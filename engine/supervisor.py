@@ -18,6 +18,7 @@ second SIGTERM, which the trainer obeys at once.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -29,17 +30,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import psutil
-
 import engine
-from engine import fallback
+from engine import checkpoint, fallback
 from engine.crashes import AttemptEnd, Verdict, classify
 from engine.events import EventFollower, EventWriter
 from engine.fallback import Decision, Ladder, Step
 from engine.rundir import RunDir
+from engine.slowdown import Context, SlowdownDetector
+from engine.sysmon import SystemSampler
 from engine.schema import to_table
 
 TAIL_LINES = 40
+MEMORY_EVERY_S = 1.0
+SLOWDOWN_SETTINGS: dict = {}  # SlowdownDetector keyword overrides (tests shorten its windows)
 HANG_GAP_FACTOR = 10
 # Until the trainer says it is ready (torch imported, data built, model on the device), a
 # slow start is not a hang: building a 500k-vector bank takes minutes on a laptop.
@@ -61,6 +64,7 @@ class AttemptWatch:
     exception: dict | None = None
     numerical: dict | None = None
     fired: list[str] = field(default_factory=list)
+    slowdown: dict | None = None   # the warning for which the supervisor stopped it
 
     def see(self, event: dict, now: float) -> float:
         """Record one of this attempt's events; returns the gap since the previous one."""
@@ -128,6 +132,8 @@ class Supervisor:
         self._slowest_gap = 0.0       # the longest quiet interval seen in a healthy attempt
         self._memory_percent: float | None = None
         self._memory_sampled = 0.0
+        self._sampler: SystemSampler | None = None
+        self._detector: SlowdownDetector | None = None
         self._last_checkpoint: dict | None = None
 
     # ------------------------------------------------------------ the run
@@ -176,9 +182,14 @@ class Supervisor:
             current = decision.next
 
     def _emit_fallback(self, result: AttemptResult, decision: Decision) -> None:
+        # The file on disk is the truth (a trainer killed between writing a checkpoint and
+        # announcing it resumes from the file); the event adds samples seen when it matches.
         resume = None
-        if self._last_checkpoint:
-            resume = {k: self._last_checkpoint[k] for k in ("step", "samples_seen", "path")}
+        if (latest := checkpoint.latest(self.run.checkpoints)) is not None:
+            step, seen = checkpoint.step_of(latest), None
+            if self._last_checkpoint and self._last_checkpoint["step"] == step:
+                seen = self._last_checkpoint["samples_seen"]
+            resume = {"step": step, "samples_seen": seen, "path": str(latest.relative_to(self.run.path))}
         to = decision.next.name + (f" ({_describe_change(decision.changed)})"
                                    if decision.action != "next" and decision.changed else "")
         self.events.emit("fallback", attempt=result.attempt, **{"from": result.step.name}, to=to,
@@ -190,8 +201,8 @@ class Supervisor:
 
     def run_attempt(self, attempt: int, name: str, preset) -> AttemptResult:
         log_path = self.run.attempt_log(attempt)
-        command = [sys.executable, "-m", "engine.trainer", str(self.run.path), "--attempt", str(attempt),
-                   "--preset", name, "--device-json", json.dumps(to_table(preset))]
+        command = [sys.executable, "-m", "engine.trainer", str(self.run.path),
+                   "--attempt", str(attempt), "--preset", name, "--device-json", json.dumps(to_table(preset))]
         self.events.emit("attempt_started", attempt=attempt, preset=name, config=to_table(preset),
                          log=log_path.name)
         self._watch = watch = AttemptWatch(attempt)
@@ -202,11 +213,16 @@ class Supervisor:
                                           stderr=subprocess.STDOUT, env=_child_env(dict(preset.env)),
                                           start_new_session=True)
         self._forwarded = 0
+        self._sampler = SystemSampler(self._proc.pid)
+        self._detector = SlowdownDetector(Context(workload=self.config.workload.workload,
+                                                  params=self.config.workload.params, preset=preset),
+                                          **SLOWDOWN_SETTINGS)
+        self._memory_sampled = 0.0
         hung_for = None
         while self._proc.poll() is None:
             self._forward_stop()
             self._pump()
-            self._sample_memory()
+            self._sample_memory(attempt)
             if hung_for is None and (quiet := time.monotonic() - watch.last_progress) > \
                     self._hang_timeout(preset, started=watch.device is not None):
                 hung_for = quiet
@@ -221,7 +237,7 @@ class Supervisor:
             exit_code=None if sig else code, signal=sig, tail=tail, exception=watch.exception,
             numerical=watch.numerical, last_step=watch.last_step,
             stop_requested=bool(self.stop_requests), hung_for_s=hung_for,
-            memory_percent=self._memory_percent, device=watch.device))
+            memory_percent=self._memory_percent, device=watch.device, slowdown=watch.slowdown))
         result = AttemptResult(attempt, Step(name, preset), verdict, None if sig else code, sig, tail, watch)
         if verdict.crashed:
             self.events.emit("crash", attempt=attempt, preset=name, kind=verdict.kind,
@@ -258,12 +274,28 @@ class Supervisor:
         except ProcessLookupError:
             pass
 
-    def _sample_memory(self) -> None:
-        # How full memory was just before a SIGKILL tells the OOM killer from a user's kill -9.
+    def _sample_memory(self, attempt: int) -> None:
+        """A `memory` event about once a second, sampled here so it goes on when the
+        trainer is stuck; fed to the slowdown detector. How full memory was just before a
+        SIGKILL also tells the kernel's OOM killer from a user's kill -9."""
         now = time.monotonic()
-        if now - self._memory_sampled >= 1.0:
-            self._memory_sampled = now
-            self._memory_percent = psutil.virtual_memory().percent
+        if now - self._memory_sampled < MEMORY_EVERY_S:
+            return
+        self._memory_sampled = now
+        sample = self._sampler.sample()
+        self._memory_percent = 100.0 * sample["system_used"] / sample["system_total"]
+        self.events.emit("memory", attempt=attempt, **sample)
+        self._on_warning(self._detector.memory(sample, time.time()))
+
+    def _on_warning(self, warning: dict | None) -> None:
+        if warning is None:
+            return
+        self.events.emit("warning", attempt=self._watch.attempt, **warning)
+        if warning["fallback"] and self._watch.slowdown is None and not self.stop_requests:
+            # The preset asks to fall back: a graceful stop (checkpoint first), then the
+            # rule for 'slowdown' picks the next attempt.
+            self._watch.slowdown = warning
+            self._signal_trainer(signal.SIGTERM)
 
     # ------------------------------------------------------------ stopping
 
@@ -290,10 +322,16 @@ class Supervisor:
         events = self.follower.poll()
         now = time.monotonic()
         for e in events:
-            if self._watch and e.get("attempt") == self._watch.attempt:
+            if self._watch and e.get("attempt") == self._watch.attempt and e["type"] not in \
+                    ("memory", "warning", "attempt_started", "crash", "attempt_ended"):
                 gap = self._watch.see(e, now)
                 if e["type"] not in ("trainer_ready",):  # start-up is not a step interval
                     self._slowest_gap = max(self._slowest_gap, gap)
+                if e["type"] == "trainer_ready" and self._detector:
+                    self._detector.context = dataclasses.replace(
+                        self._detector.context, device=e.get("device"), precision=e.get("precision"))
+                elif e["type"] == "step" and self._detector:
+                    self._on_warning(self._detector.step(e["samples_per_s"], e["t"], e.get("window_s")))
             if e["type"] == "checkpoint":
                 self._last_checkpoint = e
         if events and self.on_events:
@@ -301,8 +339,6 @@ class Supervisor:
 
 
 def _replace(preset, **changes):
-    import dataclasses
-
     return dataclasses.replace(preset, **changes)
 
 

@@ -101,6 +101,9 @@ class Trainer:
         self._last_checkpoint_t = time.monotonic()
         self._prepared_epoch = -1
         self._rate = None  # smoothed optimizer steps per second, for the ETA
+        self._best_samples_per_s = 0.0
+        self._eval_s, self._evals = 0.0, 0          # time spent evaluating, for the ETA
+        self._prepare_s, self._prepares = 0.0, 0    # time spent preparing epochs (mining)
         self._new_window()
 
     # ------------------------------------------------------------ the loop
@@ -171,7 +174,9 @@ class Trainer:
         with torch.no_grad(), self.resolved.autocast():
             prepare(self.forward, epoch, self.device, self.events.emit)
         self.model.train()
-        self._window_start += time.monotonic() - started  # not training throughput
+        spent = time.monotonic() - started
+        self._prepare_s, self._prepares = self._prepare_s + spent, self._prepares + 1
+        self._window_start += spent  # not training throughput
 
     def maybe_report(self) -> None:
         if time.monotonic() - self._window_start >= self.train.report_every_s:
@@ -189,18 +194,37 @@ class Trainer:
         steps_per_s = self._window_steps / elapsed
         self._rate = steps_per_s if self._rate is None else 0.7 * self._rate + 0.3 * steps_per_s
         samples_per_s = self._window_samples / elapsed
+        self._best_samples_per_s = max(self._best_samples_per_s, samples_per_s)
         event = dict(
             step=self.step, total=self.total_steps, samples_seen=self.samples_seen,
             total_samples=self.total_samples, epoch=self.order.epoch_of(max(0, self.samples_seen - 1)),
             loss=loss, lr=self.optimizer.param_groups[0]["lr"],
             samples_per_s=round(samples_per_s, 3), steps_per_s=round(steps_per_s, 4),
-            window_s=round(elapsed, 4), eta_s=round((self.total_steps - self.step) / self._rate, 1),
+            window_s=round(elapsed, 4), eta_s=round(self.eta_s(), 1),
+            smoothed_samples_per_s=round(self._rate * self.samples_seen / max(1, self.step), 3),
+            best_samples_per_s=round(self._best_samples_per_s, 3),
             device_memory=devices.memory(self.device),
         )
         if self.workload.flops_per_sample:
             event["gflop_s"] = round(samples_per_s * self.workload.flops_per_sample / 1e9, 2)
         self.events.emit("step", **event)
         self._new_window()
+
+    def eta_s(self) -> float:
+        """Remaining steps at the smoothed rate, plus the evals and epoch preparations
+        (mining) still to come at their average cost so far. The rate is measured between
+        reports, whose loss read is a sync point, so it holds on a GPU with no per-step sync."""
+        remaining = (self.total_steps - self.step) / self._rate
+        every = self.train.eval_every_steps
+        evals_left = 1 if not every else (self.total_steps // every - self.step // every
+                                          + (1 if self.total_steps % every else 0))
+        if self._evals:
+            remaining += evals_left * self._eval_s / self._evals
+        if self._prepares:
+            last_epoch = self.order.epoch_of(self.total_samples - 1)
+            epochs_left = max(0, last_epoch - self.order.epoch_of(self.samples_seen))
+            remaining += epochs_left * self._prepare_s / self._prepares
+        return remaining
 
     def maybe_eval(self) -> None:
         every = self.train.eval_every_steps
@@ -213,10 +237,11 @@ class Trainer:
         with torch.no_grad(), self.resolved.autocast():
             metrics = self.workload.evaluate(self.forward, self.device)
         self.model.train()
+        spent = time.monotonic() - started
+        self._eval_s, self._evals = self._eval_s + spent, self._evals + 1
         if metrics:
-            self.events.emit("eval", step=self.step, metrics=metrics,
-                             eval_s=round(time.monotonic() - started, 3))
-        self._window_start += time.monotonic() - started  # eval time is not training throughput
+            self.events.emit("eval", step=self.step, metrics=metrics, eval_s=round(spent, 3))
+        self._window_start += spent  # eval time is not training throughput
 
     def maybe_checkpoint(self) -> None:
         every_steps = self.train.checkpoint_every_steps

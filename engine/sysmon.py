@@ -1,0 +1,376 @@
+"""The system sampler: what the supervisor records about memory, about once a second.
+
+Note 003's LoRA run took 226 s/it instead of 40-80 with no error at all: unified memory was
+swapping. Allocated bytes never showed it; swap traffic and the kernel's memory pressure do.
+The supervisor samples (not the trainer), so a trainer stuck in a page fault is still watched.
+
+One `SystemSampler(pid)` per trainer process; `sample()` returns the fields of a `memory`
+event:
+    rss             bytes resident in the trainer and its children, summed (a page shared by
+                    forked DataLoader workers counts once per process, so this can overstate)
+    processes       how many processes that sum covers (0: the trainer is gone; rss is None)
+    system_total    physical memory, bytes
+    system_used     total - available: what cannot be handed out without reclaim or swap
+                    (psutil's own `used` is computed differently per platform)
+    system_available
+    swap_total, swap_used
+    swap_in_per_s, swap_out_per_s
+                    bytes/s since the previous sample; None on the first sample and where
+                    the OS keeps no counters. macOS counts page-ins/outs, file paging included.
+    pressure        {"level": "normal"|"warn"|"critical"|None, "raw": the figure read
+                     (PSI: some/full avg10 and avg60 in %; sysctl: 1, 2 or 4), "source":
+                     "cgroup"|"psi"|"sysctl"|None, "detail": what was read, or why nothing
+                     could be}
+
+A missing source is reported as unavailable (level, raw and source None), never guessed.
+Nothing here spawns a process; per sample it reads a few small /proc files (Linux) or makes
+one sysctl call (macOS). Readers take `root` so tests run them against fixture trees.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Callable, Protocol
+
+import psutil
+
+LEVELS = ("normal", "warn", "critical")
+
+# Linux PSI thresholds, on avg10: the share (%) of the last 10 s in which at least one task
+# ("some") or every non-idle task at once ("full") was stalled on memory -- direct reclaim,
+# swap-in, refaulting evicted pages. A healthy training run reads 0.00 (this VM does).
+# - warn at some >= 10: a tenth of wall time lost waiting on memory is already a throughput
+#   loss a user would notice, the stage at which macOS reports "warn" (compressor and swap
+#   busy, nothing killed yet).
+# - critical at full >= 10 or some >= 40: for a tenth of the time nothing ran at all, or
+#   stalls dominate the run -- thrashing. Still well below the 60% over 30 s at which
+#   systemd-oomd starts killing by default (oomd.conf(5)): we want to advise before that.
+# avg10 rather than avg60: at a 1 Hz sampler it reacts within seconds, where avg60 trails a
+# swap storm by a minute; the slowdown detector supplies the "sustained" part.
+PSI_WARN_SOME = 10.0
+PSI_CRITICAL_SOME = 40.0
+PSI_CRITICAL_FULL = 10.0
+
+# xnu bsd/kern/kern_memorystatus_notify.c: kVMPressureNormal/Warning/Critical.
+SYSCTL_PRESSURE = "kern.memorystatus_vm_pressure_level"
+SYSCTL_LEVELS = {1: "normal", 2: "warn", 4: "critical"}
+
+CHILDREN_EVERY_S = 5.0
+
+
+def _pressure(level=None, raw=None, source=None, detail="") -> dict:
+    return {"level": level, "raw": raw, "source": source, "detail": detail}
+
+
+# ---------------------------------------------------------------- Linux PSI
+
+
+def parse_psi(text: str) -> dict[str, dict[str, float]]:
+    """`some avg10=.. avg60=.. avg300=.. total=..` (and `full ...`) -> {"some": {...}, ...}.
+
+    total is cumulative stall time in microseconds. Raises ValueError on anything else."""
+    out: dict[str, dict[str, float]] = {}
+    for line in text.splitlines():
+        kind, *pairs = line.split() or [""]
+        if kind not in ("some", "full"):
+            continue
+        values: dict[str, float] = {}
+        for pair in pairs:
+            key, eq, value = pair.partition("=")
+            if not eq:
+                raise ValueError(f"PSI line {line!r}: {pair!r} is not key=value")
+            values[key] = int(value) if key == "total" else float(value)
+        out[kind] = values
+    if "avg10" not in out.get("some", {}):
+        raise ValueError(f"no 'some avg10=' line in PSI text {text[:120]!r}")
+    return out
+
+
+def psi_level(psi: dict[str, dict[str, float]]) -> str:
+    some = psi["some"]["avg10"]
+    full = psi.get("full", {}).get("avg10", 0.0)  # memory PSI always has it; be lenient
+    if full >= PSI_CRITICAL_FULL or some >= PSI_CRITICAL_SOME:
+        return "critical"
+    if some >= PSI_WARN_SOME:
+        return "warn"
+    return "normal"
+
+
+class PressureSource(Protocol):
+    source: str | None
+
+    def read(self) -> dict: ...
+
+
+class PsiFile:
+    """A PSI file read whole each sample (two short lines; reopening also survives a cgroup
+    that is removed and recreated, where a kept descriptor would read ENODEV forever)."""
+
+    def __init__(self, path: Path, source: str, detail: str):
+        self.path, self.source, self.detail = Path(path), source, detail
+
+    def read(self) -> dict:
+        try:
+            psi = parse_psi(self.path.read_text())
+        except (OSError, ValueError) as e:
+            # e.g. EOPNOTSUPP: the file exists but the kernel was booted with psi=0.
+            return _pressure(detail=f"cannot read {self.path}: {getattr(e, 'strerror', None) or e}")
+        # The raw figure keeps what the level came from plus the minute average (a
+        # memory event is written every second: the full four-number lines would bloat it).
+        raw = {f"{kind}_{avg}": psi[kind][avg] for kind in ("some", "full") if kind in psi
+               for avg in ("avg10", "avg60")}
+        return _pressure(psi_level(psi), raw, self.source, self.detail)
+
+
+def _unescape_mount(field: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as \ooo.
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def cgroup2_mounts(root: Path) -> list[tuple[str, str]]:
+    """(mount root, mount point) of every cgroup2 mount in /proc/self/mountinfo."""
+    try:
+        text = (root / "proc/self/mountinfo").read_text()
+    except OSError:
+        return []
+    mounts = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields = left.split()
+        if sep and right.split()[:1] == ["cgroup2"] and len(fields) >= 5:
+            mounts.append((_unescape_mount(fields[3]), _unescape_mount(fields[4])))
+    return mounts
+
+
+def cgroup2_path(pid: int | str, root: Path) -> str | None:
+    """The process's cgroup v2 path (the `0::/path` line of /proc/PID/cgroup), or None."""
+    try:
+        text = (root / f"proc/{pid}/cgroup").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("0::"):
+            return line[3:] or "/"
+    return None
+
+
+def cgroup_pressure_file(pid: int | str, root: Path) -> Path | None:
+    """The memory.pressure file of the process's cgroup v2, where one exists.
+
+    The cgroup2 mount may sit at /sys/fs/cgroup (unified), /sys/fs/cgroup/unified (hybrid,
+    as on this VM) or elsewhere, and may mount a subtree: hence mountinfo, not a fixed path."""
+    path = cgroup2_path(pid, root)
+    if path is None:
+        return None
+    for mount_root, mount_point in cgroup2_mounts(root):
+        if mount_root != "/" and not (path == mount_root or path.startswith(mount_root + "/")):
+            continue
+        rel = path[len(mount_root):] if mount_root != "/" else path
+        candidate = root / mount_point.lstrip("/") / rel.lstrip("/") / "memory.pressure"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+# ---------------------------------------------------------------- macOS sysctl
+
+
+@functools.cache
+def _sysctlbyname():
+    """libc's sysctlbyname, loaded once per process."""
+    import ctypes
+    import ctypes.util
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.dylib", use_errno=True)
+    fn = libc.sysctlbyname
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
+                   ctypes.c_void_p, ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def sysctl_int(name: str, fn=None) -> int | None:
+    """An int sysctl by name (no sudo, no subprocess), or None where it does not exist.
+
+    `fn` is the C function; tests hand in a ctypes callback to run this on Linux."""
+    import ctypes
+
+    if fn is None:
+        try:
+            fn = _sysctlbyname()
+        except (OSError, AttributeError):  # not a BSD libc: no sysctlbyname
+            return None
+    value = ctypes.c_int(0)
+    size = ctypes.c_size_t(ctypes.sizeof(value))
+    if fn(name.encode(), ctypes.byref(value), ctypes.byref(size), None, 0) != 0:
+        return None
+    if size.value != ctypes.sizeof(value):
+        return None  # not an int-sized value: refuse to interpret it
+    return value.value
+
+
+class SysctlPressure:
+    """macOS `kern.memorystatus_vm_pressure_level`: 1 normal, 2 warn, 4 critical."""
+
+    source = "sysctl"
+
+    def __init__(self, reader: Callable[[str], int | None] = sysctl_int):
+        self.reader = reader
+
+    def read(self) -> dict:
+        raw = self.reader(SYSCTL_PRESSURE)
+        if raw is None:
+            return _pressure(detail=f"sysctl {SYSCTL_PRESSURE} could not be read")
+        # A value xnu does not document keeps its raw figure but gets no invented level.
+        return _pressure(SYSCTL_LEVELS.get(raw), raw, self.source, SYSCTL_PRESSURE)
+
+
+class NoPressure:
+    source = None
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def read(self) -> dict:
+        return _pressure(detail=self.why)
+
+
+def pressure_source(pid: int, *, root: Path | str = "/", platform: str = sys.platform,
+                    sysctl: Callable[[str], int | None] = sysctl_int) -> PressureSource:
+    """The best memory-pressure source for this process, checked once by reading it.
+
+    Linux: the trainer's cgroup v2 memory.pressure first, then /proc/pressure/memory. The
+    cgroup's figure is about the trainer's own group: system-wide "some" also counts other
+    tenants' stalls (a neighbour thrashing is not our slowdown), and system-wide "full" needs
+    every task on the machine stalled at once, which a busy host never shows even while the
+    trainer's group, pinned at its memory.max, does nothing but reclaim. For the root cgroup
+    the kernel serves the same figures as /proc/pressure/memory, so nothing is lost."""
+    root = Path(root)
+    if platform == "darwin":
+        source = SysctlPressure(sysctl)
+        first = source.read()
+        return source if first["source"] else NoPressure(first["detail"])
+    if platform.startswith("linux"):
+        candidates = []
+        if (cgroup_file := cgroup_pressure_file(pid, root)) is not None:
+            rel = cgroup2_path(pid, root)
+            candidates.append(PsiFile(cgroup_file, "cgroup", f"{cgroup_file} (cgroup {rel})"))
+        system = root / "proc/pressure/memory"
+        if system.is_file():
+            candidates.append(PsiFile(system, "psi", str(system)))
+        tried = []
+        for candidate in candidates:
+            first = candidate.read()
+            if first["source"]:
+                return candidate
+            tried.append(first["detail"])
+        return NoPressure("; ".join(tried) or "no /proc/pressure/memory (kernel before 4.20 or "
+                          "CONFIG_PSI off) and no cgroup v2 memory.pressure for the trainer")
+    return NoPressure(f"no memory-pressure source on {platform}")
+
+
+# ---------------------------------------------------------------- the sampler
+
+
+def _swap_counters_work(swap_reader) -> bool:
+    """psutil sets sin/sout to 0 with a RuntimeWarning when /proc/vmstat is missing, and they
+    are always 0 on Windows: a rate from those would be an invented zero. Checked once, at
+    construction (catch_warnings is process-wide, so not on every sample from a thread)."""
+    if sys.platform == "win32":
+        return False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        swap_reader()
+    return not any("sin" in str(w.message) for w in caught)
+
+
+class SystemSampler:
+    """Samples one trainer process and the system it runs on; see the module docstring."""
+
+    def __init__(self, pid: int, *, root: Path | str = "/", platform: str = sys.platform,
+                 pressure: PressureSource | None = None,
+                 swap_reader: Callable = psutil.swap_memory,
+                 memory_reader: Callable = psutil.virtual_memory,
+                 clock: Callable[[], float] = time.monotonic,
+                 children_every_s: float = CHILDREN_EVERY_S):
+        self.pid = pid
+        self.pressure = pressure or pressure_source(pid, root=root, platform=platform)
+        self._swap_reader, self._memory_reader, self._clock = swap_reader, memory_reader, clock
+        self._swap_counters = _swap_counters_work(swap_reader)
+        self._last_swap: tuple[float, int, int] | None = None
+        try:
+            self._proc: psutil.Process | None = psutil.Process(pid)
+        except psutil.NoSuchProcess:
+            self._proc = None
+        # Listing children walks every process on the machine (~2 ms with 75 of them here),
+        # so the list is refreshed every few seconds; each sample reads only their RSS.
+        self._children_every_s = children_every_s
+        self._children: list[psutil.Process] = []
+        self._children_at: float | None = None
+
+    def sample(self) -> dict:
+        vm = self._memory_reader()
+        swap = self._swap_reader()
+        swap_in, swap_out = self._swap_rates(swap)
+        rss, processes = self._rss()
+        return {
+            "rss": rss, "processes": processes,
+            "system_total": vm.total, "system_used": vm.total - vm.available,
+            "system_available": vm.available,
+            "swap_total": swap.total, "swap_used": swap.used,
+            "swap_in_per_s": swap_in, "swap_out_per_s": swap_out,
+            "pressure": self.pressure.read(),
+        }
+
+    def _swap_rates(self, swap) -> tuple[float | None, float | None]:
+        if not self._swap_counters:
+            return None, None
+        now = self._clock()
+        last, self._last_swap = self._last_swap, (now, swap.sin, swap.sout)
+        if last is None:
+            return None, None
+        dt = now - last[0]
+        d_in, d_out = swap.sin - last[1], swap.sout - last[2]
+        if dt <= 0 or d_in < 0 or d_out < 0:  # a clock or counter that went back: no figure
+            return None, None
+        return round(d_in / dt, 1), round(d_out / dt, 1)
+
+    def _rss(self) -> tuple[int | None, int]:
+        if self._proc is None:
+            return None, 0
+        now = self._clock()
+        if self._children_at is None or now - self._children_at >= self._children_every_s:
+            self._children_at = now
+            try:
+                self._children = self._proc.children(recursive=True)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                self._children = []
+        total, processes = 0, 0
+        for proc in (self._proc, *self._children):
+            try:
+                total += proc.memory_info().rss
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue  # a child that exited between listing and reading (ZombieProcess too)
+            processes += 1
+        return (total if processes else None), processes
+
+
+def summary(sample: dict) -> str:
+    """One line for logs and the headless front end: 'rss 1.2 GB, ..., pressure warn (psi)'."""
+    def gb(n):
+        return "?" if n is None else f"{n / 1e9:.1f} GB"
+
+    def rate(n):
+        return "n/a" if n is None else f"{n / 1e6:.1f} MB/s"
+
+    p = sample["pressure"]
+    level = f"{p['level'] or p['raw']} ({p['source']})" if p["source"] else "unavailable"
+    return (f"rss {gb(sample['rss'])}, system {gb(sample['system_used'])} of "
+            f"{gb(sample['system_total'])}, swap {gb(sample['swap_used'])} "
+            f"(in {rate(sample['swap_in_per_s'])}, out {rate(sample['swap_out_per_s'])}), "
+            f"pressure {level}")

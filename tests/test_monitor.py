@@ -1,0 +1,94 @@
+"""Monitoring wired into real runs: memory events from the supervisor, the slowdown warning
+and its automatic fallback, and an ETA that converges."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import TINY, user_preset
+from engine import runconfig, supervisor as supervisor_module
+from engine.rundir import RunDir
+from engine.supervisor import Supervisor
+from engine.sysmon import SystemSampler
+
+# About three seconds of steady training: enough reporting windows to judge an ETA.
+STEADY = TINY + ["params.n=256", "params.products=16", "params.samples=2048", "train.epochs=8",
+                 "train.report_every_s=0.2", "batch_size=32", "accumulation=2"]
+
+
+def of_type(run: RunDir, kind: str) -> list[dict]:
+    return [e for e in run.events() if e["type"] == kind]
+
+
+def test_a_real_run_emits_memory_events_with_plausible_rss(home):
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", STEADY))
+    assert Supervisor(run, poll_s=0.05).supervise() == "finished"
+    memory = of_type(run, "memory")
+    assert len(memory) >= 2
+    for m in memory:
+        assert m["attempt"] == 1
+        assert 1e6 < m["rss"] < m["system_total"]
+        assert 0 < m["system_used"] <= m["system_total"]
+        assert set(m["pressure"]) >= {"level", "raw", "source"}
+    assert max(m["rss"] for m in memory) > 50e6  # once torch is loaded: tens of MB at least
+    assert memory[0]["swap_in_per_s"] is None  # no rate from a single reading
+    step = of_type(run, "step")[-1]
+    assert step["best_samples_per_s"] >= step["samples_per_s"] > 0
+
+
+def test_eta_converges_on_a_steady_run(home):
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", STEADY))
+    assert Supervisor(run, poll_s=0.05).supervise() == "finished"
+    steps = of_type(run, "step")
+    start = of_type(run, "trainer_ready")[0]["t"]
+    end = steps[-1]["t"]
+    assert len(steps) >= 6
+    late = steps[len(steps) // 2:-1]
+    for e in late:  # the predicted end from the second half is within a quarter of the run
+        assert abs(e["t"] + e["eta_s"] - end) < 0.25 * (end - start), e
+
+
+class SwappingSampler:
+    """The real sampler's figures, with the machine swapping hard during the first attempt."""
+
+    attempts = 0
+
+    def __init__(self, pid):
+        self.real = SystemSampler(pid)
+        SwappingSampler.attempts += 1
+        self.swapping = SwappingSampler.attempts == 1
+
+    def sample(self):
+        sample = self.real.sample()
+        return {**sample, "swap_in_per_s": 80e6, "swap_used": 6e9} if self.swapping else sample
+
+
+def test_a_slowdown_with_swapping_warns_with_advice_and_falls_back(home, monkeypatch):
+    monkeypatch.setattr(supervisor_module, "SystemSampler", SwappingSampler)
+    # Seconds instead of the production half-minute, so the test is short.
+    monkeypatch.setattr(supervisor_module, "SLOWDOWN_SETTINGS", {"smooth_s": 0.6, "sustain_s": 1.0})
+    monkeypatch.setattr(SwappingSampler, "attempts", 0)
+    user_preset(home, "devices", "laptop",
+                'device = "cpu"\nbatch_size = 32\naccumulation = 2\nthreads = 1\n'
+                'on_slowdown = "fallback"\nfallback = ["desk"]\n')
+    user_preset(home, "devices", "desk", 'device = "cpu"\nbatch_size = 32\naccumulation = 2\nthreads = 1\n')
+    run = RunDir.create(runconfig.resolve("matmul", "laptop", STEADY + [
+        "train.epochs=10", "train.checkpoint_every_steps=5", "inject=['slow@60']"]))
+    assert Supervisor(run, poll_s=0.05).supervise() == "finished"
+    (warning,) = of_type(run, "warning")
+    assert warning["kind"] == "slowdown" and warning["fallback"] is True
+    assert "swap-in is 80 MB/s" in warning["message"]
+    sets = [s for tip in warning["advice"] for s in tip["set"]]
+    assert "device.grad_checkpointing=true" in sets and "device.batch_size=16" in sets
+    (crash,) = of_type(run, "crash")
+    assert crash["kind"] == "slowdown"
+    (move,) = of_type(run, "fallback")
+    assert (move["reason"], move["to_preset"]) == ("slowdown", "desk")
+    ready = of_type(run, "trainer_ready")
+    assert ready[1]["resumed_from"]["step"] >= 60  # it checkpointed on the way out
+
+
+def test_a_healthy_run_gets_no_warning(home):
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", STEADY))
+    assert Supervisor(run, poll_s=0.05).supervise() == "finished"
+    assert not of_type(run, "warning")
