@@ -45,6 +45,8 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
         line = (f"attempt {e['attempt']}: {e['device']} {e['precision']}, batch {e['batch_size']} x "
                 f"{e['accumulation']}, {e['parameters']:,} parameters, {e['total_steps']} steps "
                 f"({e['reason']})")
+        if e.get("world_size", 1) > 1:
+            line += f"; world size {e['world_size']}, global batch {e['global_batch']}"
         if resumed:
             line += f"; resumed at step {resumed['step']}, sample {resumed['samples_seen']:,}"
         return line

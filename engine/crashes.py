@@ -139,6 +139,18 @@ def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
     return verdict("unknown", _last_line(end.tail) or None)
 
 
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?"
+                         r"exitcode\s*:\s*(-?\d+)", re.S)
+
+
+def torchrun_root_cause(tail: str) -> tuple[int, int] | None:
+    """(rank, exit code — negative: a signal) of the first rank that failed, from torchrun's
+    ChildFailedError report; None when the text has no such report. The other ranks' errors
+    ("Connection reset by peer" in a collective) are consequences of that one."""
+    match = _ROOT_CAUSE.search(tail or "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
     return lines[-1] if lines else ""

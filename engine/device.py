@@ -54,6 +54,12 @@ def resolve(preset: DevicePreset, where: str = "device preset") -> Resolved:
         if kind == "mps" and not mps_available():
             raise ConfigError(where, "device", "'mps' is not available on this machine "
                               "(torch.backends.mps.is_available() is false); expected 'auto' or 'cpu'")
+    if kind == "mps" and preset.nproc_per_node * preset.nnodes > 1:
+        raise ConfigError(where, "nproc_per_node", f"{preset.nproc_per_node} is refused: auto picked "
+                          "MPS, and torch.distributed has no MPS backend; expected 1")
+    if kind == "cuda" and 1 < preset.nproc_per_node > torch.cuda.device_count():
+        raise ConfigError(where, "nproc_per_node", f"{preset.nproc_per_node} processes but this "
+                          f"machine has {torch.cuda.device_count()} CUDA devices; expected at most that")
     if kind == "mps" and preset.compile:
         raise ConfigError(where, "compile", "true is refused on MPS: torch.compile's Metal "
                           "backend is immature; expected false")
@@ -99,6 +105,22 @@ def memory(device: torch.device) -> dict:
             out["limit"] = torch.mps.recommended_max_memory()
         return out
     return {}
+
+
+def peak_memory_mb(device: torch.device) -> dict[str, float]:
+    """The most memory this process has used so far, in MiB, keyed by what was measured
+    (the figures differ in kind, so the key says which one it is)."""
+    if device.type == "cuda":
+        return {"peak_cuda_allocated_mb": torch.cuda.max_memory_allocated(device) / 2**20}
+    if device.type == "mps":
+        # Metal keeps no peak: this is what it holds for the process now (cache included).
+        return {"mps_driver_allocated_mb": torch.mps.driver_allocated_memory() / 2**20}
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # ru_maxrss is in bytes on macOS and in KiB on Linux.
+    return {"peak_rss_mb": peak / 2**20 if sys.platform == "darwin" else peak / 2**10}
 
 
 def rng_state() -> dict:

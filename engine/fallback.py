@@ -43,7 +43,8 @@ DEFAULT_RULES = {
 }
 ENV_FIXES = {"openmp": {"KMP_DUPLICATE_LIB_OK": "TRUE"}}
 # Fields a rule may change; what `changed` reports.
-_COMPARED = ("device", "batch_size", "accumulation", "precision", "env", "grad_checkpointing",
+_COMPARED = ("device", "nproc_per_node", "nnodes", "batch_size", "accumulation", "precision", "env",
+             "grad_checkpointing",
              "compile", "threads")
 
 

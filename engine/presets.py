@@ -45,6 +45,11 @@ class DevicePreset:
     grad_checkpointing: bool = setting(False, "recompute activations in backward to save memory")
     compile: bool = setting(False, "torch.compile the model (refused on MPS)")
     threads: int = setting(0, "CPU threads for torch; 0 keeps torch's default", min=0)
+    nproc_per_node: int = setting(1, "processes on this machine; above 1 the attempt runs under "
+                                     "torchrun with DDP (one per GPU on CUDA, gloo on CPU)", min=1)
+    nnodes: int = setting(1, "machines in the run (torchrun --nnodes); above 1 needs rdzv_endpoint",
+                          min=1)
+    rdzv_endpoint: str = setting("", "host:port of the rendezvous for a multi-machine run")
     env: Mapping[str, str] = setting({}, "environment for the trainer process, set before torch loads")
     empty_cache: CachePolicy = setting("never", "when to empty the device cache")
     fallback: tuple[str, ...] = setting([], "device presets to fall back to, in order")
@@ -63,6 +68,12 @@ class DevicePreset:
         if self.device == "mps" and self.compile:
             raise FieldError("compile", "true is refused on MPS: torch.compile's Metal backend is "
                                         "immature and segfaults; expected false")
+        if self.device == "mps" and self.nproc_per_node * self.nnodes > 1:
+            raise FieldError("nproc_per_node", f"{self.nproc_per_node} is refused on MPS: torch."
+                             "distributed has no MPS backend; expected 1 (or device 'cuda'/'cpu')")
+        if self.nnodes > 1 and not re.fullmatch(r"[^\s:]+:\d+", self.rdzv_endpoint):
+            raise FieldError("rdzv_endpoint", f"got {self.rdzv_endpoint!r}; nnodes = {self.nnodes} "
+                                              "needs the rendezvous as 'host:port'")
         if self.device == "mps" and self.precision == "fp16":
             raise FieldError("precision", "'fp16' needs a GradScaler, which MPS lacks; expected "
                                           "'fp32' or 'bf16'")
@@ -93,7 +104,12 @@ class DevicePreset:
 
     @property
     def effective_batch(self) -> int:
+        """Samples per optimizer step on one process (times the world size under torchrun)."""
         return self.batch_size * self.accumulation
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -30,9 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import psutil
+
 import engine
 from engine import checkpoint, fallback
-from engine.crashes import AttemptEnd, Verdict, classify
+from engine.crashes import AttemptEnd, Verdict, classify, torchrun_root_cause
+from engine.distributed import launch_prefix
 from engine.events import EventFollower, EventWriter
 from engine.fallback import Decision, Ladder, Step
 from engine.rundir import RunDir
@@ -64,6 +67,8 @@ class AttemptWatch:
     exception: dict | None = None
     numerical: dict | None = None
     fired: list[str] = field(default_factory=list)
+    exceptions: dict[int, dict] = field(default_factory=dict)   # by rank
+    numericals: dict[int, dict] = field(default_factory=dict)   # by rank
     slowdown: dict | None = None   # the warning for which the supervisor stopped it
 
     def see(self, event: dict, now: float) -> float:
@@ -76,9 +81,11 @@ class AttemptWatch:
             self.precision, self.device = event.get("precision"), event.get("device")
             self.resumed_step = (event.get("resumed_from") or {}).get("step", 0)
         elif kind == "exception":
-            self.exception = event
+            self.exceptions.setdefault(event.get("rank", 0), event)
+            self.exception = self.exception or event
         elif kind == "numerical":
-            self.numerical = event
+            self.numericals.setdefault(event.get("rank", 0), event)
+            self.numerical = self.numerical or event
         elif kind == "fault_injected":
             self.fired.append(event["spec"])
         return gap
@@ -129,6 +136,7 @@ class Supervisor:
         self._proc: subprocess.Popen | None = None
         self._forwarded = 0
         self._watch: AttemptWatch | None = None
+        self._distributed = False
         self._slowest_gap = 0.0       # the longest quiet interval seen in a healthy attempt
         self._memory_percent: float | None = None
         self._memory_sampled = 0.0
@@ -201,8 +209,13 @@ class Supervisor:
 
     def run_attempt(self, attempt: int, name: str, preset) -> AttemptResult:
         log_path = self.run.attempt_log(attempt)
-        command = [sys.executable, "-m", "engine.trainer", str(self.run.path),
-                   "--attempt", str(attempt), "--preset", name, "--device-json", json.dumps(to_table(preset))]
+        trainer = ["-m", "engine.trainer", str(self.run.path), "--attempt", str(attempt),
+                   "--preset", name, "--device-json", json.dumps(to_table(preset))]
+        # Several processes: torch.distributed's own launcher, supervised like any attempt.
+        launcher = launch_prefix(preset.nproc_per_node, preset.nnodes, preset.rdzv_endpoint,
+                                 self.run.id, sys.executable)
+        command = launcher + trainer if launcher else [sys.executable, *trainer]
+        self._distributed = bool(launcher)
         self.events.emit("attempt_started", attempt=attempt, preset=name, config=to_table(preset),
                          log=log_path.name)
         self._watch = watch = AttemptWatch(attempt)
@@ -231,8 +244,14 @@ class Supervisor:
         self._pump()
         code = self._proc.returncode
         self._proc = None
+        tail = _tail(log_path, lines=TAIL_LINES * (3 if self._distributed else 1))
+        if self._distributed and code > 0 and (cause := torchrun_root_cause(tail)) is not None:
+            # How the first failing rank ended, not torchrun's own exit 1; the other ranks'
+            # errors are consequences of it.
+            rank, code = cause
+            watch.exception = watch.exceptions.get(rank)
+            watch.numerical = watch.numericals.get(rank)
         sig = signal.Signals(-code).name if code < 0 else None
-        tail = _tail(log_path)
         verdict = classify(AttemptEnd(
             exit_code=None if sig else code, signal=sig, tail=tail, exception=watch.exception,
             numerical=watch.numerical, last_step=watch.last_step,
@@ -269,9 +288,18 @@ class Supervisor:
             self._proc.wait()
 
     def _signal_trainer(self, sig: signal.Signals) -> None:
+        """SIGTERM reaches the trainer processes themselves (under torchrun, its workers,
+        so that every rank checkpoints through the same stop agreement); SIGKILL the whole
+        process group."""
         try:
-            self._proc.send_signal(sig)
-        except ProcessLookupError:
+            if sig == signal.SIGKILL:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            elif self._distributed:
+                for worker in psutil.Process(self._proc.pid).children(recursive=True):
+                    worker.send_signal(sig)
+            else:
+                self._proc.send_signal(sig)
+        except (ProcessLookupError, psutil.NoSuchProcess):
             pass
 
     def _sample_memory(self, attempt: int) -> None:

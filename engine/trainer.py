@@ -19,6 +19,7 @@ Exit codes: 0 finished, 1 failed, 2 bad configuration, 3 stopped on request, 4 n
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import json
 import math
@@ -34,6 +35,7 @@ import torch
 from engine import checkpoint, device as devices, presets, workloads
 from engine.crashes import EXIT_CONFIG, EXIT_FAILED, EXIT_FINISHED, EXIT_NUMERICAL, EXIT_STOPPED
 from engine.data import SampleOrder
+from engine.distributed import World
 from engine.errors import ConfigError
 from engine.events import EventWriter
 from engine.faults import Injector
@@ -75,14 +77,31 @@ class Trainer:
         self.train = config.workload.train
         self.resolved = devices.resolve(preset, where=f"device preset {preset_name!r}")
         self.device = self.resolved.device
-        self.faults = Injector(preset.inject, self.device.type, events.emit)
+        self.world = World.from_env(self.device.type)
+        if self.world.size > 1 and self.device.type == "cuda":
+            self.device = torch.device("cuda", self.world.local_rank)
+            torch.cuda.set_device(self.device)
+        # Rank 0 speaks for the run; the other ranks only heartbeat (and report their own
+        # exceptions, from main()). Injected faults hit rank 0.
+        self.emit = events.emit if self.world.is_main else (lambda *a, **k: None)
+        self.faults = Injector(preset.inject if self.world.is_main else (), self.device.type, self.emit)
+        self.global_batch = preset.effective_batch * self.world.size
         if preset.threads:
             torch.set_num_threads(preset.threads)
 
         devices.seed_everything(self.train.seed)
         self.workload = workloads.build(config.workload.workload, config.workload.params, self.train.seed)
         self.model = self.workload.build_model(grad_checkpointing=preset.grad_checkpointing).to(self.device)
-        self.forward = torch.compile(self.model) if preset.compile else self.model
+        self.ddp = None
+        if self.world.size > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.ddp = DistributedDataParallel(
+                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        wrapped = self.ddp or self.model
+        self.forward = torch.compile(wrapped) if preset.compile else wrapped
+        # Evaluation and epoch preparation run per rank, outside DDP's collectives.
+        self.local_forward = self.forward if self.ddp is None else self.model
         self.optimizer = torch.optim.AdamW(
             [p for p in self.model.parameters() if p.requires_grad],
             lr=self.train.lr, weight_decay=self.train.weight_decay)
@@ -94,7 +113,7 @@ class Trainer:
         self.samples_seen = 0
         self.resumed_from = self._resume()
         self.total_steps = self.step + math.ceil(
-            max(0, self.total_samples - self.samples_seen) / preset.effective_batch)
+            max(0, self.total_samples - self.samples_seen) / self.global_batch)
         if self.train.max_steps:
             self.total_steps = min(self.total_steps, self.train.max_steps)
 
@@ -110,7 +129,7 @@ class Trainer:
 
     def fit(self) -> str:
         """Train to the end of the schedule or to a stop request: 'finished' or 'stopped'."""
-        self.events.emit("trainer_ready", **self._describe())
+        self.emit("trainer_ready", **self._describe())
         self.faults.before_step(0)
         while self.should_continue():
             self.train_step()
@@ -127,25 +146,37 @@ class Trainer:
         return "finished"
 
     def should_continue(self) -> bool:
-        return self.step < self.total_steps and not self.stop.requested
+        # Every rank must stop at the same step: a stop request reaching one of them is shared
+        # over a host-side group (no device sync).
+        return self.step < self.total_steps and not self.world.any(self.stop.requested)
 
     def train_step(self) -> None:
-        """One optimizer step over `accumulation` micro-batches (fewer at the very end)."""
+        """One optimizer step over the global group of samples: `accumulation` micro-batches
+        on each rank (fewer at the very end)."""
         self.faults.before_step(self.step + 1)
-        group = min(self.preset.effective_batch, self.total_samples - self.samples_seen)
-        for start in range(0, group, self.preset.batch_size):
-            n = min(self.preset.batch_size, group - start)
-            self.maybe_prepare_epoch(self.order.epoch_of(self.samples_seen + start))
-            indices = self.order.indices(self.samples_seen + start, n)
-            batch = self.workload.batch(indices, self.device)
-            with self.resolved.autocast():
-                loss = self.workload.loss(self.forward, batch)
-            if self.faults.poison_loss:
-                loss = loss * float("nan")
-            # Weight each micro-batch by its share of the group: the step's gradient is the
-            # mean over all its samples, whatever the split into micro-batches.
-            self.scaler.scale(loss * (n / group)).backward()
-            self._keep_loss(loss.detach(), n)
+        group = min(self.global_batch, self.total_samples - self.samples_seen)
+        first, mine = self.world.share(self.samples_seen, group)
+        micro_batches = self.world.micro_batches(group, self.preset.batch_size)
+        for m in range(micro_batches):
+            start = m * self.preset.batch_size
+            n = max(0, min(self.preset.batch_size, mine - start))
+            # A rank whose share ran out still takes part in the gradient all-reduce, with a
+            # sample weighted zero.
+            position = first + start if n else first
+            self.maybe_prepare_epoch(self.order.epoch_of(position))
+            batch = self.workload.batch(self.order.indices(position, max(n, 1)), self.device)
+            sync = self.ddp is None or m == micro_batches - 1
+            with contextlib.nullcontext() if sync else self.ddp.no_sync():
+                with self.resolved.autocast():
+                    loss = self.workload.loss(self.forward, batch)
+                if self.faults.poison_loss:
+                    loss = loss * float("nan")
+                # Weight each micro-batch by its share of the group: the step's gradient is the
+                # mean over all its samples, whatever the split into micro-batches and ranks
+                # (DDP averages over ranks, hence the world size).
+                self.scaler.scale(loss * (n / group * self.world.size)).backward()
+            if n:
+                self._keep_loss(loss.detach(), n)
         if self.train.grad_clip:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train.grad_clip)
@@ -172,7 +203,7 @@ class Trainer:
         started = time.monotonic()
         self.model.eval()
         with torch.no_grad(), self.resolved.autocast():
-            prepare(self.forward, epoch, self.device, self.events.emit)
+            prepare(self.local_forward, epoch, self.device, self.emit)
         self.model.train()
         spent = time.monotonic() - started
         self._prepare_s, self._prepares = self._prepare_s + spent, self._prepares + 1
@@ -187,7 +218,7 @@ class Trainer:
         if not self._window_steps:
             return
         self._fold_losses()
-        loss = float(self._window_loss) / self._window_samples  # the sync point
+        loss = float(self._window_loss) / max(1, self._window_loss_samples)  # the sync point
         if not math.isfinite(loss):
             raise NonFiniteLoss(self.step, f"loss {loss} over the last {self._window_steps} steps")
         elapsed = max(time.monotonic() - self._window_start, 1e-9)
@@ -207,7 +238,10 @@ class Trainer:
         )
         if self.workload.flops_per_sample:
             event["gflop_s"] = round(samples_per_s * self.workload.flops_per_sample / 1e9, 2)
-        self.events.emit("step", **event)
+        if self.world.is_main:
+            self.events.emit("step", **event)
+        else:
+            self.events.emit("heartbeat", rank=self.world.rank, step=self.step, pid=os.getpid())
         self._new_window()
 
     def eta_s(self) -> float:
@@ -235,12 +269,12 @@ class Trainer:
         started = time.monotonic()
         self.model.eval()
         with torch.no_grad(), self.resolved.autocast():
-            metrics = self.workload.evaluate(self.forward, self.device)
+            metrics = self.workload.evaluate(self.local_forward, self.device) if self.world.is_main else {}
         self.model.train()
         spent = time.monotonic() - started
         self._eval_s, self._evals = self._eval_s + spent, self._evals + 1
         if metrics:
-            self.events.emit("eval", step=self.step, metrics=metrics, eval_s=round(spent, 3))
+            self.emit("eval", step=self.step, metrics=metrics, eval_s=round(spent, 3))
         self._window_start += spent  # eval time is not training throughput
 
     def maybe_checkpoint(self) -> None:
@@ -258,6 +292,8 @@ class Trainer:
         self.report()
         if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
             raise NonFiniteLoss(self.step, "non-finite weights")
+        if not self.world.is_main:
+            return  # every rank holds the same weights; rank 0 writes them
         started = time.monotonic()
         path = checkpoint.save(self.run.checkpoints, {
             "step": self.step,
@@ -291,6 +327,7 @@ class Trainer:
         # Keeping the device tensor costs no kernel launch; they are summed in batches.
         self._losses.append(loss)
         self._loss_counts.append(n)
+        self._window_loss_samples += n
         if len(self._losses) >= 1024:
             self._fold_losses()
 
@@ -305,7 +342,8 @@ class Trainer:
         self._window_loss = torch.zeros((), device=self.device)
         self._losses: list[torch.Tensor] = []
         self._loss_counts: list[int] = []
-        self._window_samples = 0
+        self._window_samples = 0        # global samples trained in the window (throughput)
+        self._window_loss_samples = 0   # this rank's samples behind the window's loss
         self._window_steps = 0
 
     def _describe(self) -> dict:
@@ -317,8 +355,13 @@ class Trainer:
             total_samples=self.total_samples, resumed_from=self.resumed_from,
             parameters=sum(p.numel() for p in self.model.parameters()),
             trainable=sum(p.numel() for p in self.model.parameters() if p.requires_grad),
-            pid=os.getpid(), torch=torch.__version__,
+            pid=os.getpid(), torch=torch.__version__, world_size=self.world.size,
+            global_batch=self.global_batch,
         )
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -340,18 +383,20 @@ def main(argv: list[str] | None = None) -> int:
             preset = presets.device_from_table(json.loads(args.device_json), f"attempt {args.attempt}")
             trainer = Trainer(run, events, args.preset, preset, stop)
             outcome = trainer.fit()
+            trainer.world.close()
         except ConfigError as e:
             print(e.line(), file=sys.stderr)
             return EXIT_CONFIG
         except NonFiniteLoss as e:
-            events.emit("numerical", step=e.step, message=str(e))
+            events.emit("numerical", step=e.step, message=str(e), rank=_rank())
             print(f"attempt {args.attempt}: {e}", file=sys.stderr, flush=True)
             return EXIT_NUMERICAL
         except Exception as e:
             frames = traceback.extract_tb(e.__traceback__)
             events.emit("exception", error=type(e).__name__, message=str(e)[:2000],
                         where=f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None,
-                        step=trainer.step if trainer else None, traceback=traceback.format_exc()[-8000:])
+                        step=trainer.step if trainer else None, rank=_rank(),
+                        traceback=traceback.format_exc()[-8000:])
             traceback.print_exc()
             return EXIT_FAILED
     print(f"attempt {args.attempt}: {outcome} at step {trainer.step}/{trainer.total_steps}", flush=True)
