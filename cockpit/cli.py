@@ -35,6 +35,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from cockpit.commands import presets as presets_cmd, runs as runs_cmd
+    from cockpit.commands import sample as sample_cmd
 
     parser = _Parser(prog="cockpit", description="A terminal cockpit for PyTorch training.",
                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -55,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="start the run in the background, print its id and return")
     parser.add_argument("--runs-dir", metavar="DIR", help="where runs live (default: COCKPIT_RUNS_DIR "
                                                           "or the user data dir)")
-    sub = parser.add_subparsers(dest="command", metavar="{presets,runs}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{presets,runs,sample}", parser_class=_Parser)
 
     p = sub.add_parser("presets", help="list, show and locate presets")
     psub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -82,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name != "stop":
             q.add_argument("--json", action="store_true")
         q.set_defaults(handler=handler)
+    sample_cmd.add_parser(sub)
     return parser
 
 

@@ -91,7 +91,7 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
     if kind == "fallback":
         return fallback_line(e)
     if kind == "run_failed":
-        return f"no further attempt: {e['why']}"
+        return f"no further attempt: {e.get('why') or e.get('reason', '?')}"  # the supervisor writes 'reason'
     if kind == "run_finished":
         return f"run {e['status']}" + (f": {summary_text(e['summary'])}" if e.get("summary") else "")
     return None

@@ -220,7 +220,7 @@ def workload_from_table(table: dict, where: str) -> WorkloadPreset:
     for section in ("train", "params"):
         if not isinstance(table.get(section, {}), dict):
             raise ConfigError(where, section, "expected a table ([" + section + "])")
-    params_cls = params_class(name, where)
+    params_cls = params_class(name, where, table.get("params", {}))
     return WorkloadPreset(
         workload=name,
         description=description,

@@ -108,8 +108,13 @@ class AttemptResult:
 
 def _child_env(extra: dict[str, str]) -> dict[str, str]:
     env = {**os.environ, **extra, "PYTHONUNBUFFERED": "1"}
-    # The trainer imports engine from the same place this process did, installed or not.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PROJECT_ROOT, env.get("PYTHONPATH")) if p)
+    # The trainer imports engine from the same place this process did, installed or not,
+    # and a custom workload's module from the directory this process imported it from (the
+    # children run with -P, so their working directory cannot shadow it).
+    from engine.workloads import custom
+
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (_PROJECT_ROOT, *custom.import_roots(), env.get("PYTHONPATH")) if p)
     return env
 
 
@@ -214,7 +219,7 @@ class Supervisor:
         # Several processes: torch.distributed's own launcher, supervised like any attempt.
         launcher = launch_prefix(preset.nproc_per_node, preset.nnodes, preset.rdzv_endpoint,
                                  self.run.id, sys.executable)
-        command = launcher + trainer if launcher else [sys.executable, *trainer]
+        command = launcher + trainer if launcher else [sys.executable, "-P", *trainer]
         self._distributed = bool(launcher)
         self.events.emit("attempt_started", attempt=attempt, preset=name, config=to_table(preset),
                          log=log_path.name)
@@ -402,7 +407,7 @@ def run_summary(results: list[AttemptResult]) -> dict:
 def start_detached(run: RunDir) -> int:
     """Start a supervisor for the run in its own session; returns its pid at once."""
     with open(run.supervisor_log, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "engine.supervisor", str(run.path)],
+        proc = subprocess.Popen([sys.executable, "-P", "-m", "engine.supervisor", str(run.path)],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 env=_child_env({}), start_new_session=True)
     run.pid_path.write_text(f"{proc.pid}\n")

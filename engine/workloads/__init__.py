@@ -6,6 +6,9 @@ A workload package exposes, without importing torch:
 
 The engine owns the data order: it asks for the samples at given indices, so a run resumed
 with another batch size or accumulation continues at exactly the same sample.
+
+A user's own workload is named 'package.module:factory' or by an entry point in group
+'cockpit.workloads'; engine/workloads/custom.py loads it and documents the protocol for users.
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ if TYPE_CHECKING:
 
 BUILTIN = {
     "matmul": "engine.workloads.matmul",
+    "twotower": "engine.workloads.twotower",
+    "clip": "engine.workloads.clip",
+    "trm": "engine.workloads.trm",
+    "lora": "engine.workloads.lora",
 }
 
 
@@ -60,9 +67,17 @@ def _module(name: str, where: str):
     return importlib.import_module(BUILTIN[name])
 
 
-def params_class(name: str, where: str) -> type:
+def params_class(name: str, where: str, table: dict | None = None) -> type:
+    if name not in BUILTIN:  # 'package.module:factory' or an entry point: engine.workloads.custom
+        from engine.workloads import custom
+
+        return custom.params_class(name, where, table or {})
     return _module(name, where).Params
 
 
 def build(name: str, params: Any, seed: int) -> Workload:
+    if name not in BUILTIN:
+        from engine.workloads import custom
+
+        return custom.build(name, params, seed)
     return _module(name, "workload").build(params, seed)

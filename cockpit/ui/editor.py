@@ -1,0 +1,340 @@
+"""The preset editor: a form for every field, checked as you type by the engine's own rules
+(engine.schema / engine.presets: the same checks as a preset file and `--set`), what differs
+from the shipped preset of the same name, save and save-as to the user's preset dir.
+
+Shipped presets are never written: engine.presets.save_user_preset only writes the user's
+dir (atomically), where a preset of a shipped name shadows the shipped one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, get_args, get_origin
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Footer, Header, Input, Label, Select, Static
+
+from engine import paths, presets
+from engine.errors import ConfigError
+from engine.presets import DevicePreset, TrainSettings
+from engine.schema import expected, fields, parse_value, to_table
+
+
+@dataclass
+class FieldSpec:
+    key: str            # 'batch_size' (device) or 'train.epochs' / 'params.n' / 'description'
+    annotation: Any
+    field: Any          # dataclasses.Field, for its doc and bounds
+    value: Any
+
+
+def _text(value: Any) -> str:
+    """A value as the user types it: TOML for lists and tables, bare for strings and numbers."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(json.dumps(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _section(key: str) -> tuple[str | None, str]:
+    head, _, name = key.partition(".")
+    return (head, name) if name and head in ("train", "params") else (None, key)
+
+
+def field_specs(kind: str, table: dict) -> list[FieldSpec]:
+    """Every editable field of a preset, filled from its (validated) table."""
+    if kind == "devices":
+        return [FieldSpec(name, ann, f, table.get(name)) for name, (f, ann) in fields(DevicePreset).items()]
+    preset = presets.workload_from_table(table, "preset")
+    specs = [FieldSpec("description", str, None, preset.description)]
+    for section, cls, obj in (("train", TrainSettings, preset.train), ("params", type(preset.params), preset.params)):
+        values = to_table(obj)
+        specs += [FieldSpec(f"{section}.{name}", ann, f, values[name]) for name, (f, ann) in fields(cls).items()]
+    return specs
+
+
+def full_table(kind: str, raw: dict, where: str) -> dict:
+    """A preset file's table with every default filled in (raises ConfigError if invalid)."""
+    if kind == "devices":
+        return to_table(presets.device_from_table(raw, where))
+    return presets.workload_to_table(presets.workload_from_table(raw, where))
+
+
+def flat(kind: str, table: dict) -> dict[str, Any]:
+    if kind == "devices":
+        return dict(table)
+    out = {"description": table.get("description", "")}
+    for section in ("train", "params"):
+        out.update({f"{section}.{k}": v for k, v in table.get(section, {}).items()})
+    return out
+
+
+class SaveAsScreen(ModalScreen[str | None]):
+    """Ask for a preset name; the name is checked by the engine's own rule."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+    DEFAULT_CSS = """
+    SaveAsScreen { align: center middle; }
+    SaveAsScreen > Vertical { width: 60; height: auto; border: thick $primary; background: $surface; padding: 1 2; }
+    #saveas-error { color: $error; }
+    """
+
+    def __init__(self, kind: str, suggestion: str):
+        super().__init__()
+        self.kind, self.suggestion = kind, suggestion
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(f"Save {self.kind[:-1]} preset as (in your preset dir):")
+            yield Input(self.suggestion, id="saveas-name")
+            yield Static("", id="saveas-error")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        name = event.value.strip()
+        if not presets.NAME_PATTERN.match(name):
+            self.query_one("#saveas-error", Static).update(
+                f"{name!r} is not a preset name: letters, digits, '.', '_' and '-'")
+            return
+        self.dismiss(name)
+
+
+class EditorScreen(Screen):
+    BINDINGS = [
+        Binding("ctrl+s", "save", "Save"),
+        Binding("ctrl+o", "save_as", "Save as"),
+        Binding("escape", "back", "Back"),
+    ]
+    DEFAULT_CSS = """
+    #editor-head { height: auto; max-height: 4; padding: 0 1; background: $boost; }
+    #form { height: 1fr; }
+    .row { height: 1; }
+    .row Label { width: 24; padding-left: 1; }
+    .row Label.changed { color: $warning; text-style: bold; }
+    .row Input, .row Select { width: 1fr; }
+    .note { height: auto; padding-left: 3; color: $text-muted; }
+    .note.error { color: $error; text-style: bold; }
+    #editor-status { height: 1; padding: 0 1; }
+    """
+
+    def __init__(self, kind: str, name: str):
+        super().__init__()
+        self.kind, self.preset_name = kind, name
+        self.ref = presets.find(kind, name)
+        raw = presets.read_toml(self.ref.path)
+        self.workload = raw.get("workload") if kind == "workloads" else None
+        self.specs = field_specs(kind, full_table(kind, raw, str(self.ref.path)))
+        self.shipped = self._shipped_values()
+        self.errors: dict[str, str] = {}
+        self.saved_values: dict[str, Any] | None = None
+
+    def _shipped_values(self) -> dict[str, Any] | None:
+        path = paths.shipped_presets_dir() / self.kind / f"{self.preset_name}.toml"
+        if not path.is_file():
+            return None
+        try:
+            return flat(self.kind, full_table(self.kind, presets.read_toml(path), str(path)))
+        except ConfigError:
+            return None
+
+    # ------------------------------------------------------------ layout
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="editor-head")
+        with VerticalScroll(id="form"):
+            for spec in self.specs:
+                with Horizontal(classes="row"):
+                    yield Label(spec.key, id=f"label-{self._fid(spec.key)}")
+                    yield self._widget(spec)
+                yield Static(self._doc(spec), id=f"note-{self._fid(spec.key)}", classes="note")
+        yield Static(id="editor-status")
+        yield Footer()
+
+    @staticmethod
+    def _fid(key: str) -> str:
+        return key.replace(".", "__")
+
+    def _widget(self, spec: FieldSpec):
+        wid = f"field-{self._fid(spec.key)}"
+        if get_origin(spec.annotation) is Literal:
+            return Select([(str(c), c) for c in get_args(spec.annotation)], value=spec.value,
+                          allow_blank=False, compact=True, id=wid)
+        if spec.annotation is bool:
+            return Select([("true", True), ("false", False)], value=spec.value, allow_blank=False,
+                          compact=True, id=wid)
+        return Input(_text(spec.value), compact=True, id=wid)
+
+    def _doc(self, spec: FieldSpec) -> str:
+        doc = spec.field.metadata.get("doc", "") if spec.field is not None else "one line shown in lists"
+        return f"{doc} ({expected(spec.annotation, spec.field)})" if spec.field is not None else doc
+
+    def on_mount(self) -> None:
+        self.saved_values = self.values_or_none()
+        self.validate()
+
+    # ------------------------------------------------------------ values and validation
+
+    def _raw(self, spec: FieldSpec) -> Any:
+        widget = self.query_one(f"#field-{self._fid(spec.key)}")
+        if isinstance(widget, Select):
+            return widget.value
+        return parse_value(widget.value.strip(), spec.annotation)
+
+    def table(self) -> dict:
+        values = {s.key: self._raw(s) for s in self.specs}
+        if self.kind == "devices":
+            return values
+        table: dict[str, Any] = {"workload": self.workload, "description": values["description"],
+                                 "train": {}, "params": {}}
+        for key, value in values.items():
+            section, name = _section(key)
+            if section:
+                table[section][name] = value
+        return table
+
+    def values_or_none(self) -> dict[str, Any] | None:
+        try:
+            return flat(self.kind, self.table())
+        except Exception:
+            return None
+
+    def check(self) -> dict[str, str]:
+        """Field key -> problem, by the engine's own rules (types, bounds, cross-field rules,
+        the fallback ladder's names). The engine reports the first problem; to find the next
+        one the offending field is put back to its loaded value and the preset checked again."""
+        errors: dict[str, str] = {}
+        table = self.table()
+        loaded = {s.key: s.value for s in self.specs}
+        where = f"{self.kind[:-1]} preset {self.preset_name}"
+        for _ in range(len(self.specs) + 1):
+            try:
+                if self.kind == "devices":
+                    presets.check_ladder(self.preset_name, presets.device_from_table(table, where), where)
+                else:
+                    presets.workload_from_table(table, where)
+                return errors
+            except ConfigError as e:
+                key = self._owner(e.key)
+                if key in errors:
+                    return errors  # a cross-field rule the loaded value does not settle
+                errors[key] = e.problem
+                section, name = _section(key)
+                (table[section] if section else table)[name] = loaded[key]
+        return errors
+
+    def _owner(self, key: str | None) -> str:
+        """The form field a ConfigError's key belongs to ('rules.oom' -> 'rules')."""
+        keys = [s.key for s in self.specs]
+        if key in keys:
+            return key
+        for k in keys:
+            if key and key.startswith(k + "."):
+                return k
+        return "description" if self.kind == "workloads" else keys[0]
+
+    def validate(self) -> None:
+        self.errors = self.check()
+        current = self.values_or_none() or {}
+        changed = []
+        for spec in self.specs:
+            ident = self._fid(spec.key)
+            note = self.query_one(f"#note-{ident}", Static)
+            label = self.query_one(f"#label-{ident}", Label)
+            problem = self.errors.get(spec.key)
+            differs = self.shipped is not None and spec.key in current and \
+                _norm(current.get(spec.key)) != _norm(self.shipped.get(spec.key))
+            label.set_class(differs, "changed")
+            label.update(spec.key + (" *" if differs else ""))
+            if differs:
+                changed.append(f"{spec.key} {_text(self.shipped.get(spec.key))} → {_text(current.get(spec.key))}")
+            if problem:
+                note.update(Text(f"✗ {problem}"))
+            else:
+                doc = self._doc(spec)
+                note.update(f"shipped: {_text(self.shipped.get(spec.key))} · {doc}" if differs else doc)
+            note.set_class(bool(problem), "error")
+        self._head(changed)
+
+    def _head(self, changed: list[str]) -> None:
+        where = "shipped" if self.ref.shipped else ("yours, shadows the shipped one" if self.ref.shadows_shipped
+                                                     else "yours")
+        head = Text()
+        head.append(f"{self.kind[:-1]} preset {self.preset_name}", style="bold")
+        head.append(f" ({where}) {self.ref.path}", style="dim")
+        if self.shipped is None:
+            head.append("\nno shipped preset of this name to compare with")
+        elif changed:
+            head.append("\ndiffers from shipped: " + "; ".join(changed), style="yellow")
+        else:
+            head.append("\nsame as the shipped preset")
+        self.query_one("#editor-head", Static).update(head)
+        status = self.query_one("#editor-status", Static)
+        if self.errors:
+            key, problem = next(iter(self.errors.items()))
+            status.update(Text(f"{len(self.errors)} problem(s): {key}: {problem}", style="bold red"))
+        else:
+            status.update(Text("valid · ctrl+s saves to " + str(paths.user_presets_dir() / self.kind), style="green"))
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if self.is_mounted:
+            self.validate()
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        if self.is_mounted:
+            self.validate()
+
+    # ------------------------------------------------------------ saving
+
+    def _save(self, name: str) -> None:
+        self.validate()
+        if self.errors:
+            key, problem = next(iter(self.errors.items()))
+            self.notify(f"not saved: {key}: {problem}", severity="error")
+            return
+        try:
+            path = presets.save_user_preset(self.kind, name, self.table())
+        except ConfigError as e:
+            self.notify(f"not saved: {e.line()}", severity="error")
+            return
+        shadows = (paths.shipped_presets_dir() / self.kind / f"{name}.toml").is_file()
+        self.notify(f"saved {path}" + (" (shadows the shipped preset)" if shadows else ""))
+        self.preset_name = name
+        self.ref = presets.find(self.kind, name)
+        self.shipped = self._shipped_values()
+        self.saved_values = self.values_or_none()
+        self.validate()
+
+    def action_save(self) -> None:
+        self._save(self.preset_name)
+
+    def action_save_as(self) -> None:
+        def chosen(name: str | None) -> None:
+            if name:
+                self._save(name)
+
+        self.app.push_screen(SaveAsScreen(self.kind, f"{self.preset_name}-mine" if self.ref.shipped else self.preset_name), chosen)
+
+    def action_back(self) -> None:
+        if self.values_or_none() != self.saved_values:
+            self.notify("unsaved changes discarded", severity="warning")
+        self.dismiss()
+
+
+def _norm(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value

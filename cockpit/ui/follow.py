@@ -1,0 +1,51 @@
+"""Following a run from the dashboard's worker thread.
+
+The supervisor is its own process (engine.supervisor.start_detached): quitting the UI or an
+SSH hangup leaves the run alive. The thread only reads events.jsonl and hands batches to
+`post` -- the screen's post_message, the one thread-safe way into Textual. Polling every
+POLL_S is the coalescing: at most ten batches a second, however fast events are written.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from textual.message import Message
+
+from engine import supervisor
+from engine.events import EventFollower
+from engine.rundir import RunDir
+
+POLL_S = 0.1
+
+
+@dataclass
+class RunEvents(Message):
+    """New events of the followed run (possibly none), and whether its supervisor lives."""
+
+    run_id: str
+    events: list[dict]
+    live: bool
+    ended: bool   # nothing more will come: run_finished was read, or no supervisor and no news
+
+
+def follow(run: RunDir, post: Callable[[RunEvents], object], cancelled: Callable[[], bool], *,
+           start: bool = False, poll_s: float = POLL_S) -> None:
+    """Start the run's supervisor if asked, then post its events until it ends or we are cancelled."""
+    if start:
+        supervisor.start_detached(run)
+    follower = EventFollower(run.events_path)
+    last_live = None
+    while not cancelled():
+        events = follower.poll()
+        live = run.supervisor_pid() is not None
+        done = any(e.get("type") == "run_finished" for e in events)
+        ended = done or (not events and not live)
+        if events or live != last_live or ended:
+            post(RunEvents(run.id, events, live and not done, ended))
+        if ended:
+            return
+        last_live = live
+        time.sleep(poll_s)

@@ -1,0 +1,222 @@
+"""The launch screen: workload and device presets side by side (shipped and yours), overrides,
+the resolved configuration (or the error that stops it), the last probe result; run, edit,
+probe, runs, attach."""
+
+from __future__ import annotations
+
+import shlex
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input, OptionList, Static
+from textual.widgets.option_list import Option
+
+from cockpit.ui.editor import EditorScreen
+from cockpit.ui.probe import last_probe, probe_line
+from cockpit.ui.runs import live_runs
+from engine import presets, runconfig
+from engine.errors import ConfigError
+from engine.rundir import RunDir
+from engine.runconfig import RunConfig
+
+
+def _where(ref: presets.PresetRef) -> str:
+    if ref.shipped:
+        return "shipped"
+    return "yours*" if ref.shadows_shipped else "yours"
+
+
+def _summary(value) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(map(str, value)) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}={v}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def config_text(config: RunConfig) -> Text:
+    """The resolved configuration, one line per section."""
+    w, d = config.workload, config.device
+    table = config.to_table()
+    text = Text()
+    text.append(f"{config.workload_preset}", style="bold")
+    text.append(f" ({w.workload}) on ")
+    text.append(f"{config.device_preset}", style="bold")
+    if config.overrides:
+        text.append("  with " + " ".join(config.overrides), style="yellow")
+    if w.description:
+        text.append(f"\n{w.description}", style="dim")
+    text.append("\ntrain   " + "  ".join(f"{k} {_summary(v)}" for k, v in table["workload"]["train"].items()
+                                         if k in ("epochs", "max_steps", "lr", "seed", "eval_every_steps",
+                                                  "checkpoint_every_steps", "checkpoint_every_minutes")))
+    text.append("\nparams  " + "  ".join(f"{k} {_summary(v)}" for k, v in table["workload"]["params"].items()))
+    text.append(f"\ndevice  {d.device}, batch {d.batch_size} x {d.accumulation} (effective "
+                f"{d.effective_batch}), {d.precision}"
+                + (", grad checkpointing" if d.grad_checkpointing else "")
+                + (", compile" if d.compile else "")
+                + (f", {d.threads} threads" if d.threads else "")
+                + (f", env {_summary(dict(d.env))}" if d.env else ""))
+    ladder = " → ".join([config.device_preset, *config.ladder]) if config.ladder else "none"
+    text.append(f"\nladder  {ladder}")
+    if d.inject:
+        text.append(f"\ninject  {', '.join(d.inject)}", style="bold red")
+    return text
+
+
+class PresetList(OptionList):
+    DEFAULT_CSS = """
+    PresetList { width: 1fr; height: 100%; border: round $primary 50%; border-title-color: $text; }
+    PresetList:focus { border: round $primary; }
+    """
+
+    def __init__(self, kind: str, **kwargs):
+        super().__init__(**kwargs)
+        self.kind = kind
+        self.border_title = kind[:-1] + " presets"
+
+    def load(self, keep: str | None = None) -> None:
+        keep = keep or self.selected_name
+        refs = presets.list_presets(self.kind)
+        self.clear_options()
+        for ref in refs:
+            self.add_option(Option(Text.assemble((f"{ref.name:<18}", "bold"), (_where(ref), "dim")), id=ref.name))
+        names = [r.name for r in refs]
+        self.highlighted = names.index(keep) if keep in names else (0 if names else None)
+
+    @property
+    def selected_name(self) -> str | None:
+        if self.highlighted is None or self.option_count == 0:
+            return None
+        return self.get_option_at_index(self.highlighted).id
+
+
+class LaunchScreen(Screen):
+    BINDINGS = [
+        Binding("r", "run", "Run"),
+        Binding("e", "edit", "Edit preset"),
+        Binding("p", "probe", "Probe"),
+        Binding("o", "app.runs", "Runs"),
+        Binding("a", "attach", "Attach"),
+    ]
+    DEFAULT_CSS = """
+    #lists { height: 10; }
+    #overrides-row { height: 1; margin: 0 1; }
+    #overrides-label { width: 11; }
+    #overrides { width: 1fr; }
+    #resolved { height: 1fr; border: round $primary 50%; border-title-color: $text; padding: 0 1; }
+    #resolved.error { border: round $error; }
+    #probe { height: 1; padding: 0 1; background: $boost; }
+    """
+
+    def __init__(self, workload: str = "matmul", device: str = "auto"):
+        super().__init__()
+        self.initial = (workload, device)
+        self.config: RunConfig | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="lists"):
+            yield PresetList("workloads", id="workloads")
+            yield PresetList("devices", id="devices")
+        with Horizontal(id="overrides-row"):
+            yield Static("overrides", id="overrides-label")
+            yield Input(placeholder="key=value ... (e.g. batch_size=16 train.epochs=2); enter runs",
+                        id="overrides", compact=True)
+        with VerticalScroll(id="resolved"):
+            yield Static(id="resolved-text")
+        yield Static(id="probe")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#resolved").border_title = "resolved configuration"
+        self.query_one("#workloads", PresetList).load(self.initial[0])
+        self.query_one("#devices", PresetList).load(self.initial[1])
+        self.query_one("#workloads").focus()
+        self.refresh_info()
+
+    def on_screen_resume(self) -> None:
+        # Back from the editor (a preset may be new) or a run (one may now be live).
+        for lst in self.query(PresetList):
+            lst.load()
+        self.refresh_info()
+
+    def refresh_info(self) -> None:
+        self.resolve()
+        line = probe_line(last_probe())
+        live = live_runs()
+        if live:
+            line += f"   · {len(live)} live run{'s' if len(live) > 1 else ''}: a attaches"
+        self.query_one("#probe", Static).update(line)
+
+    # ------------------------------------------------------------ the resolved configuration
+
+    @property
+    def overrides(self) -> list[str]:
+        try:
+            return shlex.split(self.query_one("#overrides", Input).value)
+        except ValueError as e:
+            raise ConfigError("overrides", None, f"cannot be split into key=value words ({e})") from None
+
+    def resolve(self) -> RunConfig | None:
+        workload = self.query_one("#workloads", PresetList).selected_name
+        device = self.query_one("#devices", PresetList).selected_name
+        box, out = self.query_one("#resolved"), self.query_one("#resolved-text", Static)
+        self.config = None
+        if workload is None or device is None:
+            out.update("no presets found")
+            return None
+        try:
+            self.config = runconfig.resolve(workload, device, self.overrides)
+        except ConfigError as e:
+            box.add_class("error")
+            out.update(Text(e.line(), style="bold red"))
+            return None
+        box.remove_class("error")
+        out.update(config_text(self.config))
+        return self.config
+
+    def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        self.resolve()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.resolve()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.action_run()
+
+    # ------------------------------------------------------------ actions
+
+    def action_run(self) -> None:
+        config = self.resolve()
+        if config is None:
+            self.notify("fix the configuration first (see the red line)", severity="error")
+            return
+        try:
+            run = RunDir.create(config)
+        except ConfigError as e:
+            self.notify(e.line(), severity="error")
+            return
+        self.app.open_run(run, start=True)
+
+    def action_edit(self) -> None:
+        focused = self.focused
+        lst = focused if isinstance(focused, PresetList) else self.query_one("#devices", PresetList)
+        name = lst.selected_name
+        if name is not None:
+            self.app.push_screen(EditorScreen(lst.kind, name))
+
+    def action_probe(self) -> None:
+        result = last_probe()
+        self.notify(probe_line(result), title="probe", timeout=6)
+
+    def action_attach(self) -> None:
+        live = live_runs()
+        if not live:
+            self.notify("no live run to attach to", severity="warning")
+            return
+        self.app.open_run(live[0])

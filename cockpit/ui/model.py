@@ -1,0 +1,336 @@
+"""What the dashboard shows, folded from a run's events.
+
+No Textual here: the dashboard, the replay test and benchmarks/ui_events.py share it. Memory
+stays bounded however long the run: each plotted series keeps at most MAX_POINTS points
+(when full it drops every other one and from then on keeps every second new point, so the
+plot still spans the whole run), the log keeps LOG_LINES lines, warnings WARNINGS.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from cockpit.headless import duration, human_line as _human_line
+
+MAX_POINTS = 256
+LOG_LINES = 200
+WARNINGS = 20
+
+
+class Series:
+    """A decimating (x, y) series of bounded length that always ends at the newest point."""
+
+    __slots__ = ("x", "y", "cap", "stride", "_count", "last")
+
+    def __init__(self, cap: int = MAX_POINTS):
+        self.x: list[float] = []
+        self.y: list[float] = []
+        self.cap = cap
+        self.stride = 1        # keep every stride-th point offered
+        self._count = 0
+        self.last: tuple[float, float] | None = None
+
+    def add(self, x: float, y: float) -> None:
+        self.last = (x, y)
+        self._count += 1
+        if self._count % self.stride:
+            return
+        self.x.append(x)
+        self.y.append(y)
+        if len(self.x) >= self.cap:
+            del self.x[1::2], self.y[1::2]
+            self.stride *= 2
+
+    def points(self) -> tuple[list[float], list[float]]:
+        """The kept points plus the newest one, so the line reaches 'now'."""
+        if self.last is not None and (not self.x or self.x[-1] != self.last[0]):
+            return self.x + [self.last[0]], self.y + [self.last[1]]
+        return self.x, self.y
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+
+@dataclass
+class Attempt:
+    """One trainer process of the run: where it ran, how it ended, what came next."""
+
+    attempt: int
+    preset: str
+    device: str | None = None
+    precision: str | None = None
+    batch: str = ""                   # "32 x 4"
+    outcome: str = "running"
+    exit: str = ""
+    last_step: int | None = None
+    resumed_from: dict | None = None  # {step, samples_seen} when it resumed from a checkpoint
+    crash: dict | None = None         # its crash event
+    fallback: dict | None = None      # the fallback event that followed it
+    failed_why: str | None = None     # run_failed's reason, when no attempt followed
+
+
+@dataclass
+class RunModel:
+    run_id: str = ""
+    workload: str = "?"
+    device_preset: str = "?"
+    status: str = "created"           # created | running | finished | failed | stopped | lost
+    live: bool | None = None          # the supervisor's process is alive (None: not known yet)
+    started_t: float | None = None
+    ended_t: float | None = None
+    newest_t: float | None = None     # the newest event's time: the benchmark's lag reference
+    events_seen: int = 0
+    step: int = 0
+    total: int = 0
+    samples_seen: int = 0
+    total_samples: int = 0
+    epoch: int | None = None
+    loss: float | None = None
+    samples_per_s: float | None = None
+    steps_per_s: float | None = None
+    gflop_s: float | None = None
+    eta_s: float | None = None
+    device_memory: dict = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)
+    eval_step: int | None = None
+    memory: dict | None = None        # the latest memory event
+    warnings: deque = field(default_factory=lambda: deque(maxlen=WARNINGS))
+    attempts: list[Attempt] = field(default_factory=list)
+    log: deque = field(default_factory=lambda: deque(maxlen=LOG_LINES))
+    log_total: int = 0                # lines ever logged, so a screen can tell which are new
+    samples_series: Series = field(default_factory=Series)
+    steps_series: Series = field(default_factory=Series)
+    loss_series: Series = field(default_factory=Series)
+    marks: list[tuple[float, str]] = field(default_factory=list)  # crashes, at run time x
+
+    # ------------------------------------------------------------ folding
+
+    def fold(self, events: list[dict]) -> set[str]:
+        """Apply events in order; returns which parts of the screen changed."""
+        changed: set[str] = set()
+        for e in events:
+            self.events_seen += 1
+            t = e.get("t")
+            if t is not None:
+                self.newest_t = t
+            handler = _HANDLERS.get(e.get("type"))
+            if handler is not None:
+                changed |= handler(self, e)
+        return changed
+
+    def elapsed(self, t: float | None) -> float:
+        return 0.0 if t is None or self.started_t is None else t - self.started_t
+
+    def _current(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+    def _say(self, e: dict, text: str | None) -> None:
+        if not text:
+            return
+        stamp = _clock(self.elapsed(e.get("t")))
+        for i, line in enumerate(text.rstrip().splitlines()):
+            self.log.append(f"{stamp if i == 0 else ' ' * len(stamp)} {line}")
+            self.log_total += 1
+
+    # ------------------------------------------------------------ derived
+
+    @property
+    def fraction(self) -> float:
+        return min(1.0, self.step / self.total) if self.total else 0.0
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("finished", "failed", "stopped", "lost")
+
+    def duration_s(self, now: float) -> float | None:
+        if self.started_t is None:
+            return None
+        return (self.ended_t or (now if self.live else self.newest_t) or self.started_t) - self.started_t
+
+    def set_live(self, live: bool) -> bool:
+        """The follower's word on the supervisor; a run that stopped writing and has none is lost."""
+        if live == self.live:
+            return False
+        self.live = live
+        if not live and self.status in ("created", "running") and self.started_t is not None:
+            self.status = "lost"
+        return True
+
+
+def human_line(e: dict) -> str | None:
+    """headless's line for the event; an event from an older or newer writer that lacks a
+    field it reads gets no line rather than breaking the screen."""
+    try:
+        return _human_line(e)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    m, s = divmod(seconds, 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:2d}:{s:02d}"
+
+
+def bytes_text(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return "-"
+
+
+def warning_text(e: dict) -> str:
+    advice = e.get("advice") or []
+    lines = [f"warning ({e.get('kind', '?')}): {e.get('message', '')}"]
+    for a in advice:
+        text = a.get("text") if isinstance(a, dict) else str(a)
+        sets = a.get("set") if isinstance(a, dict) else None
+        lines.append(f"  try: {text}" + (f"  (--set {' '.join(sets)})" if sets else ""))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- one function per event type
+
+
+def _run_started(m: RunModel, e: dict) -> set[str]:
+    m.run_id = e.get("run", m.run_id)
+    m.workload, m.device_preset = e.get("workload", m.workload), e.get("device_preset", m.device_preset)
+    m.started_t, m.status = e.get("t"), "running"
+    m._say(e, human_line(e))
+    return {"status", "log"}
+
+
+def _attempt_started(m: RunModel, e: dict) -> set[str]:
+    config = e.get("config") or {}
+    m.attempts.append(Attempt(attempt=e.get("attempt", len(m.attempts) + 1), preset=e.get("preset", "?"),
+                              batch=f"{config.get('batch_size', '?')} x {config.get('accumulation', '?')}"))
+    m._say(e, f"attempt {e.get('attempt')} starts on preset {e.get('preset')}")
+    return {"status", "attempts", "log"}
+
+
+def _trainer_ready(m: RunModel, e: dict) -> set[str]:
+    a = m._current()
+    if a is not None:
+        a.device, a.precision = e.get("device"), e.get("precision")
+        a.batch = f"{e.get('batch_size', '?')} x {e.get('accumulation', '?')}"
+        a.resumed_from = e.get("resumed_from")
+    m.total = e.get("total_steps", m.total)
+    m._say(e, human_line(e))
+    return {"status", "attempts", "progress", "log"}
+
+
+_STEP_CHANGES = frozenset({"progress", "plots"})
+_STEP_CHANGES_DEVICE = frozenset({"progress", "plots", "memory"})
+
+
+def _step(m: RunModel, e: dict) -> set[str]:
+    # The hot path of a replay: plain lookups, one series append each.
+    get = e.get
+    m.step, m.total = get("step", m.step), get("total", m.total)
+    m.samples_seen, m.total_samples = get("samples_seen", m.samples_seen), get("total_samples", m.total_samples)
+    m.epoch, m.loss = get("epoch", m.epoch), get("loss", m.loss)
+    m.samples_per_s, m.steps_per_s = get("samples_per_s"), get("steps_per_s")
+    m.gflop_s, m.eta_s = get("gflop_s"), get("eta_s")
+    m.device_memory = get("device_memory") or {}
+    t = get("t")
+    x = t - m.started_t if t is not None and m.started_t is not None else 0.0
+    if m.samples_per_s is not None:
+        m.samples_series.add(x, m.samples_per_s)
+    if m.steps_per_s is not None:
+        m.steps_series.add(x, m.steps_per_s)
+    if m.loss is not None:
+        m.loss_series.add(x, m.loss)
+    if m.attempts:
+        m.attempts[-1].last_step = m.step
+    return _STEP_CHANGES_DEVICE if m.device_memory else _STEP_CHANGES
+
+
+def _eval(m: RunModel, e: dict) -> set[str]:
+    m.metrics, m.eval_step = e.get("metrics") or {}, e.get("step")
+    m._say(e, human_line(e))
+    return {"progress", "log"}
+
+
+def _checkpoint(m: RunModel, e: dict) -> set[str]:
+    m._say(e, f"checkpoint at step {e.get('step')} ({e.get('path', '')})")
+    return {"log"}
+
+
+def _memory(m: RunModel, e: dict) -> set[str]:
+    m.memory = e
+    return {"memory"}
+
+
+def _warning(m: RunModel, e: dict) -> set[str]:
+    m.warnings.append(e)
+    m._say(e, warning_text(e))
+    return {"memory", "log"}
+
+
+def _crash(m: RunModel, e: dict) -> set[str]:
+    a = m._current()
+    if a is not None:
+        a.crash = e
+    m.marks.append((m.elapsed(e.get("t")), e.get("kind", "crash")))
+    m._say(e, human_line(e))
+    return {"attempts", "plots", "log"}
+
+
+def _attempt_ended(m: RunModel, e: dict) -> set[str]:
+    a = next((a for a in reversed(m.attempts) if a.attempt == e.get("attempt")), None)
+    if a is not None:
+        a.outcome, a.exit = e.get("outcome", "?"), e.get("exit", "")
+        a.last_step = e.get("last_step", a.last_step)
+    m._say(e, human_line(e) or f"attempt {e.get('attempt')} ended: {e.get('outcome')} ({e.get('exit', '')})")
+    return {"attempts", "status", "log"}
+
+
+def _fallback(m: RunModel, e: dict) -> set[str]:
+    a = next((a for a in reversed(m.attempts) if a.attempt == e.get("attempt")), None)
+    if a is not None:
+        a.fallback = e
+    m._say(e, human_line(e))
+    return {"attempts", "log"}
+
+
+def _run_failed(m: RunModel, e: dict) -> set[str]:
+    a = m._current()
+    if a is not None:
+        a.failed_why = e.get("why") or e.get("reason")
+    m._say(e, f"no further attempt: {e.get('why') or e.get('reason')}")
+    return {"attempts", "log"}
+
+
+def _run_finished(m: RunModel, e: dict) -> set[str]:
+    m.status, m.ended_t = e.get("status", "?"), e.get("t")
+    m.eta_s = None
+    m._say(e, human_line(e))
+    return {"status", "progress", "log"}
+
+
+def _fault_injected(m: RunModel, e: dict) -> set[str]:
+    m._say(e, human_line(e))
+    return {"log"}
+
+
+_HANDLERS = {
+    "run_started": _run_started, "attempt_started": _attempt_started,
+    "trainer_ready": _trainer_ready, "step": _step, "eval": _eval, "checkpoint": _checkpoint,
+    "memory": _memory, "warning": _warning, "crash": _crash, "attempt_ended": _attempt_ended,
+    "fallback": _fallback, "run_failed": _run_failed, "run_finished": _run_finished,
+    "fault_injected": _fault_injected,
+}
+
+
+def rate_text(value: float | None, unit: str) -> str:
+    if value is None:
+        return f"- {unit}"
+    return f"{value:,.0f} {unit}" if value >= 100 else f"{value:.3g} {unit}"
+
+
+__all__ = ["RunModel", "Attempt", "Series", "bytes_text", "rate_text", "warning_text", "duration"]

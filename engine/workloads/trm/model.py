@@ -1,0 +1,216 @@
+"""The recursive byte-level language model (see engine/workloads/trm/__init__.py for the idea).
+
+Written from the TinyRecursiveModels paper and its public config (trm.yaml: H_cycles 3,
+L_cycles 6, L_layers 2, hidden 512, heads 8, expansion 4, RoPE, post-norm, forward in bf16),
+with causal attention because this model predicts the next byte.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.checkpoint import checkpoint
+
+VOCAB = 256  # bytes
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class Arch:
+    """The shape of the model: what a checkpoint's weights need to be loaded into."""
+
+    hidden_size: int
+    L_layers: int
+    num_heads: int
+    expansion: float
+    H_cycles: int
+    L_cycles: int
+    forward_dtype: str = "fp32"
+
+    @classmethod
+    def of(cls, params) -> "Arch":
+        return cls(hidden_size=params.hidden_size, L_layers=params.L_layers,
+                   num_heads=params.num_heads, expansion=params.expansion,
+                   H_cycles=params.H_cycles, L_cycles=params.L_cycles,
+                   forward_dtype=params.forward_dtype)
+
+    @property
+    def intermediate(self) -> int:
+        # SwiGLU at 2/3 of expansion x hidden keeps the parameter count of a plain MLP of that
+        # width; rounded up to a multiple of 256 like TRM's layers.
+        return -(-round(self.expansion * self.hidden_size * 2 / 3) // 256) * 256
+
+    @property
+    def stack_params(self) -> int:
+        h = self.hidden_size
+        return self.L_layers * (4 * h * h + 3 * h * self.intermediate)
+
+    def flops_per_token(self, seq_len: int, weight_grads: bool = True) -> float:
+        """Training FLOPs per predicted byte: every stack application forward, the last cycle's
+        (L_cycles + 1) applications backward at twice the cost (once, input gradients only,
+        when the weights are frozen as under LoRA), plus the output head."""
+        per_application = 2 * self.stack_params + 4 * seq_len * self.hidden_size * self.L_layers
+        forward = self.H_cycles * (self.L_cycles + 1)
+        backward = (2 if weight_grads else 1) * (self.L_cycles + 1)
+        return per_application * (forward + backward) + 3 * 2 * self.hidden_size * VOCAB
+
+
+def _trunc_normal_(tensor: torch.Tensor, std: float) -> torch.Tensor:
+    return nn.init.trunc_normal_(tensor, std=std, a=-2 * std, b=2 * std)
+
+
+def rms_norm(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    # In fp32 whatever the forward dtype: bf16 sums of squares lose too much.
+    dtype = x.dtype
+    x = x.float()
+    return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)).to(dtype)
+
+
+class CastedLinear(nn.Linear):
+    """A bias-free linear layer whose fp32 weight is cast to the input's dtype (bf16 forward
+    without autocast, which not every backend has for bf16)."""
+
+    def __init__(self, in_features: int, out_features: int):
+        super().__init__(in_features, out_features, bias=False)
+        with torch.no_grad():
+            _trunc_normal_(self.weight, 1.0 / math.sqrt(in_features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight.to(x.dtype))
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, hidden: int, heads: int):
+        super().__init__()
+        self.heads, self.head_dim = heads, hidden // heads
+        self.qkv = CastedLinear(hidden, 3 * hidden)
+        self.out = CastedLinear(hidden, hidden)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        b, t, h = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, self.head_dim).unbind(2)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                           is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(b, t, h))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, hidden: int, intermediate: int):
+        super().__init__()
+        self.gate_up = CastedLinear(hidden, 2 * intermediate)
+        self.down = CastedLinear(intermediate, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    """Post-norm, as TRM: normalise after each residual sum."""
+
+    def __init__(self, arch: Arch):
+        super().__init__()
+        self.attn = Attention(arch.hidden_size, arch.num_heads)
+        self.mlp = SwiGLU(arch.hidden_size, arch.intermediate)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = rms_norm(x + self.attn(x, cos, sin))
+        return rms_norm(x + self.mlp(x))
+
+
+class Stack(nn.Module):
+    """The one network TRM reuses for both latent updates: state + injection -> blocks."""
+
+    def __init__(self, arch: Arch):
+        super().__init__()
+        self.layers = nn.ModuleList(Block(arch) for _ in range(arch.L_layers))
+
+    def forward(self, state, injection, cos, sin):
+        x = state + injection
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        return x
+
+
+class RecursiveLM(nn.Module):
+    """bytes [B, T] -> next-byte logits [B, T, 256] (fp32)."""
+
+    def __init__(self, arch: Arch, grad_checkpointing: bool = False):
+        super().__init__()
+        self.arch = arch
+        self.grad_checkpointing = grad_checkpointing
+        self.dtype = DTYPES[arch.forward_dtype]
+        h = arch.hidden_size
+        self.embed_scale = math.sqrt(h)
+        self.embed = nn.Embedding(VOCAB, h)
+        with torch.no_grad():
+            _trunc_normal_(self.embed.weight, 1.0 / self.embed_scale)
+        self.stack = Stack(arch)
+        self.lm_head = CastedLinear(h, VOCAB)
+        # The latent states' starting values: fixed random vectors, saved with the weights.
+        self.register_buffer("H_init", _trunc_normal_(torch.empty(h), 1.0))
+        self.register_buffer("L_init", _trunc_normal_(torch.empty(h), 1.0))
+        head_dim = h // arch.num_heads
+        inv_freq = 1.0 / (10000.0 ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def _rope(self, t: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = torch.outer(torch.arange(t, device=device, dtype=torch.float32), self.inv_freq)
+        angles = torch.cat((freqs, freqs), dim=-1)[:, None, :]  # [T, 1, head_dim]
+        return angles.cos().to(self.dtype), angles.sin().to(self.dtype)
+
+    def _apply_stack(self, state, injection, cos, sin):
+        if self.grad_checkpointing and torch.is_grad_enabled():
+            return checkpoint(self.stack, state, injection, cos, sin, use_reentrant=False)
+        return self.stack(state, injection, cos, sin)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        b, t = tokens.shape
+        x = (self.embed(tokens) * self.embed_scale).to(self.dtype)
+        cos, sin = self._rope(t, tokens.device)
+        z_h = self.H_init.to(self.dtype).expand(b, t, -1)
+        z_l = self.L_init.to(self.dtype).expand(b, t, -1)
+        # TRM's gradient approximation: all cycles but the last refine the latents without a
+        # graph, so memory does not grow with H_cycles.
+        with torch.no_grad():
+            for _ in range(self.arch.H_cycles - 1):
+                for _ in range(self.arch.L_cycles):
+                    z_l = self.stack(z_l, z_h + x, cos, sin)
+                z_h = self.stack(z_h, z_l, cos, sin)
+        for _ in range(self.arch.L_cycles):
+            z_l = self._apply_stack(z_l, z_h + x, cos, sin)
+        z_h = self._apply_stack(z_h, z_l, cos, sin)
+        return self.lm_head(z_h).float()
+
+
+@torch.no_grad()
+def generate(model: nn.Module, prompt: bytes, *, tokens: int, temperature: float,
+             context: int, seed: int = 0) -> bytes:
+    """Continue `prompt` by `tokens` bytes, seeing at most the last `context` bytes.
+    temperature 0 picks the likeliest byte; above 0 samples (seeded, so repeatable)."""
+    device = next(model.parameters()).device
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    ids = list(prompt) or [ord("\n")]
+    out = []
+    for _ in range(tokens):
+        window = torch.tensor([ids[-context:]], dtype=torch.long, device=device)
+        logits = model(window)[0, -1].float().cpu()
+        if temperature <= 0:
+            nxt = int(logits.argmax())
+        else:
+            probs = torch.softmax(logits / temperature, dim=-1)
+            nxt = int(torch.multinomial(probs, 1, generator=generator))
+        ids.append(nxt)
+        out.append(nxt)
+    return bytes(out)

@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from engine import device as devices
+from engine.workloads.trm import Params, corpus
+from engine.workloads.trm.model import VOCAB, Arch, RecursiveLM, generate
+
+EVAL_BATCH = 16  # held-out windows per forward pass in evaluate()
+
+
+def _bytes_tensor(data: bytes) -> torch.Tensor:
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+
+class ByteLM:
+    """Windows of bytes -> next-byte loss, held-out bits per byte, text continuation.
+    Shared by trm and lora (which differ only in the model they build)."""
+
+    def __init__(self, *, seq_len: int, data_path: str, corpus_bytes: int, eval_bytes: int,
+                 flops_per_sample: float | None):
+        self.seq_len = seq_len
+        self._data = dict(data_path=data_path, corpus_bytes=corpus_bytes, eval_bytes=eval_bytes)
+        self._corpus: corpus.Corpus | None = None
+        self._train, self._data_device = None, None
+        self.flops_per_sample = flops_per_sample
+
+    @property
+    def corpus(self) -> corpus.Corpus:
+        # Loaded on first use: sampling from a checkpoint needs the model, not the text.
+        if self._corpus is None:
+            self._corpus = corpus.load(**self._data, min_bytes=self.seq_len + 1)
+        return self._corpus
+
+    @property
+    def num_samples(self) -> int:
+        return (len(self.corpus.train) - 1) // self.seq_len
+
+    def batch(self, indices: torch.Tensor, device: torch.device):
+        # The text is a few MB of bytes: keep one copy on the device and cut windows there.
+        if self._data_device != device:
+            self._train, self._data_device = _bytes_tensor(self.corpus.train).to(device), device
+        starts = indices.to(device, non_blocking=True) * self.seq_len
+        windows = self._train[starts[:, None] + torch.arange(self.seq_len + 1, device=device)].long()
+        return windows[:, :-1], windows[:, 1:]
+
+    def loss(self, model: nn.Module, batch) -> torch.Tensor:
+        inputs, targets = batch
+        return F.cross_entropy(model(inputs).reshape(-1, VOCAB).float(), targets.reshape(-1))
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, device: torch.device) -> dict[str, float]:
+        held = _bytes_tensor(self.corpus.held_out)
+        count = (len(held) - 1) // self.seq_len
+        windows = held[:count * self.seq_len + 1]
+        total, predicted = torch.zeros((), dtype=torch.float64, device=device), 0
+        for start in range(0, count, EVAL_BATCH):
+            n = min(EVAL_BATCH, count - start)
+            starts = torch.arange(start, start + n) * self.seq_len
+            chunk = windows[starts[:, None] + torch.arange(self.seq_len + 1)].long().to(device)
+            logits = model(chunk[:, :-1]).reshape(-1, VOCAB).float()
+            total += F.cross_entropy(logits, chunk[:, 1:].reshape(-1), reduction="sum").double()
+            predicted += chunk[:, 1:].numel()
+        nats = float(total) / predicted
+        # Named apart from the step events' training loss, which it sits beside in summaries.
+        return {"held_out_loss": nats, "bits_per_byte": nats / math.log(2),
+                **devices.peak_memory_mb(device)}
+
+    def continue_model(self, model: nn.Module, prompt: str, *, tokens: int, temperature: float,
+                       seed: int) -> str:
+        model.eval()
+        out = generate(model, prompt.encode("utf-8"), tokens=tokens, temperature=temperature,
+                       context=self.seq_len, seed=seed)
+        return out.decode("utf-8", errors="replace")
+
+
+class TrmWorkload(ByteLM):
+    def __init__(self, params: Params, seed: int):
+        self.params = params
+        self.arch = Arch.of(params)
+        super().__init__(seq_len=params.seq_len, data_path=params.data_path,
+                         corpus_bytes=params.corpus_bytes, eval_bytes=params.eval_bytes,
+                         flops_per_sample=params.seq_len * self.arch.flops_per_token(params.seq_len))
+
+    def build_model(self, *, grad_checkpointing: bool) -> nn.Module:
+        return RecursiveLM(self.arch, grad_checkpointing)
+
+    def continue_text(self, model_state: dict, prompt: str, *, tokens: int, temperature: float,
+                      seed: int) -> str:
+        """Continue `prompt` with the weights of a checkpoint, on the CPU."""
+        model = self.build_model(grad_checkpointing=False)
+        model.load_state_dict(model_state, strict=True)
+        return self.continue_model(model, prompt, tokens=tokens, temperature=temperature, seed=seed)

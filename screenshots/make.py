@@ -1,0 +1,120 @@
+"""Regenerate the SVG screenshots of every screen from the recorded runs.
+
+    python screenshots/make.py          # writes screenshots/*.svg (80x24, as over SSH)
+
+Each screen is driven headless (App.run_test + Pilot) over a scratch copy of
+tests/fixtures/runs/ (re-record those with screenshots/record.py). The 'live' run is the
+recorded clean run cut at its middle, with a supervisor pid that is alive (this process), so
+the dashboard shows it as running. tests/test_ui_snapshots.py compares the screens that depend
+only on the recorded runs against these files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Awaitable, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+FIXTURES = ROOT / "tests" / "fixtures" / "runs"
+OUT = ROOT / "screenshots"
+SIZE = (80, 24)
+
+
+def prepare(home: Path) -> None:
+    """Runs and user config in a scratch home; the environment points cockpit there."""
+    os.environ["COCKPIT_RUNS_DIR"] = str(home / "runs")
+    os.environ["COCKPIT_CONFIG_DIR"] = str(home / "config")
+    os.environ["TZ"] = "UTC"  # the runs screen shows local start times
+    time.tzset()
+    runs = home / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    for name in ("finished", "crash-fallback"):
+        dest = runs / f"20261123-1110{'49' if name == 'finished' else '11'}-{name}"
+        if not dest.exists():
+            shutil.copytree(FIXTURES / name, dest)
+    live = runs / "20261123-111500-live"
+    if not live.exists():
+        shutil.copytree(FIXTURES / "finished", live)
+        lines = (live / "events.jsonl").read_text().splitlines(keepends=True)
+        steps = [i for i, line in enumerate(lines) if '"type":"step"' in line]
+        (live / "events.jsonl").write_text("".join(lines[: steps[len(steps) // 2] + 1]))
+    (live / "supervisor.pid").write_text(f"{os.getpid()}\n")
+
+
+async def launch(app, pilot) -> None:
+    from engine import presets
+
+    presets.save_user_preset("devices", "cpu-4threads", {
+        "description": "my CPU run: 4 threads", "device": "cpu", "batch_size": 16, "accumulation": 8,
+        "threads": 4})
+    app.screen.on_screen_resume()
+    await pilot.pause()
+
+
+async def editor_error(app, pilot) -> None:
+    from cockpit.ui.editor import EditorScreen
+
+    app.push_screen(EditorScreen("devices", "mps"))
+    await pilot.pause()
+    field = app.screen.query_one("#field-batch_size")
+    field.focus()
+    field.value = "0"
+    await pilot.pause()
+
+
+async def open_run(app, pilot, name: str) -> None:
+    from engine.rundir import find_run
+
+    dash = app.open_run(find_run(name))
+    while not dash.model.samples_series.points()[0] and not dash.ended:
+        await pilot.pause(0.05)
+    await pilot.pause(0.5)
+
+
+async def runs(app, pilot) -> None:
+    await pilot.press("o")
+    await pilot.pause(0.8)
+
+
+SCREENS: dict[str, Callable[..., Awaitable[None]]] = {
+    "launch": launch,
+    "editor-error": editor_error,
+    "live-run": lambda app, pilot: open_run(app, pilot, "20261123-111500-live"),
+    "crash-fallback": lambda app, pilot: open_run(app, pilot, "20261123-111011-crash-fallback"),
+    "finished": lambda app, pilot: open_run(app, pilot, "20261123-111049-finished"),
+    "runs": runs,
+}
+
+
+async def render(name: str) -> str:
+    """One screen as SVG text (the environment must already point at a prepared home)."""
+    from cockpit.app import make_app
+
+    app = make_app(attach=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await SCREENS[name](app, pilot)
+        svg = app.export_screenshot(title=f"cockpit — {name}")
+    return svg
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(SCREENS)
+    with tempfile.TemporaryDirectory() as scratch:
+        prepare(Path(scratch))
+        for name in names:
+            svg = asyncio.run(render(name))
+            (OUT / f"{name}.svg").write_text(svg)
+            print(f"wrote {OUT / (name + '.svg')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

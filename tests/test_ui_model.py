@@ -1,0 +1,87 @@
+"""The dashboard's model, folded from recorded real runs: what the panels will say, and
+memory that stays bounded however long the run."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+from cockpit.ui.model import LOG_LINES, MAX_POINTS, RunModel, Series
+from cockpit.ui.widgets.attempts import attempts_text
+from cockpit.ui.widgets.memory import device_line, memory_text
+from engine.events import read_events
+from ui_support import RUNS
+
+
+def test_crash_and_fallback_fold_into_two_attempts():
+    m = RunModel()
+    m.fold(read_events(RUNS / "crash-fallback" / "events.jsonl"))
+    assert m.status == "finished" and len(m.attempts) == 2
+    first, second = m.attempts
+    assert (first.preset, first.device, first.outcome, first.exit) == ("auto", "cpu", "native-crash", "SIGABRT")
+    assert first.crash["evidence"]["signal"] == "SIGABRT"
+    assert first.fallback["to_preset"] == "cpu" and first.fallback["resume"]["step"] == 10
+    assert (second.preset, second.outcome) == ("cpu", "finished")
+    assert second.resumed_from["step"] == 10
+    assert len(m.marks) == 1 and m.marks[0][1] == "native-crash"
+    text = attempts_text(m).plain
+    assert "native-crash" in text and "SIGABRT" in text and "resume at step 10" in text
+    assert "batch_size 32→8" in text
+
+
+def test_finished_run_has_progress_metrics_and_memory():
+    m = RunModel()
+    m.fold(read_events(RUNS / "finished" / "events.jsonl"))
+    assert m.status == "finished" and m.step == m.total > 0 and m.fraction == 1.0
+    assert m.metrics["r2"] > 0.9                      # the recorded run really learned
+    assert len(m.loss_series) > 10 and m.loss_series.y[0] > m.loss_series.y[-1]
+    assert m.memory is not None and m.memory["rss"] > 0
+    assert "pressure" in memory_text(m).plain and "RSS" in memory_text(m).plain
+
+
+def test_memory_panel_colours_pressure_and_shows_device_limit():
+    m = RunModel()
+    m.fold([{"type": "memory", "t": 1.0, "rss": 2e9, "processes": 3, "system_total": 16e9,
+             "system_used": 15e9, "swap_in_per_s": 5e6, "swap_out_per_s": 1e6,
+             "pressure": {"level": "critical", "raw": 4, "source": "sysctl"}},
+            {"type": "warning", "t": 2.0, "kind": "slowdown", "message": "throughput 10% of its best",
+             "advice": [{"text": "shorter sequences", "set": ["params.seq_len=128"]}]}])
+    text = memory_text(m)
+    assert "critical" in text.plain and "5.0 MB/s" in text.plain and "3 procs" in text.plain
+    assert any(span.style == "bold white on red" for span in text.spans)
+    assert "throughput 10% of its best" in text.plain
+    assert "--set params.seq_len=128" in "\n".join(m.log)
+    assert device_line({"allocated": 3e9, "total": 80e9}) == "3.0 GB of 80.0 GB (4%)"
+    assert device_line({"allocated": 1e9, "driver": 2e9, "limit": 8e9}) == "2.0 GB of 8.0 GB (25%)"
+
+
+def test_series_stays_bounded_and_spans_the_run():
+    s = Series(cap=64)
+    for i in range(100_000):
+        s.add(float(i), float(-i))
+    assert len(s) < 64 and s.x[0] == 0.0          # the start of the run is kept
+    xs, ys = s.points()
+    assert xs[-1] == 99_999.0 and ys[-1] == -99_999.0   # the line reaches 'now'
+    assert xs == sorted(xs)
+
+
+def test_replaying_a_long_run_keeps_memory_bounded():
+    events = read_events(RUNS / "finished" / "events.jsonl")
+    span = events[-1]["t"] - events[0]["t"] + 1
+
+    def shifted(k):
+        return [{**e, "t": e["t"] + k * span} for e in events if e["type"] in ("step", "memory", "eval")]
+
+    m = RunModel()
+    m.fold(events[:2])
+    for k in range(20):
+        m.fold(shifted(k))
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for k in range(20, 220):
+        m.fold(shifted(k))
+    grown = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert m.events_seen >= 220 * len(shifted(0)) > 220 * 50
+    assert len(m.samples_series) < MAX_POINTS and len(m.loss_series) < MAX_POINTS
+    assert len(m.log) <= LOG_LINES
+    assert grown < 200_000, f"the model grew by {grown:,} bytes over 200 more replays"

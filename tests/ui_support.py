@@ -1,0 +1,49 @@
+"""Helpers for the UI tests: recorded runs in the test's runs dir, and waiting on the app."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import time
+from pathlib import Path
+
+from textual.css.query import NoMatches
+
+from conftest import FIXTURES
+
+RUNS = FIXTURES / "runs"
+
+
+def copy_run(home: Path, name: str, run_id: str | None = None) -> Path:
+    """A recorded run (tests/fixtures/runs/NAME) copied into the test's runs dir."""
+    dest = home / "runs" / (run_id or f"20261123-000000-{name}")
+    shutil.copytree(RUNS / name, dest)
+    return dest
+
+
+def fake_live(run: Path, pid: int | None = None) -> None:
+    """Make a recorded run look live: cut it mid-run and give it a live supervisor pid."""
+    lines = (run / "events.jsonl").read_text().splitlines(keepends=True)
+    steps = [i for i, line in enumerate(lines) if '"type":"step"' in line]
+    (run / "events.jsonl").write_text("".join(lines[: steps[len(steps) // 2] + 1]))
+    (run / "supervisor.pid").write_text(f"{pid or os.getpid()}\n")
+
+
+async def wait_for(pilot, condition, timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not _holds(condition):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        await pilot.pause(0.05)
+
+
+def _holds(condition) -> bool:
+    try:
+        return bool(condition())
+    except NoMatches:  # the screen is not composed yet
+        return False
+
+
+def run(coro):
+    return asyncio.run(coro)
