@@ -6,6 +6,8 @@ import json
 import sys
 from typing import TextIO
 
+from engine.fallback import describe_change
+
 
 def duration(seconds: float | None) -> str:
     if seconds is None:
@@ -107,15 +109,9 @@ def fallback_line(e: dict) -> str:
     if resume:
         where = f"resuming at step {resume['step']}" + (
             f", sample {resume['samples_seen']:,}" if resume.get("samples_seen") is not None else "")
-    changes = "; ".join(f"{k} {_value(a)} -> {_value(b)}" for k, (a, b) in (e.get("changed") or {}).items())
+    changes = describe_change(e.get("changed") or {}, sep="; ")
     return (f"fallback: attempt {e['next_attempt']} on {e['to_preset']} ({e['why']})"
             + (f": {changes}" if changes else "") + f"; {where}")
-
-
-def _value(value) -> str:
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}={v}" for k, v in value.items()) + "}"
-    return str(value)
 
 
 def summary_text(summary: dict) -> str:

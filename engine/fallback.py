@@ -125,3 +125,13 @@ def _to(action: str, why: str, current: Step, following: Step) -> Decision:
 
 def _plain(value):
     return dict(value) if hasattr(value, "items") else value
+
+
+def describe_change(changed: dict, sep: str = ", ") -> str:
+    """'batch_size 32 -> 16, env {} -> {KMP_DUPLICATE_LIB_OK=TRUE}' from a decision's `changed`."""
+    def show(value) -> str:
+        if isinstance(value, dict):
+            return "{" + ", ".join(f"{k}={v}" for k, v in value.items()) + "}"
+        return str(value)
+
+    return sep.join(f"{k} {show(a)} -> {show(b)}" for k, (a, b) in changed.items())

@@ -178,7 +178,7 @@ class Supervisor:
             # not follow the run onto a safer setting.
             preset = current.preset
             inject = tuple(f for f in preset.inject if (current.name, f) not in fired or f.endswith("+"))
-            result = self.run_attempt(attempt, current.name, _replace(preset, inject=inject))
+            result = self.run_attempt(attempt, current.name, dataclasses.replace(preset, inject=inject))
             results.append(result)
             fired.update((current.name, spec) for spec in result.watch.fired)
             verdict = result.verdict
@@ -203,7 +203,7 @@ class Supervisor:
             if self._last_checkpoint and self._last_checkpoint["step"] == step:
                 seen = self._last_checkpoint["samples_seen"]
             resume = {"step": step, "samples_seen": seen, "path": str(latest.relative_to(self.run.path))}
-        to = decision.next.name + (f" ({_describe_change(decision.changed)})"
+        to = decision.next.name + (f" ({fallback.describe_change(decision.changed)})"
                                    if decision.action != "next" and decision.changed else "")
         self.events.emit("fallback", attempt=result.attempt, **{"from": result.step.name}, to=to,
                          to_preset=decision.next.name, action=decision.action,
@@ -369,20 +369,6 @@ class Supervisor:
                 self._last_checkpoint = e
         if events and self.on_events:
             self.on_events(events)
-
-
-def _replace(preset, **changes):
-    return dataclasses.replace(preset, **changes)
-
-
-def _describe_change(changed: dict) -> str:
-    return ", ".join(f"{k} {_short(a)} -> {_short(b)}" for k, (a, b) in changed.items())
-
-
-def _short(value) -> str:
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}={v}" for k, v in value.items()) + "}"
-    return str(value)
 
 
 def run_summary(results: list[AttemptResult]) -> dict:
