@@ -20,6 +20,8 @@ examples:
   cockpit --no-ui --device mps --inject native-crash@117   rehearse a crash and its fallback
   cockpit runs follow last                          watch a detached run
   cockpit presets list
+  cockpit probe -w trm-tiny                         which device (and CPU thread count) is fastest here
+  cockpit probe -w clip-m1 -d mps --find-batch --save mps-clip   largest batch that keeps memory calm
   cockpit sample last --prompt "def "               continue a prompt with a trm run's checkpoint
 
 exit codes: 0 finished, 1 failed, 2 bad input, 130 interrupted or stopped
@@ -35,7 +37,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from cockpit.commands import presets as presets_cmd, runs as runs_cmd
-    from cockpit.commands import sample as sample_cmd
+    from cockpit.commands import probe as probe_cmd, sample as sample_cmd
 
     parser = _Parser(prog="cockpit", description="A terminal cockpit for PyTorch training.",
                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -56,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="start the run in the background, print its id and return")
     parser.add_argument("--runs-dir", metavar="DIR", help="where runs live (default: COCKPIT_RUNS_DIR "
                                                           "or the user data dir)")
-    sub = parser.add_subparsers(dest="command", metavar="{presets,runs,sample}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{presets,runs,probe,sample}", parser_class=_Parser)
 
     p = sub.add_parser("presets", help="list, show and locate presets")
     psub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -83,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name != "stop":
             q.add_argument("--json", action="store_true")
         q.set_defaults(handler=handler)
+    probe_cmd.add_parser(sub)
     sample_cmd.add_parser(sub)
     return parser
 

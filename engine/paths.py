@@ -1,7 +1,8 @@
 """Where cockpit reads and writes, decided in one place.
 
 Tests and users point these elsewhere with environment variables, never by patching
-call sites: COCKPIT_CONFIG_DIR (the user's presets), COCKPIT_RUNS_DIR (run directories).
+call sites: COCKPIT_CONFIG_DIR (the user's presets), COCKPIT_RUNS_DIR (run directories),
+COCKPIT_CACHE_DIR (probe results: deleting it loses nothing but time).
 """
 
 from __future__ import annotations
@@ -39,3 +40,10 @@ def runs_dir() -> Path:
     if override:
         return Path(override).expanduser()
     return platformdirs.user_data_path(APP, appauthor=False) / "runs"
+
+
+def cache_dir() -> Path:
+    override = os.environ.get("COCKPIT_CACHE_DIR")
+    if override:
+        return Path(override).expanduser()
+    return platformdirs.user_cache_path(APP, appauthor=False)

@@ -106,7 +106,7 @@ class AttemptResult:
         return self.verdict.kind
 
 
-def _child_env(extra: dict[str, str]) -> dict[str, str]:
+def child_env(extra: dict[str, str]) -> dict[str, str]:
     env = {**os.environ, **extra, "PYTHONUNBUFFERED": "1"}
     # The trainer imports engine from the same place this process did, installed or not,
     # and a custom workload's module from the directory this process imported it from (the
@@ -118,7 +118,7 @@ def _child_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _tail(path: Path, lines: int = TAIL_LINES) -> str:
+def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
     try:
         with open(path, "rb") as f:
             f.seek(max(0, f.seek(0, os.SEEK_END) - 16384))
@@ -228,7 +228,7 @@ class Supervisor:
             # Its own session: a Ctrl-C in the terminal reaches only the supervisor, which
             # forwards exactly one stop request.
             self._proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT, env=_child_env(dict(preset.env)),
+                                          stderr=subprocess.STDOUT, env=child_env(dict(preset.env)),
                                           start_new_session=True)
         self._forwarded = 0
         self._sampler = SystemSampler(self._proc.pid)
@@ -249,7 +249,7 @@ class Supervisor:
         self._pump()
         code = self._proc.returncode
         self._proc = None
-        tail = _tail(log_path, lines=TAIL_LINES * (3 if self._distributed else 1))
+        tail = log_tail(log_path, lines=TAIL_LINES * (3 if self._distributed else 1))
         if self._distributed and code > 0 and (cause := torchrun_root_cause(tail)) is not None:
             # How the first failing rank ended, not torchrun's own exit 1; the other ranks'
             # errors are consequences of it.
@@ -395,7 +395,7 @@ def start_detached(run: RunDir) -> int:
     with open(run.supervisor_log, "ab") as log:
         proc = subprocess.Popen([sys.executable, "-P", "-m", "engine.supervisor", str(run.path)],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=_child_env({}), start_new_session=True)
+                                env=child_env({}), start_new_session=True)
     run.pid_path.write_text(f"{proc.pid}\n")
     return proc.pid
 

@@ -16,6 +16,7 @@ def home(tmp_path, monkeypatch):
     config, runs = tmp_path / "config", tmp_path / "runs"
     monkeypatch.setenv("COCKPIT_CONFIG_DIR", str(config))
     monkeypatch.setenv("COCKPIT_RUNS_DIR", str(runs))
+    monkeypatch.setenv("COCKPIT_CACHE_DIR", str(tmp_path / "cache"))
     return tmp_path
 
 

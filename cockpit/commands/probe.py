@@ -1,0 +1,251 @@
+"""`cockpit probe`: which device trains this workload fastest here, and how big a batch fits.
+
+    cockpit probe -w trm-tiny                         every local device (CPU at 1/physical/logical threads)
+    cockpit probe -w trm-tiny --devices cpu,mps       those devices on the base preset (-d, default auto)
+    cockpit probe -w trm-tiny --presets mps,mps-safe  whole presets as they are
+    cockpit probe -w clip-m1 -d mps --find-batch --save mps-clip
+
+Progress goes to stderr, the table and the recommendation to stdout (--json: the result as
+one JSON document). A cached result for the same machine and configuration is shown at once;
+--fresh measures again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+import time
+
+from engine.errors import ConfigError
+
+SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.I)
+
+
+def add_parser(sub) -> None:
+    q = sub.add_parser("probe", help="measure which device trains a workload fastest; "
+                                     "--find-batch: the largest micro-batch that fits")
+    q.add_argument("--workload", "-w", default=argparse.SUPPRESS, metavar="W",
+                   help="workload preset (default: matmul)")
+    q.add_argument("--device", "-d", default=argparse.SUPPRESS, metavar="D",
+                   help="device preset: the base of --devices, the preset --find-batch sizes (default auto)")
+    q.add_argument("--set", action="append", default=argparse.SUPPRESS, metavar="KEY=VALUE",
+                   help="override a setting of the workload or of every candidate (repeatable)")
+    which = q.add_mutually_exclusive_group()
+    which.add_argument("--devices", metavar="LIST", help="devices to compare: cpu,mps,cuda "
+                                                          "(default: those this machine has)")
+    which.add_argument("--presets", metavar="LIST", help="device presets to compare, as they are")
+    q.add_argument("--budget", type=float, metavar="SECONDS",
+                   help="wall time for the whole probe (default 60; --find-batch 90)")
+    q.add_argument("--no-threads", action="store_true",
+                   help="measure CPU candidates only at their own thread count")
+    q.add_argument("--fresh", action="store_true", help="measure again even if a result is cached")
+    q.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                   help="print the result as JSON")
+    b = q.add_argument_group("batch finder")
+    b.add_argument("--find-batch", action="store_true",
+                   help="find the largest micro-batch that fits on -d's device (and keeps "
+                        "memory pressure normal and swap flat)")
+    b.add_argument("--max-batch", type=int, default=4096, metavar="N", help="largest to try (4096)")
+    b.add_argument("--memory-limit", metavar="SIZE",
+                   help="also keep the trainer's footprint under this (e.g. 6G, 800M)")
+    b.add_argument("--trial-seconds", type=float, default=1.5, metavar="S",
+                   help="timed seconds per batch trial (1.5)")
+    b.add_argument("--save", metavar="NAME", help="write the suggestion as a new device preset NAME")
+    q.set_defaults(handler=run)
+
+
+def parse_size_mb(text: str, argument: str = "--memory-limit") -> float:
+    match = SIZE.match(text)
+    if not match:
+        raise ConfigError(argument, None, f"got {text!r}; expected a size such as 6G, 800M or 1.5GiB")
+    scale = {"": 2**-20, "k": 2**-10, "m": 1, "g": 2**10, "t": 2**20}[match.group(2).lower()]
+    value = float(match.group(1)) * scale
+    if value <= 0:
+        raise ConfigError(argument, None, f"got {text!r}; expected a size above zero")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine import presets, runconfig
+    from engine.probe import candidates as cands
+
+    workload_name = getattr(args, "workload", "matmul")
+    device_name = getattr(args, "device", "auto")
+    overrides = list(getattr(args, "set", []) or [])
+    as_json = getattr(args, "json", False)
+    if args.budget is not None and not 5 <= args.budget <= 24 * 3600:
+        raise ConfigError("--budget", None, f"got {args.budget:g}; expected seconds, 5 to 86400")
+    config = runconfig.resolve(workload_name, device_name, overrides)
+    if args.find_batch:
+        if args.devices or args.presets:
+            raise ConfigError("--find-batch", None, "sizes one device preset (-d); expected no "
+                                                    "--devices/--presets with it")
+        return _find_batch(args, config, as_json)
+    if args.save or args.memory_limit:
+        raise ConfigError("--save" if args.save else "--memory-limit", None,
+                          "belongs to the batch finder; expected --find-batch with it")
+    candidates = cands.build(config.workload, devices=cands.parse_list(args.devices, "--devices"),
+                             preset_names=cands.parse_list(args.presets, "--presets"),
+                             base=device_name, overrides=overrides, threads=not args.no_threads)
+    return _probe(args, config, candidates, as_json)
+
+
+# ---------------------------------------------------------------- the speed probe
+
+
+def _probe(args, config, candidates, as_json: bool) -> int:
+    from engine.probe import cache
+    from engine.probe.speed import DEFAULT_BUDGET_S, ProbeResult, probe
+
+    budget = args.budget or DEFAULT_BUDGET_S
+    machine = cache.machine()
+    key = cache.key(machine, config.workload, candidates, budget)
+    stored = None if args.fresh else cache.load(key)
+    if stored is not None:
+        result = ProbeResult.from_dict(stored)
+        result.cached = True
+        _say(f"cached result from {cache.age_text(result.created, time.time())} "
+             f"({cache.probes_dir() / (key + '.json')}); --fresh measures again", as_json)
+    else:
+        _say(f"probing {config.workload_preset} on {len(candidates)} candidate(s) within "
+             f"{budget:.0f} s: " + ", ".join(c.label for c in candidates), as_json)
+        result = probe(config, candidates, budget, on_progress=lambda u: _progress(u, as_json))
+        result.machine, result.key = machine, key
+        result.workload_key = cache.workload_key(config.workload)
+        cache.save(result.to_dict())
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=1))
+    else:
+        print(table(result))
+        print(result.sentence)
+        if result.recommended:
+            chosen = next(c for c in candidates if c.label == result.recommended)
+            print("run it:  " + run_command(config, chosen, getattr(args, "device", "auto"),
+                                            bool(args.presets)))
+    return 0 if result.recommended else 1
+
+
+def _say(text: str, as_json: bool) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _progress(update: dict, as_json: bool) -> None:
+    if update["type"] == "candidate":
+        left = update["until"] - time.time()
+        _say(f"[{update['index'] + 1}/{update['total']}] {update['label']}: up to {left:.0f} s", as_json)
+    elif update["type"] == "result":
+        r = update["result"]
+        figure = f"{r.samples_per_s:,.1f} samples/s" if r.samples_per_s is not None else ""
+        _say(f"      {r.status}" + (f", {figure}" if figure else "") + (f" — {r.note}" if r.note else ""),
+             as_json)
+
+
+def _mb(value) -> str:
+    return "-" if value is None else f"{value:,.0f} MB"
+
+
+def peak_text(r) -> str:
+    """The candidate's peak memory: the device's own figure where there is one, else RSS."""
+    for key in ("peak_cuda_allocated_mb", "mps_driver_allocated_mb", "peak_rss_mb"):
+        if key in r.peak:
+            return _mb(r.peak[key]) + (" gpu" if key.startswith("peak_cuda") else "")
+    rss = r.memory.get("peak_rss")
+    return _mb(rss / 2**20) if rss else "-"
+
+
+def table(result) -> str:
+    rows = [("candidate", "device", "batch", "samples/s", "middle half", "peak mem", "pressure", "swap-in",
+             "result")]
+    for r in result.candidates:
+        swap = r.memory.get("swap_in")
+        rows.append((
+            r.label, r.device or "-", r.batch_text,
+            "-" if r.samples_per_s is None else f"{r.samples_per_s:,.1f}",
+            f"{r.spread[0]:,.0f}-{r.spread[1]:,.0f}" if r.spread else "-",
+            peak_text(r), r.memory.get("pressure") or "n/a",
+            "n/a" if swap is None else f"{swap / 2**20:.0f} MB",
+            r.status if r.status != "crashed" else f"crashed: {r.crash['kind']}",
+        ))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    right = {3, 4, 5, 7}
+    return "\n".join("  ".join(cell.rjust(w) if i in right else cell.ljust(w)
+                               for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
+                     for row in rows)
+
+
+def run_command(config, candidate, base: str, presets_mode: bool) -> str:
+    """The command that trains with the recommended candidate."""
+    words = ["cockpit", "--no-ui", "-w", config.workload_preset]
+    if presets_mode:
+        words += ["-d", candidate.preset_name]
+    else:
+        words += ["-d", base, "--set", f"device={candidate.preset.device}"]
+    if candidate.preset.device == "cpu" and candidate.preset.threads:
+        words += ["--set", f"threads={candidate.preset.threads}"]
+    for item in config.overrides:
+        words += ["--set", item]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+# ---------------------------------------------------------------- the batch finder
+
+
+def _find_batch(args, config, as_json: bool) -> int:
+    from engine import presets
+    from engine.probe.batch import DEFAULT_BUDGET_S, find_batch
+    from engine.schema import to_table
+
+    if args.max_batch < 1:
+        raise ConfigError("--max-batch", None, f"got {args.max_batch}; expected 1 or more")
+    if args.trial_seconds <= 0:
+        raise ConfigError("--trial-seconds", None, f"got {args.trial_seconds:g}; expected above 0")
+    limit = parse_size_mb(args.memory_limit) if args.memory_limit else None
+    if args.save:
+        _check_new_preset_name(args.save)
+    name = config.device_preset
+    _say(f"finding the largest micro-batch for {config.workload_preset} on device preset {name!r} "
+         f"(starting at {config.device.batch_size}, up to {args.max_batch})", as_json)
+
+    def progress(update: dict) -> None:
+        if update["type"] == "trial_done":
+            t = update["trial"]
+            speed = f", {t.samples_per_s:,.0f} samples/s" if t.samples_per_s else ""
+            peak = f", {t.footprint_kind} {t.footprint_mb:,.0f} MB" if t.footprint_mb and t.fits else ""
+            _say(f"  batch {t.batch:>5}: {'fits' if t.fits else 'no — ' + t.why}{speed}{peak}", as_json)
+
+    result = find_batch(config, name, config.device, max_batch=args.max_batch, memory_limit_mb=limit,
+                        budget_s=args.budget or DEFAULT_BUDGET_S, trial_s=args.trial_seconds,
+                        on_progress=progress)
+    saved = None
+    if args.save and result.found is not None:
+        table = to_table(config.device)
+        table.update(batch_size=result.micro_batch, accumulation=result.accumulation,
+                     description=f"found by cockpit probe --find-batch for {config.workload_preset}: "
+                                 f"micro-batch {result.micro_batch} x {result.accumulation} "
+                                 f"(largest that fits: {result.found})")
+        saved = presets.save_user_preset("devices", args.save, table)
+    if as_json:
+        print(json.dumps({**result.to_dict(), "saved": str(saved) if saved else None}, indent=1))
+    else:
+        print(result.sentence)
+        if saved:
+            print(f"saved device preset {args.save!r} to {saved}; run it: cockpit --no-ui "
+                  f"-w {config.workload_preset} -d {args.save}")
+        elif args.save:
+            print(f"nothing saved: no micro-batch fits, so there is no preset to write")
+    return 0 if result.found is not None else 1
+
+
+def _check_new_preset_name(name: str) -> None:
+    """--save never overwrites or shadows a preset: checked before anything is measured."""
+    from engine import presets
+
+    if not presets.NAME_PATTERN.match(name):
+        raise ConfigError("--save", None, f"got {name!r}; expected letters, digits, '.', '_' and '-'")
+    for ref in presets.list_presets("devices"):
+        if ref.name == name:
+            where = "a shipped preset" if ref.shipped else f"your preset at {ref.path}"
+            raise ConfigError("--save", None, f"{name!r} is already {where}; expected a new name")

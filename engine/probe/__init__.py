@@ -1,0 +1,17 @@
+"""The device probe and the batch finder: measure instead of guessing.
+
+Note 000 expected MPS to be about twice as fast as the CPU on its retriever; note 004
+measured the CPU 8x faster than MPS on its CLIP model. Picking a device by availability is
+a guess, so `cockpit probe` times real training steps of the workload on each candidate,
+each in its own process (a crash is a result, not the end of the probe), and ranks them.
+
+    candidates.py   what to measure: devices or presets, CPU thread counts
+    worker.py       the child process: a real Trainer, warm-up, timed windows, batch trials
+    measure.py      runs one worker and watches it: memory, pressure, swap, how it ended
+    speed.py        the probe: budget, ranking, the recommendation in a sentence
+    batch.py        the batch finder: the largest micro-batch that fits, and keeps memory calm
+    cache.py        results per machine and workload configuration
+
+Everything here but worker.py is torch-free, so `cockpit probe` answers a cached result and
+the launch screen shows one without loading torch.
+"""

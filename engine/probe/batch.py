@@ -1,0 +1,299 @@
+"""The batch finder: the largest micro-batch that fits, and on unified memory the largest
+that keeps the machine calm.
+
+Note 003's LoRA run did not crash at its batch size: it ran at 226 s/it instead of 40,
+because unified memory was swapping. "Largest before out-of-memory" is the wrong answer
+there, so a trial fits only if it
+  - trains without a crash (an out-of-memory is the usual one),
+  - keeps memory pressure normal (or no worse than before the finder started),
+  - keeps swap flat (less than SWAP_FLAT_BYTES swapped in, swap use not growing by more),
+  - stays within the device's memory with headroom for fragmentation (CUDA: the caching
+    allocator's peak under 90% of the GPU; MPS: Metal's allocation under 90% of its
+    recommended working set), and
+  - stays under --memory-limit, if one is given (the trainer's footprint: its peak RSS, or
+    the GPU's peak allocation on CUDA).
+
+Search: double from the preset's micro-batch until a trial does not fit (halve if the first
+does not), then bisect between the largest that fits and the smallest that does not, in
+multiples of 8, until they are within an eighth of each other. One worker runs trials while
+they fit; a trial that does not fit ends its worker (its memory may be wrecked, the machine
+may be swapping), and the next trial starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from engine.presets import DevicePreset
+from engine.probe.measure import SAMPLE_EVERY_S, POLL_S, Worker, worse
+from engine.runconfig import RunConfig
+from engine.sysmon import SystemSampler
+
+SWAP_FLAT_BYTES = 64 * 2**20
+DEVICE_HEADROOM = 0.9
+DEFAULT_TRIAL_S = 1.5
+DEFAULT_MAX_BATCH = 4096
+DEFAULT_BUDGET_S = 90.0
+
+
+@dataclass
+class Trial:
+    batch: int
+    fits: bool
+    why: str                               # "fits", or why it does not
+    samples_per_s: float | None = None
+    footprint_mb: float | None = None      # what the limits are checked against
+    footprint_kind: str = ""               # which figure that is (peak RSS, CUDA peak, ...)
+    pressure: str | None = None
+    swap_in_mb: float | None = None
+    crash: dict | None = None
+
+
+@dataclass
+class BatchResult:
+    workload_preset: str
+    preset: str
+    device: str | None
+    base_batch: int
+    base_accumulation: int
+    trials: list[Trial]
+    found: int | None                      # the largest micro-batch that fits
+    smallest_misfit: int | None            # the smallest that does not (None: cap reached)
+    micro_batch: int | None                # the suggestion, keeping the effective batch
+    accumulation: int | None
+    sentence: str
+    memory_limit_mb: float | None = None
+    seconds: float = 0.0
+    created: float = field(default_factory=time.time)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------- judging one trial
+
+
+def judge(batch: int, end_event: dict | None, reading, *, device: str, baseline_pressure: str | None,
+          memory_limit_mb: float | None, crash: dict | None = None, why_not: str | None = None) -> Trial:
+    """Does this trial fit? `reading` is the MemoryReading taken over the trial."""
+    trial = Trial(batch, True, "fits", pressure=reading.pressure,
+                  swap_in_mb=None if reading.swap_in is None else round(reading.swap_in / 2**20, 1))
+    peak = (end_event or {}).get("peak", {})
+    dev = (end_event or {}).get("device_memory", {})
+    if end_event:
+        trial.samples_per_s = end_event["samples_per_s"]
+    if device == "cuda":
+        trial.footprint_mb, trial.footprint_kind = peak.get("peak_cuda_allocated_mb"), "CUDA peak allocated"
+    else:
+        rss = [v for v in (peak.get("peak_rss_mb"),
+                           reading.peak_rss / 2**20 if reading.peak_rss else None) if v]
+        footprint = max(rss) if rss else None
+        if device == "mps" and peak.get("mps_driver_allocated_mb"):
+            footprint = max(footprint or 0.0, peak["mps_driver_allocated_mb"])
+        trial.footprint_mb, trial.footprint_kind = footprint, "peak footprint"
+
+    def misfit(why: str) -> Trial:
+        trial.fits, trial.why = False, why
+        return trial
+
+    if crash:
+        trial.crash = crash
+        return misfit(f"crashed ({crash['kind']}): {crash['sentence']}")
+    if why_not:
+        return misfit(why_not)
+    if worse(reading.pressure, baseline_pressure or "normal") != (baseline_pressure or "normal") \
+            and reading.pressure is not None:
+        return misfit(f"memory pressure went to {reading.pressure}")
+    if reading.swap_in is not None and reading.swap_in > SWAP_FLAT_BYTES:
+        return misfit(f"swapped in {reading.swap_in / 2**20:.0f} MB during the trial")
+    if reading.swap_growth > SWAP_FLAT_BYTES:
+        return misfit(f"swap use grew by {reading.swap_growth / 2**20:.0f} MB")
+    if device == "cuda" and dev.get("total") and peak.get("peak_cuda_allocated_mb"):
+        if peak["peak_cuda_allocated_mb"] * 2**20 > DEVICE_HEADROOM * dev["total"]:
+            return misfit(f"peak {peak['peak_cuda_allocated_mb']:,.0f} MB is over "
+                          f"{DEVICE_HEADROOM:.0%} of the GPU's {dev['total'] / 2**20:,.0f} MB")
+    if device == "mps" and dev.get("limit") and dev.get("driver"):
+        if dev["driver"] > DEVICE_HEADROOM * dev["limit"]:
+            return misfit(f"Metal holds {dev['driver'] / 2**20:,.0f} MB, over {DEVICE_HEADROOM:.0%} "
+                          f"of its recommended {dev['limit'] / 2**20:,.0f} MB")
+    if memory_limit_mb and trial.footprint_mb and trial.footprint_mb > memory_limit_mb:
+        return misfit(f"{trial.footprint_kind} {trial.footprint_mb:,.0f} MB is over the "
+                      f"--memory-limit of {memory_limit_mb:,.0f} MB")
+    return trial
+
+
+# ---------------------------------------------------------------- the search
+
+
+def _nice(value: float, low: int, high: int) -> int | None:
+    """A batch strictly between low and high near `value`: a multiple of 8 when there is one."""
+    for step in (8, 1):
+        candidate = int(round(value / step)) * step
+        if low < candidate < high:
+            return candidate
+    return None
+
+
+def next_batch(start: int, cap: int, good: int | None, bad: int | None) -> int | None:
+    """The next size to try, or None when the search is done."""
+    if good is None and bad is None:
+        return min(start, cap)
+    if bad is None:
+        return None if good >= cap else min(2 * good, cap)
+    if good is None:
+        return None if bad <= 1 else bad // 2
+    if bad - good <= max(1, good // 8):
+        return None
+    return _nice((good + bad) / 2, good, bad)
+
+
+def suggest(found: int, effective: int) -> tuple[int, int]:
+    """(micro-batch, accumulation) with micro-batch <= found and their product = effective."""
+    if found >= effective:
+        return effective, 1
+    micro = max(d for d in range(1, found + 1) if effective % d == 0)
+    return micro, effective // micro
+
+
+def find_batch(config: RunConfig, preset_name: str, preset: DevicePreset, *,
+               max_batch: int = DEFAULT_MAX_BATCH, memory_limit_mb: float | None = None,
+               budget_s: float = DEFAULT_BUDGET_S, trial_s: float = DEFAULT_TRIAL_S,
+               on_progress: Callable[[dict], None] | None = None) -> BatchResult:
+    tell = on_progress or (lambda update: None)
+    started = time.time()
+    deadline = started + budget_s
+    baseline = SystemSampler(os.getpid()).sample()["pressure"]["level"]
+    trials: list[Trial] = []
+    good = bad = None
+    device = None
+    worker = None
+    out_of_time = False
+    with tempfile.TemporaryDirectory(prefix="cockpit-batch-") as scratch:
+        batch = next_batch(preset.batch_size, max_batch, None, None)
+        while batch is not None:
+            if worker is None or not worker.alive:
+                worker = Worker(config, preset, Path(scratch), until=deadline, batches=True, trial_s=trial_s)
+            tell({"type": "trial", "batch": batch})
+            last = next((t for t in reversed(trials) if t.fits and t.samples_per_s), None)
+            expected_step_s = batch / last.samples_per_s if last else None
+            kind, value = _trial(worker, batch, baseline, memory_limit_mb, trial_s, expected_step_s,
+                                 deadline)
+            device = device or next((e["device"].split(":")[0] for e in worker.of_type("trainer_ready")),
+                                    None)
+            if kind == "time":
+                out_of_time = True
+                break
+            if kind == "cap":  # the workload has only this many samples
+                max_batch = value
+            else:
+                trials.append(value)
+                tell({"type": "trial_done", "trial": value})
+                if value.fits:
+                    good = batch
+                else:
+                    bad = batch
+                    worker.kill("probe")  # its memory may be wrecked; the next trial starts afresh
+                    worker.end()
+            batch = next_batch(preset.batch_size, max_batch, good, bad)
+        if worker is not None and worker.alive:
+            worker.send("done")
+            worker.wait(time.time() + 10)
+    return _result(config, preset_name, preset, device, trials, good, bad, max_batch,
+                   memory_limit_mb, out_of_time, round(time.time() - started, 1))
+
+
+def _trial(worker: Worker, batch: int, baseline: str | None, memory_limit_mb: float | None,
+           trial_s: float, expected_step_s: float | None, deadline: float) -> tuple[str, object]:
+    """One trial on a live worker: ("trial", Trial), ("cap", the workload's sample count) when
+    the batch is larger than that, or ("time", None) when the finder's budget ran out."""
+    sent = worker.send(str(batch))
+    began = time.monotonic()
+    # A trial far slower than the last batch's throughput predicts is thrashing (swap,
+    # memory compression): not a fit. The clock starts once the worker is ready.
+    allowance = max(20.0, 3 * (2 * (expected_step_s or 0.0) + trial_s))
+    give_up = time.time() + allowance if worker.of_type("trainer_ready") else math.inf
+    start = end = None
+    while sent and worker.alive and time.time() < min(give_up, deadline):
+        for e in worker.poll():
+            if e["type"] == "trainer_ready":
+                give_up = time.time() + allowance
+            elif e["type"] == "batch_trial" and e["batch"] == batch:
+                if e["phase"] == "skipped":
+                    return "cap", e["num_samples"]
+                if e["phase"] == "start":
+                    start = e["_received"]
+                elif e["phase"] == "end":
+                    end = e
+        if end:
+            break
+        time.sleep(POLL_S)
+    time.sleep(SAMPLE_EVERY_S)  # one more memory sample, after the trial's peak
+    worker.poll()
+    reading = worker.memory(since=start or began)
+    crash = why_not = None
+    if end is None:
+        if worker.alive:
+            worker.kill("probe")
+            worker.end()
+            if time.time() >= deadline:
+                return "time", None
+            predicted = f", {allowance / 3:.0f} s expected" if expected_step_s else ""
+            why_not = f"no answer within {time.monotonic() - began:.0f} s{predicted} (thrashing?)"
+        else:
+            ended = worker.end()
+            if ended.verdict and ended.verdict.kind == "config":
+                why_not = ended.config_error or ended.verdict.sentence
+            elif ended.crashed:
+                crash = {"kind": ended.verdict.kind, "sentence": ended.verdict.sentence,
+                         "evidence": ended.verdict.evidence}
+            else:
+                why_not = "the worker ended without answering"
+    device = next((e["device"].split(":")[0] for e in worker.of_type("trainer_ready")),
+                  worker.preset.device)
+    return "trial", judge(batch, end, reading, device=device, baseline_pressure=baseline,
+                          memory_limit_mb=memory_limit_mb, crash=crash, why_not=why_not)
+
+
+def _result(config: RunConfig, preset_name: str, preset: DevicePreset, device: str | None,
+            trials: list[Trial], good: int | None, bad: int | None, cap: int,
+            memory_limit_mb: float | None, out_of_time: bool, seconds: float) -> BatchResult:
+    effective = preset.effective_batch
+    on = f"on {device or preset.device} for {config.workload_preset}"
+    micro = accumulation = None
+    if good is None:
+        reason = next((t.why for t in trials if t.batch == bad), "no trial finished")
+        sentence = f"No micro-batch fits {on}: batch {bad} {reason}."
+    else:
+        micro, accumulation = suggest(good, effective)
+        best = next(t for t in trials if t.batch == good)
+        calm = "keeps pressure normal and swap flat" if device in ("mps", "cpu") else "fits"
+        if memory_limit_mb:
+            calm += f" within {memory_limit_mb:,.0f} MB"
+        peak = f" (peak {best.footprint_mb:,.0f} MB)" if best.footprint_mb else ""
+        limit = (f"; {bad} did not: {next(t.why for t in trials if t.batch == bad)}" if bad
+                 else f"; the search stopped at the cap of {cap}")
+        sentence = f"Micro-batch {good} is the largest that {calm} {on}{peak}{limit}. "
+        if micro == effective and good > effective:
+            sentence += (f"Your effective batch is {effective}: run it as {micro} x 1 (a larger "
+                         "effective batch changes the optimisation, not just the speed).")
+        else:
+            sentence += f"To keep the effective batch of {effective}, use {micro} x {accumulation}."
+        fastest = max((t for t in trials if t.fits and t.samples_per_s), key=lambda t: t.samples_per_s,
+                      default=None)
+        if fastest and fastest.batch != good and fastest.samples_per_s > 1.1 * (best.samples_per_s or 0):
+            sentence += (f" Batch {fastest.batch} was the fastest ({fastest.samples_per_s:,.0f} "
+                         f"samples/s against {best.samples_per_s or 0:,.0f}).")
+    if out_of_time:
+        sentence += " (The finder ran out of time before narrowing it down: raise --budget.)"
+    return BatchResult(workload_preset=config.workload_preset, preset=preset_name, device=device,
+                       base_batch=preset.batch_size, base_accumulation=preset.accumulation,
+                       trials=trials, found=good, smallest_misfit=bad, micro_batch=micro,
+                       accumulation=accumulation, sentence=sentence, memory_limit_mb=memory_limit_mb,
+                       seconds=seconds)
+

@@ -1,0 +1,121 @@
+"""Probe results, kept per machine and workload configuration.
+
+A result is valid for the machine it was measured on (CPU model and cores, memory, GPUs,
+torch version) and for exactly the workload configuration and candidates it measured: the
+key hashes all of them, so changing a workload parameter, a preset or the budget measures
+again. Files live in the user cache dir (COCKPIT_CACHE_DIR); deleting them loses only time.
+Torch-free: the launch screen reads results without loading torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import re
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import psutil
+
+from engine import paths, presets
+from engine.schema import to_table
+
+
+def probes_dir() -> Path:
+    return paths.cache_dir() / "probes"
+
+
+def _cpu_model() -> str:
+    try:
+        if sys.platform == "darwin":
+            return subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True,
+                                  text=True, timeout=5).stdout.strip()
+        text = Path("/proc/cpuinfo").read_text()
+        match = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+        return match.group(1).strip() if match else platform.processor()
+    except (OSError, subprocess.SubprocessError):
+        return platform.processor()
+
+
+def _nvidia_gpus() -> list[str]:
+    """GPU models from the NVIDIA driver's /proc files (Linux), without initialising CUDA."""
+    out = []
+    for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
+        try:
+            match = re.search(r"^Model:\s*(.+)$", info.read_text(), re.M)
+        except OSError:
+            continue
+        if match:
+            out.append(match.group(1).strip())
+    return out
+
+
+def machine() -> dict:
+    """What a measurement depends on, about the machine."""
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = None
+    return {"host": platform.node(), "system": platform.system(), "arch": platform.machine(),
+            "cpu": _cpu_model(), "cores": [psutil.cpu_count(logical=False), psutil.cpu_count()],
+            "memory_gib": round(psutil.virtual_memory().total / 2**30),
+            "gpus": _nvidia_gpus(), "torch": torch_version}
+
+
+def _digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def workload_key(workload: presets.WorkloadPreset) -> str:
+    """The workload configuration that decides speed: which workload and its parameters."""
+    return _digest({"workload": workload.workload, "params": to_table(workload.params)})
+
+
+def key(machine_info: dict, workload: presets.WorkloadPreset, candidates, budget_s: float,
+        mode: str = "speed") -> str:
+    return _digest({"mode": mode, "machine": machine_info, "workload": workload_key(workload),
+                    "candidates": [[c.label, to_table(c.preset)] for c in candidates],
+                    "budget_s": budget_s})
+
+
+def load(result_key: str) -> dict | None:
+    try:
+        data = json.loads((probes_dir() / f"{result_key}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def save(result: dict) -> Path:
+    path = probes_dir() / f"{result['key']}.json"
+    presets.atomic_write(path, json.dumps(result, indent=1).encode())
+    return path
+
+
+def latest(workload_preset: str | None = None) -> dict | None:
+    """The newest speed probe result, for one workload preset or any; None when there is none."""
+    best = None
+    for path in probes_dir().glob("*.json") if probes_dir().is_dir() else []:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict) or "candidates" not in data or "created" not in data:
+            continue
+        if workload_preset and data.get("workload_preset") != workload_preset:
+            continue
+        if best is None or data["created"] > best["created"]:
+            best = data
+    return best
+
+
+def age_text(created: float, now: float) -> str:
+    seconds = max(0.0, now - created)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit} ago"
+    return "just now"
+

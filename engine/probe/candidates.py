@@ -1,0 +1,101 @@
+"""What the probe measures: one device preset per candidate, with a label a user reads.
+
+`--devices cpu,mps` compares devices on equal terms: one base preset (micro-batch,
+accumulation, precision ...) with only the device changed. `--presets a,b` compares whole
+presets as they are. On the CPU the thread count matters as much as the device (torch's
+default is every logical core, which is not always the fastest), so a CPU candidate is
+tried with 1 thread, the physical cores and the logical cores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import psutil
+
+from engine import runconfig
+from engine.errors import ConfigError
+from engine.presets import DevicePreset, WorkloadPreset
+
+DEVICES = ("cuda", "mps", "cpu")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    label: str            # "cpu (2 threads)", "mps", "mps-safe"
+    preset_name: str      # the device preset it came from
+    preset: DevicePreset  # what the worker runs, overrides applied
+
+
+def thread_counts() -> list[int]:
+    """1, the physical cores and the logical cores, without repeats."""
+    logical = psutil.cpu_count(logical=True) or 1
+    physical = psutil.cpu_count(logical=False) or logical
+    return sorted({1, physical, logical})
+
+
+def available_devices() -> list[str]:
+    """The devices this machine can train on, fastest kind first (imports torch)."""
+    import torch
+
+    from engine.device import mps_available
+
+    found = []
+    if torch.cuda.is_available():
+        found.append("cuda")
+    if mps_available():
+        found.append("mps")
+    return found + ["cpu"]
+
+
+def parse_list(text: str | None, argument: str) -> list[str]:
+    if text is None:
+        return []
+    items = [t.strip() for t in text.split(",")]
+    if not all(items) or len(set(items)) != len(items):
+        raise ConfigError(argument, None, f"got {text!r}; expected a comma-separated list of "
+                                          "distinct names (e.g. cpu,mps)")
+    return items
+
+
+def build(workload: WorkloadPreset, *, devices: list[str], preset_names: list[str], base: str,
+          overrides: list[str], threads: bool = True) -> list[Candidate]:
+    """The candidates, each preset validated as a run would validate it."""
+    if devices and preset_names:
+        raise ConfigError("--devices", None, "and --presets both given; expected one of them")
+    for name in devices:
+        if name not in DEVICES:
+            raise ConfigError("--devices", None, f"{name!r} is not a device; expected one of "
+                              + ", ".join(DEVICES))
+    if preset_names:
+        found = [(name, name, _resolve(workload, name, overrides)) for name in preset_names]
+    else:
+        preset = _resolve(workload, base, overrides)
+        found = [(d, base, dataclasses.replace(preset, device=d))
+                 for d in devices or available_devices()]
+    out = []
+    for label, name, preset in found:
+        if preset.nproc_per_node * preset.nnodes > 1:
+            raise ConfigError(f"device preset {name!r}", "nproc_per_node",
+                              f"{preset.nproc_per_node * preset.nnodes} processes; the probe "
+                              "measures one process, expected 1 (probe per GPU, then scale)")
+        # A fault that fires in every attempt fires in the probe too (tests, rehearsals).
+        preset = dataclasses.replace(preset, fallback=(), on_slowdown="warn")
+        if preset.device == "cpu" and threads:
+            counts = thread_counts() if not preset.threads else sorted({preset.threads, *thread_counts()})
+            out += [Candidate(f"{label} ({t} thread{'s' * (t > 1)})", name,
+                              dataclasses.replace(preset, threads=t)) for t in counts]
+        else:
+            out.append(Candidate(label, name, preset))
+    return out
+
+
+def _resolve(workload: WorkloadPreset, device_name: str, overrides: list[str]) -> DevicePreset:
+    from engine import presets
+
+    device = presets.load_device(device_name)
+    # Only the device section of --set applies to each candidate's preset; params and train
+    # were applied to the workload already (the same split a run makes).
+    _, device = runconfig.apply_overrides(workload, device, overrides)
+    return device

@@ -1,0 +1,202 @@
+"""One probe worker, watched from outside: its events, memory, pressure and swap, its end.
+
+The readings come from the same SystemSampler the supervisor uses, taken here in the
+parent (a worker stuck in a page fault is still measured), four times a second because a
+probe is short. How a worker ended is classified by engine.crashes like any attempt's; a
+worker the probe itself ended (time up, batch too big) is not a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from engine.crashes import AttemptEnd, Verdict, classify
+from engine.events import EventFollower
+from engine.presets import DevicePreset
+from engine.rundir import RunDir
+from engine.runconfig import RunConfig
+from engine.schema import to_table
+from engine.supervisor import child_env, log_tail
+from engine.sysmon import LEVELS, SystemSampler
+
+SAMPLE_EVERY_S = 0.25
+POLL_S = 0.05
+# Workers run with a schedule that never ends, no evals and no checkpoints: the probe
+# decides when they stop.
+PROBE_TRAIN = {"epochs": 1e9, "max_steps": 0, "eval_every_steps": 0,
+               "checkpoint_every_steps": 0, "checkpoint_every_minutes": 0.0}
+
+
+def worse(a: str | None, b: str | None) -> str | None:
+    """The worse of two pressure levels (None: unavailable)."""
+    rank = {None: -1, **{level: i for i, level in enumerate(LEVELS)}}
+    return a if rank[a] >= rank[b] else b
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    """What the samples taken over an interval say."""
+
+    peak_rss: int | None        # bytes, the worker and its children
+    pressure: str | None        # the worst level seen; None where no source is available
+    pressure_source: str | None
+    swap_in: float | None       # bytes swapped in over the interval; None without counters
+    swap_growth: int            # swap used at the end minus at the start, bytes
+    system_percent: float | None  # system memory in use at the peak
+    samples: int
+
+    def to_dict(self) -> dict:
+        return dict(peak_rss=self.peak_rss, pressure=self.pressure,
+                    pressure_source=self.pressure_source, swap_in=self.swap_in,
+                    swap_growth=self.swap_growth, system_percent=self.system_percent)
+
+
+def read_memory(samples: list[tuple[float, dict]]) -> MemoryReading:
+    rss = [s["rss"] for _, s in samples if s["rss"] is not None]
+    pressure, source, swap_in = None, None, None
+    for i, (t, s) in enumerate(samples):
+        pressure = worse(s["pressure"]["level"], pressure)
+        source = source or s["pressure"]["source"]
+        if s["swap_in_per_s"] is not None and i:
+            swap_in = (swap_in or 0.0) + s["swap_in_per_s"] * (t - samples[i - 1][0])
+    used = [100.0 * s["system_used"] / s["system_total"] for _, s in samples if s["system_total"]]
+    growth = samples[-1][1]["swap_used"] - samples[0][1]["swap_used"] if samples else 0
+    return MemoryReading(max(rss) if rss else None, pressure, source, swap_in, growth,
+                         max(used) if used else None, len(samples))
+
+
+@dataclass
+class WorkerEnd:
+    """How a worker ended: by itself (verdict) or because the probe ended it (ended_by)."""
+
+    verdict: Verdict | None
+    ended_by: str | None        # "time" or "probe" when the probe killed it
+    exit_code: int | None
+    signal: str | None
+    tail: str
+    config_error: str | None = None
+
+    @property
+    def crashed(self) -> bool:
+        return self.verdict is not None and self.verdict.crashed
+
+
+@dataclass
+class Worker:
+    """A probe worker process for one candidate preset."""
+
+    config: RunConfig
+    preset: DevicePreset
+    scratch: Path
+    until: float                       # time.time() at which it should be done
+    batches: bool = False
+    trial_s: float = 2.0
+    events: list[dict] = field(default_factory=list)
+    samples: list[tuple[float, dict]] = field(default_factory=list)
+
+    def __post_init__(self):
+        workload = self.config.workload
+        train = replace(workload.train, **PROBE_TRAIN)
+        config = replace(self.config, device=self.preset, ladder={},
+                         workload=replace(workload, train=train))
+        self.run = RunDir.create(config, root=self.scratch)
+        self.log_path = self.run.attempt_log(1)
+        command = [sys.executable, "-P", "-m", "engine.probe.worker", str(self.run.path),
+                   "--preset-json", json.dumps(to_table(self.preset)), "--until", repr(self.until)]
+        if self.batches:
+            command += ["--batches", "--trial-s", str(self.trial_s)]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                command, stdin=subprocess.PIPE if self.batches else subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT, env=child_env(dict(self.preset.env)),
+                start_new_session=True, text=True)
+        self.started = time.monotonic()
+        self._sampler = SystemSampler(self.proc.pid)
+        self._sampled = 0.0
+        self._follower = EventFollower(self.run.events_path)
+        self._ended_by: str | None = None
+
+    # ------------------------------------------------------------ watching
+
+    def poll(self) -> list[dict]:
+        """New events since the last call; takes a memory sample when one is due."""
+        now = time.monotonic()
+        if now - self._sampled >= SAMPLE_EVERY_S and self.proc.poll() is None:
+            self._sampled = now
+            self.samples.append((now, self._sampler.sample()))
+        new = self._follower.poll()
+        for e in new:
+            e["_received"] = now
+        self.events += new
+        return new
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def memory(self, since: float = 0.0, until: float = math.inf) -> MemoryReading:
+        return read_memory([(t, s) for t, s in self.samples if since <= t <= until])
+
+    def of_type(self, kind: str) -> list[dict]:
+        return [e for e in self.events if e["type"] == kind]
+
+    # ------------------------------------------------------------ talking and ending
+
+    def send(self, line: str) -> bool:
+        """A line on the worker's stdin (batch mode); False when it is gone."""
+        try:
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError):
+            return False
+
+    def kill(self, why: str) -> None:
+        if self.alive:
+            self._ended_by = why
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def wait(self, deadline: float, on_events=None) -> WorkerEnd:
+        """Watch until the worker exits or `deadline` (time.time()) passes, then end it."""
+        while self.alive and time.time() < deadline:
+            new = self.poll()
+            if new and on_events:
+                on_events(new)
+            time.sleep(POLL_S)
+        self.kill("time")
+        return self.end()
+
+    def end(self) -> WorkerEnd:
+        code = self.proc.wait()
+        if self.proc.stdin:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass  # its reader died with it
+        self.poll()
+        tail = log_tail(self.log_path)
+        sig = signal.Signals(-code).name if code < 0 else None
+        if self._ended_by:
+            return WorkerEnd(None, self._ended_by, None, sig, tail)
+        config_error = next((e["message"] for e in self.of_type("config_error")), None)
+        steps = [e["step"] for e in self.events if e["type"] in ("step", "probe_warmup")]
+        last = self.samples[-1][1] if self.samples else None
+        verdict = classify(AttemptEnd(
+            exit_code=None if sig else code, signal=sig, tail=tail,
+            exception=next(iter(self.of_type("exception")), None),
+            numerical=next(iter(self.of_type("numerical")), None),
+            last_step=max(steps) if steps else None,
+            memory_percent=100.0 * last["system_used"] / last["system_total"] if last else None,
+            device=next((e.get("device") for e in self.of_type("trainer_ready")), None)))
+        return WorkerEnd(verdict, None, None if sig else code, sig, tail, config_error)

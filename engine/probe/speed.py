@@ -1,0 +1,221 @@
+"""The probe: each candidate in its own worker, one after another, within a time budget.
+
+The budget is shared out as the probe goes (a candidate that crashes early leaves its time to
+the rest), each worker is told when to be done and is ended at its slice's end regardless.
+Candidates that trained are ranked by median samples/s over their timed windows; the
+recommendation says by how much the best beats the best other device, in a sentence.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from engine.probe.candidates import Candidate
+from engine.probe.measure import Worker, WorkerEnd
+from engine.runconfig import RunConfig
+
+DEFAULT_BUDGET_S = 60.0
+FINISH_MARGIN_S = 2.5    # ranking, the cache write and printing, after the last worker
+EXIT_MARGIN_S = 1.0      # a worker is told to stop this long before its slice ends
+MIN_SLICE_S = 5.0
+
+# Ranked first to last: measured, measured roughly, measured not at all, broken.
+STATUS_ORDER = {"ok": 0, "rough": 1, "too-slow": 2, "crashed": 3, "unavailable": 4}
+
+
+@dataclass
+class CandidateResult:
+    label: str
+    preset: str
+    status: str                        # ok | rough | too-slow | crashed | unavailable
+    device: str | None = None          # as the trainer resolved it ("cuda:0", "cpu")
+    precision: str | None = None
+    batch_size: int = 0
+    accumulation: int = 1
+    threads: int | None = None
+    samples_per_s: float | None = None  # median over timed windows (rough: over warm-up steps)
+    spread: list[float] | None = None   # the middle half of the windows: [25th, 75th percentile]
+    windows: int = 0
+    startup_s: float | None = None
+    peak: dict = field(default_factory=dict)          # the worker's own peak-memory figure
+    device_memory: dict = field(default_factory=dict)
+    memory: dict = field(default_factory=dict)        # MemoryReading.to_dict(): rss, pressure, swap
+    crash: dict | None = None          # kind, sentence, evidence
+    note: str = ""
+    seconds: float = 0.0
+
+    @property
+    def trained(self) -> bool:
+        return self.status in ("ok", "rough") and self.samples_per_s is not None
+
+    @property
+    def device_kind(self) -> str:
+        return (self.device or "?").split(":")[0]
+
+    @property
+    def batch_text(self) -> str:
+        return f"{self.batch_size}" + (f" x {self.accumulation}" if self.accumulation > 1 else "")
+
+
+@dataclass
+class ProbeResult:
+    workload_preset: str
+    workload: str
+    candidates: list[CandidateResult]
+    recommended: str | None
+    sentence: str
+    budget_s: float
+    seconds: float
+    created: float = field(default_factory=time.time)
+    machine: dict = field(default_factory=dict)
+    key: str = ""
+    workload_key: str = ""
+    cached: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ProbeResult":
+        data = dict(data)
+        data["candidates"] = [CandidateResult(**c) for c in data["candidates"]]
+        return cls(**data)
+
+
+# ---------------------------------------------------------------- measuring
+
+
+def probe(config: RunConfig, candidates: list[Candidate], budget_s: float = DEFAULT_BUDGET_S,
+          on_progress: Callable[[dict], None] | None = None) -> ProbeResult:
+    """Measure every candidate within `budget_s` seconds of wall time and rank them."""
+    started = time.time()
+    end = started + budget_s - FINISH_MARGIN_S
+    tell = on_progress or (lambda update: None)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="cockpit-probe-") as scratch:
+        for i, candidate in enumerate(candidates):
+            slice_end = time.time() + max(MIN_SLICE_S, (end - time.time()) / (len(candidates) - i))
+            tell({"type": "candidate", "index": i, "total": len(candidates),
+                  "label": candidate.label, "until": slice_end})
+            worker = Worker(config, candidate.preset, Path(scratch), until=slice_end - EXIT_MARGIN_S)
+            ended = worker.wait(slice_end, on_events=lambda new, c=candidate: tell(
+                {"type": "events", "label": c.label, "events": new}))
+            result = candidate_result(candidate, worker, ended)
+            results.append(result)
+            tell({"type": "result", "result": result})
+    ranked = rank(results)
+    recommended, sentence = recommend(config.workload_preset, ranked)
+    return ProbeResult(workload_preset=config.workload_preset, workload=config.workload.workload,
+                       candidates=ranked, recommended=recommended, sentence=sentence,
+                       budget_s=budget_s, seconds=round(time.time() - started, 1))
+
+
+def candidate_result(candidate: Candidate, worker: Worker, ended: WorkerEnd) -> CandidateResult:
+    """What one worker's events, memory readings and end say about its candidate."""
+    preset = candidate.preset
+    result = CandidateResult(label=candidate.label, preset=candidate.preset_name, status="ok",
+                             batch_size=preset.batch_size, accumulation=preset.accumulation,
+                             seconds=round(time.monotonic() - worker.started, 1))
+    ready = next(iter(worker.of_type("trainer_ready")), None)
+    if ready:
+        result.device, result.precision = ready["device"], ready["precision"]
+        result.threads, result.startup_s = ready.get("threads"), ready.get("startup_s")
+    done = next(iter(worker.of_type("probe_done")), None)
+    steps = worker.of_type("step")
+    warmup = worker.of_type("probe_warmup")
+    last = done or (steps[-1] if steps else {})
+    result.peak = (done or {}).get("peak", {})
+    result.device_memory = last.get("device_memory", {}) or {}
+    result.memory = worker.memory().to_dict()
+    if steps:
+        rates = [e["samples_per_s"] for e in steps]
+        result.samples_per_s = statistics.median(rates)
+        result.spread = ([round(q, 3) for q in statistics.quantiles(rates, n=4)[::2]]
+                         if len(rates) >= 4 else [min(rates), max(rates)])
+        result.windows = len(rates)
+    elif len(warmup) >= 2:
+        later = warmup[1:]  # the first step pays one-time costs
+        result.samples_per_s = sum(e["samples"] for e in later) / sum(e["seconds"] for e in later)
+        result.status, result.note = "rough", f"from {len(later)} warm-up step(s); no timed window fitted"
+    elif warmup:
+        result.samples_per_s = warmup[0]["samples"] / warmup[0]["seconds"]
+        result.status, result.note = "rough", "from its first step only (one-time costs included)"
+
+    if ended.config_error or (ended.verdict and ended.verdict.kind == "config"):
+        result.status = "unavailable"
+        result.note = ended.config_error or ended.verdict.evidence.get("message") or ended.verdict.sentence
+        result.samples_per_s = None
+    elif ended.crashed:
+        result.status = "crashed"
+        result.crash = {"kind": ended.verdict.kind, "sentence": ended.verdict.sentence,
+                        "evidence": ended.verdict.evidence}
+        result.note = ended.verdict.sentence
+    elif result.samples_per_s is None:
+        result.status = "too-slow"
+        if ready is None:
+            result.note = f"not ready to train after {result.seconds:.0f} s (start-up: data, model, device)"
+        else:
+            waited = max(1e-9, result.seconds - (result.startup_s or 0.0))
+            result.note = (f"no step finished in {waited:.0f} s: under "
+                           f"{preset.effective_batch / waited:.2g} samples/s")
+    return result
+
+
+# ---------------------------------------------------------------- ranking
+
+
+def rank(results: list[CandidateResult]) -> list[CandidateResult]:
+    """Trained candidates fastest first, then the rest by how far they got."""
+    return sorted(results, key=lambda r: (0 if r.trained else STATUS_ORDER[r.status],
+                                          -(r.samples_per_s or 0.0)))
+
+
+def _failures(results: list[CandidateResult]) -> list[str]:
+    out = []
+    for r in results:
+        if r.status == "crashed":
+            out.append(f"{r.label} crashed ({r.crash['kind']})")
+        elif r.status == "too-slow":
+            out.append(f"{r.label} was too slow to time ({r.note})")
+        elif r.status == "unavailable":
+            out.append(f"{r.label} is unavailable")
+    return out
+
+
+def overlap(a: CandidateResult, b: CandidateResult) -> bool:
+    """The middle halves of the two measurements' windows overlap: their order is noise."""
+    if not (a.spread and b.spread):
+        return False
+    return a.spread[0] <= b.spread[1] and b.spread[0] <= a.spread[1]
+
+
+def recommend(workload: str, ranked: list[CandidateResult]) -> tuple[str | None, str]:
+    """(the label to use, the sentence that says why)."""
+    trained = [r for r in ranked if r.trained]
+    failures = _failures(ranked)
+    if not trained:
+        return None, f"No candidate trained {workload}: " + "; ".join(failures) + "."
+    best = trained[0]
+    at = f"for {workload} at batch {best.batch_text}"
+    others = [r for r in trained[1:] if r.device_kind != best.device_kind] or trained[1:]
+    if not others:
+        sentence = f"{best.label} is the only candidate that trained {at}"
+    else:
+        other = others[0]
+        ratio = best.samples_per_s / max(other.samples_per_s, 1e-12)
+        batch = "" if other.batch_text == best.batch_text else f" (at batch {other.batch_text})"
+        if overlap(best, other):
+            sentence = (f"{best.label} and {other.label}{batch} are within measurement noise of each "
+                        f"other {at} ({ratio:.2f}x); {best.label} measured faster")
+        else:
+            sentence = f"{best.label} is {ratio:.1f}x faster than {other.label}{batch} {at}"
+    if best.status == "rough":
+        sentence += f" (rough: {best.note})"
+    if failures:
+        sentence += "; " + "; ".join(failures)
+    return best.label, sentence + "."

@@ -1,0 +1,158 @@
+"""The probe's child process: a real Trainer, timed.
+
+    python -m engine.probe.worker RUN_DIR --preset-json '{...}' --until EPOCH_S [--batches]
+
+It builds exactly what a run builds (engine.trainer.Trainer: the workload, the model on the
+device, autocast, accumulation, the optimizer) and trains with the trainer's own step, so a
+probe's samples/s is what a run would report, minus evals and checkpoints.
+
+Speed mode: warm up (the first steps pay for kernel selection, graph compilation, caches)
+for a quarter of the time left, then train in timed windows until --until; each window ends
+with the trainer's own report (its loss read is the sync point) and becomes a `step` event.
+Warm-up steps are synced one by one and reported as `probe_warmup`, so a candidate too slow
+to reach a window still has a rough figure.
+
+Batch mode (--batches): read micro-batch sizes from stdin, one per line, and run a short
+trial of each (accumulation 1), answering with `batch_trial` events; the parent decides from
+its memory readings whether the batch fits and sends the next size, or kills the process.
+
+A crash is left to happen: the parent classifies it like any attempt's (engine.crashes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import faulthandler
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from engine import device as devices, presets
+from engine.crashes import EXIT_CONFIG, EXIT_FAILED, EXIT_FINISHED, EXIT_NUMERICAL
+from engine.errors import ConfigError
+from engine.events import EventWriter
+from engine.rundir import RunDir
+from engine.trainer import NonFiniteLoss, StopRequest, Trainer
+
+WARMUP_SHARE = 0.25      # of the time left once the model is ready
+WARMUP_MIN_STEPS = 2
+WINDOWS = 8              # timed windows aimed for in the time left after warm-up
+MIN_WINDOW_S = 0.25
+TRIAL_MIN_STEPS = 1      # timed steps per batch trial (at least), after one warm-up step
+
+
+def _synced_step(trainer: Trainer) -> float:
+    started = time.monotonic()
+    trainer.train_step()
+    devices.synchronize(trainer.device)
+    return time.monotonic() - started
+
+
+def measure_speed(trainer: Trainer, until: float) -> None:
+    """Warm up, then timed windows until `until` (time.time()), as `step` events."""
+    emit = trainer.events.emit
+    ready = time.monotonic()
+    left = until - time.time()
+    warm_until = ready + WARMUP_SHARE * left
+    step_times = []
+    while len(step_times) < WARMUP_MIN_STEPS or time.monotonic() < warm_until:
+        seconds = _synced_step(trainer)
+        step_times.append(seconds)
+        emit("probe_warmup", step=trainer.step, seconds=round(seconds, 4),
+             samples=trainer.global_batch)
+        if time.time() + seconds > until:
+            break
+    # Windows of an eighth of what is left; each starts clean (the losses of warm-up are not
+    # the measurement's, nor is their time).
+    window = max(MIN_WINDOW_S, (until - time.time()) / WINDOWS)
+    trainer.train = dataclasses.replace(trainer.train, report_every_s=window)
+    trainer._new_window()
+    typical = sorted(step_times)[len(step_times) // 2]
+    while time.time() + typical < until:
+        trainer.train_step()
+        trainer.maybe_report()
+    trainer.report()
+
+
+def batch_trials(trainer: Trainer, lines, trial_s: float) -> None:
+    """One trial per micro-batch size read from `lines`, until the parent says 'done'."""
+    emit = trainer.events.emit
+    for line in lines:
+        text = line.strip()
+        if text == "done" or not text:
+            return
+        batch = int(text)
+        if batch > trainer.workload.num_samples:
+            emit("batch_trial", batch=batch, phase="skipped", num_samples=trainer.workload.num_samples)
+            continue
+        # The probe's one liberty with the trainer: the micro-batch changes between trials.
+        trainer.preset = dataclasses.replace(trainer.preset, batch_size=batch, accumulation=1)
+        trainer.global_batch = batch
+        if trainer.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(trainer.device)
+        emit("batch_trial", batch=batch, phase="start")
+        first = _synced_step(trainer)
+        timed, steps = 0.0, 0
+        while steps < TRIAL_MIN_STEPS or timed < trial_s:
+            timed += _synced_step(trainer)
+            steps += 1
+        loss_ok = all(bool(torch.isfinite(p).all()) for p in trainer.model.parameters())
+        if not loss_ok:
+            raise NonFiniteLoss(trainer.step, f"non-finite weights at batch {batch}")
+        emit("batch_trial", batch=batch, phase="end", first_step_s=round(first, 4),
+             step_s=round(timed / steps, 5), samples_per_s=round(batch * steps / timed, 3),
+             peak=devices.peak_memory_mb(trainer.device), device_memory=devices.memory(trainer.device))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine.probe.worker")
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--preset-json", required=True)
+    parser.add_argument("--until", type=float, required=True, help="wall-clock end (time.time())")
+    parser.add_argument("--batches", action="store_true", help="batch trials, sizes from stdin")
+    parser.add_argument("--trial-s", type=float, default=2.0)
+    args = parser.parse_args(argv)
+
+    faulthandler.enable()  # a native crash leaves its Python stack as evidence
+    run = RunDir(args.run_dir)
+    started = time.monotonic()
+    with EventWriter(run.events_path, attempt=1) as events:
+        trainer = None
+        try:
+            preset = presets.device_from_table(json.loads(args.preset_json), "probe candidate")
+            trainer = Trainer(run, events, "probe", preset, StopRequest())
+            events.emit("trainer_ready", **trainer._describe(),
+                        startup_s=round(time.monotonic() - started, 3))
+            trainer.faults.before_step(0)
+            if args.batches:
+                batch_trials(trainer, sys.stdin, args.trial_s)
+            else:
+                measure_speed(trainer, args.until)
+            events.emit("probe_done", steps=trainer.step, peak=devices.peak_memory_mb(trainer.device),
+                        device_memory=devices.memory(trainer.device))
+        except ConfigError as e:
+            print(e.line(), file=sys.stderr)
+            events.emit("config_error", message=e.line())
+            return EXIT_CONFIG
+        except NonFiniteLoss as e:
+            events.emit("numerical", step=e.step, message=str(e))
+            print(str(e), file=sys.stderr, flush=True)
+            return EXIT_NUMERICAL
+        except Exception as e:
+            import traceback
+
+            frames = traceback.extract_tb(e.__traceback__)
+            events.emit("exception", error=type(e).__name__, message=str(e)[:2000],
+                        where=f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None,
+                        step=trainer.step if trainer else None, traceback=traceback.format_exc()[-8000:])
+            traceback.print_exc()
+            return EXIT_FAILED
+    return EXIT_FINISHED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,267 @@
+"""The device probe and the batch finder, through real worker processes on the CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import threading
+
+import pytest
+
+from conftest import child_env, cockpit_cmd, user_preset
+from engine import runconfig
+from engine.probe import batch as finder, cache, candidates, measure
+from engine.probe.measure import MemoryReading
+from engine.probe.speed import CandidateResult, probe, recommend
+from engine.rundir import RunDir
+from engine.supervisor import Supervisor
+
+MATMUL = ["params.n=64", "params.products=8", "params.samples=4096", "params.eval_samples=64"]
+# A TRM small enough for CPU trials whose memory grows steeply with the batch (activations).
+SMALL_TRM = ["params.hidden_size=64", "params.num_heads=2", "params.L_layers=1", "params.H_cycles=1",
+             "params.L_cycles=1", "params.seq_len=128", "params.corpus_bytes=200000", "threads=1"]
+
+
+def _presets(home):
+    user_preset(home, "devices", "small", 'device = "cpu"\nbatch_size = 4\nthreads = 1\n')
+    user_preset(home, "devices", "large", 'device = "cpu"\nbatch_size = 128\nthreads = 1\n')
+    user_preset(home, "devices", "crashy", 'device = "cpu"\nbatch_size = 16\nthreads = 1\n'
+                                           'inject = ["native-crash@2+"]\n')
+
+
+def _run(*args, timeout=120):
+    return subprocess.run(cockpit_cmd(*args), capture_output=True, text=True, env=child_env(),
+                          timeout=timeout)
+
+
+def _direct_samples_per_s(workload: str, device: str, overrides: list[str]) -> float:
+    """What a real run reports: the median of its step windows after the first."""
+    config = runconfig.resolve(workload, device, overrides + ["train.max_steps=400000",
+                                                             "train.epochs=1000", "train.report_every_s=0.2"])
+    run = RunDir.create(config)
+    sup = Supervisor(run)
+    timer = threading.Timer(6.0, sup.request_stop)
+    timer.start()
+    sup.supervise()
+    timer.cancel()
+    rates = [e["samples_per_s"] for e in run.events() if e["type"] == "step"][1:]
+    assert len(rates) >= 3
+    return statistics.median(rates)
+
+
+def test_a_probe_of_two_presets_ranks_them_as_a_direct_measurement_does(home):
+    _presets(home)
+    config = runconfig.resolve("matmul", "small", MATMUL)
+    cands = candidates.build(config.workload, devices=[], preset_names=["small", "large"], base="auto",
+                             overrides=MATMUL, threads=False)
+    result = probe(config, cands, budget_s=20)
+    measured = {c.label: c for c in result.candidates}
+    assert all(c.status == "ok" and c.windows >= 3 for c in result.candidates), result.candidates
+    direct = {name: _direct_samples_per_s("matmul", name, MATMUL) for name in ("small", "large")}
+    probe_order = [c.label for c in result.candidates]
+    assert probe_order == sorted(direct, key=direct.get, reverse=True)
+    assert result.recommended == probe_order[0]
+    # Not just the order: the probe's figures are the run's figures.
+    for name in direct:
+        assert 0.5 < measured[name].samples_per_s / direct[name] < 2.0, (measured[name], direct)
+    ratio = measured[probe_order[0]].samples_per_s / measured[probe_order[1]].samples_per_s
+    assert f"{ratio:.1f}x faster than" in result.sentence and "for matmul at batch" in result.sentence
+
+
+def test_crashed_and_unavailable_candidates_are_results_not_the_end_of_the_probe(home):
+    _presets(home)
+    user_preset(home, "devices", "gpu", 'device = "cuda"\nbatch_size = 16\n')
+    out = _run("probe", "-w", "matmul", "--presets", "crashy,small,gpu", "--budget", "24",
+               "--no-threads", *[a for o in MATMUL for a in ("--set", o)], "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    rows = {c["label"]: c for c in result["candidates"]}
+    assert rows["crashy"]["status"] == "crashed" and rows["crashy"]["crash"]["kind"] == "native-crash"
+    assert rows["gpu"]["status"] == "unavailable" and "cuda" in rows["gpu"]["note"]
+    assert rows["small"]["status"] == "ok" and rows["small"]["samples_per_s"] > 0
+    assert [c["label"] for c in result["candidates"]] == ["small", "crashy", "gpu"]
+    assert result["recommended"] == "small"
+    assert "crashy crashed (native-crash)" in result["sentence"]
+
+
+def test_cpu_candidates_are_tried_at_1_physical_and_logical_threads(home, monkeypatch):
+    monkeypatch.setattr(candidates.psutil, "cpu_count", lambda logical=True: 8 if logical else 4)
+    config = runconfig.resolve("matmul", "auto", [])
+    found = candidates.build(config.workload, devices=["cpu"], preset_names=[], base="auto", overrides=[])
+    assert [(c.label, c.preset.threads) for c in found] == [
+        ("cpu (1 thread)", 1), ("cpu (4 threads)", 4), ("cpu (8 threads)", 8)]
+    assert {c.preset.device for c in found} == {"cpu"} and {c.preset.batch_size for c in found} == {32}
+
+
+def test_the_cache_answers_until_the_workload_configuration_changes(home):
+    _presets(home)
+    args = ["probe", "-w", "matmul", "--presets", "large", "--budget", "8", *[a for o in MATMUL for a in ("--set", o)]]
+    first = _run(*args)
+    assert first.returncode == 0 and "probing matmul" in first.stderr, first.stderr
+    again = _run(*args)
+    assert again.returncode == 0 and "cached result" in again.stderr and "probing" not in again.stderr
+    assert again.stdout == first.stdout
+    changed = _run(*args, "--set", "params.n=48")
+    assert "probing matmul" in changed.stderr and "cached" not in changed.stderr
+    fresh = _run(*args, "--fresh")
+    assert "probing matmul" in fresh.stderr
+    assert len(list(cache.probes_dir().glob("*.json"))) == 2
+    assert cache.latest("matmul")["created"] >= json.loads(
+        next(cache.probes_dir().glob("*.json")).read_text())["created"] - 1e-9
+
+
+def test_the_cache_key_follows_params_presets_and_machine(home):
+    config = runconfig.resolve("matmul", "auto", [])
+    other = runconfig.resolve("matmul", "auto", ["params.n=128"])
+    cands = candidates.build(config.workload, devices=["cpu"], preset_names=[], base="auto",
+                             overrides=[], threads=False)
+    machine = cache.machine()
+    base = cache.key(machine, config.workload, cands, 60)
+    assert base == cache.key(machine, runconfig.resolve("matmul", "auto", []).workload, cands, 60)
+    assert base != cache.key(machine, other.workload, cands, 60)
+    assert base != cache.key({**machine, "gpus": ["NVIDIA H100"]}, config.workload, cands, 60)
+    assert base != cache.key(machine, config.workload, cands, 120)
+    bigger = candidates.build(config.workload, devices=["cpu"], preset_names=[], base="auto",
+                              overrides=["batch_size=64"], threads=False)
+    assert base != cache.key(machine, config.workload, bigger, 60)
+
+
+# ---------------------------------------------------------------- recommendation sentences
+
+
+def _r(label, rate, spread=None, device="cpu", status="ok", **kw):
+    return CandidateResult(label=label, preset=label, status=status, device=device, batch_size=32,
+                           samples_per_s=rate, spread=spread, **kw)
+
+
+def test_the_sentence_names_the_margin_and_the_failures():
+    label, text = recommend("trm", [_r("cuda", 310.0, [300, 320], "cuda:0"), _r("cpu (16 threads)", 10.0, [9, 11]),
+                                    _r("mps", None, device="mps", status="crashed", crash={"kind": "oom"})])
+    assert label == "cuda"
+    assert text == "cuda is 31.0x faster than cpu (16 threads) for trm at batch 32; mps crashed (oom)."
+    _, text = recommend("trm", [_r("cpu (2 threads)", 105.0, [95, 110]), _r("cpu (1 thread)", 100.0, [96, 104])])
+    assert "within measurement noise" in text and "(1.05x)" in text
+    label, text = recommend("trm", [_r("mps", None, device="mps", status="too-slow", note="no step")])
+    assert label is None and text.startswith("No candidate trained trm")
+
+
+# ---------------------------------------------------------------- the batch finder
+
+
+def _reading(**kw):
+    base = dict(peak_rss=None, pressure="normal", pressure_source="psi", swap_in=0.0, swap_growth=0,
+                system_percent=50.0, samples=4)
+    return MemoryReading(**{**base, **kw})
+
+
+END = {"samples_per_s": 100.0, "peak": {"peak_rss_mb": 500.0}, "device_memory": {}}
+
+
+def test_a_trial_fits_only_with_calm_memory():
+    ok = finder.judge(64, END, _reading(), device="cpu", baseline_pressure="normal", memory_limit_mb=None)
+    assert ok.fits and ok.footprint_mb == 500.0
+    assert not finder.judge(64, END, _reading(pressure="warn"), device="mps", baseline_pressure="normal",
+                            memory_limit_mb=None).fits
+    # A machine already under pressure: only a worse level counts against the batch.
+    assert finder.judge(64, END, _reading(pressure="warn"), device="mps", baseline_pressure="warn",
+                        memory_limit_mb=None).fits
+    swapped = finder.judge(64, END, _reading(swap_in=200 * 2**20), device="mps", baseline_pressure="normal",
+                           memory_limit_mb=None)
+    assert not swapped.fits and "swapped in 200 MB" in swapped.why
+    assert not finder.judge(64, END, _reading(swap_growth=100 * 2**20), device="cpu",
+                            baseline_pressure=None, memory_limit_mb=None).fits
+    assert not finder.judge(64, END, _reading(), device="cpu", baseline_pressure=None, memory_limit_mb=400).fits
+    cuda_end = {"samples_per_s": 1.0, "peak": {"peak_cuda_allocated_mb": 76_000.0},
+                "device_memory": {"total": 80 * 2**30}}
+    full = finder.judge(64, cuda_end, _reading(), device="cuda", baseline_pressure=None, memory_limit_mb=None)
+    assert not full.fits and "over 90% of the GPU" in full.why
+    crashed = finder.judge(64, None, _reading(), device="cuda", baseline_pressure=None, memory_limit_mb=None,
+                           crash={"kind": "oom", "sentence": "The device ran out of memory."})
+    assert not crashed.fits and crashed.why.startswith("crashed (oom)")
+
+
+def test_the_search_doubles_then_bisects_in_multiples_of_8():
+    fits = lambda b: b <= 300  # noqa: E731
+    good = bad = None
+    tried = []
+    while (b := finder.next_batch(32, 4096, good, bad)) is not None:
+        tried.append(b)
+        good, bad = (b, bad) if fits(b) else (good, b)
+    assert tried[:5] == [32, 64, 128, 256, 512]
+    assert good <= 300 < bad and bad - good <= good // 8 and all(t % 8 == 0 for t in tried)
+    assert finder.suggest(96, 512) == (64, 8)
+    assert finder.suggest(1000, 512) == (512, 1)
+    assert finder.suggest(100, 96) == (96, 1)
+
+
+def test_the_batch_finder_finds_the_boundary_under_a_memory_limit(home):
+    config = runconfig.resolve("trm-tiny", "cpu", SMALL_TRM)
+    # Without a limit: every doubling fits; the footprint grows with the batch.
+    free = finder.find_batch(config, "cpu", config.device, max_batch=128, trial_s=0.2, budget_s=90)
+    assert free.found == 128 and free.smallest_misfit is None
+    footprint = {t.batch: t.footprint_mb for t in free.trials}
+    assert footprint[128] > footprint[64] + 50 > footprint[8] + 100, footprint
+    limit = (footprint[64] + footprint[128]) / 2
+    limited = finder.find_batch(config, "cpu", config.device, max_batch=128, memory_limit_mb=limit,
+                                trial_s=0.2, budget_s=90)
+    assert 64 <= limited.found < 128 and limited.smallest_misfit > limited.found
+    assert limited.smallest_misfit - limited.found <= max(8, limited.found // 8)
+    for t in limited.trials:  # each verdict is the limit's, and nothing else's
+        assert t.fits == (t.footprint_mb <= limit), t
+    # The cpu preset's effective batch (8 x 64 = 512) is kept with the found micro-batch.
+    assert limited.micro_batch * limited.accumulation == 512 and limited.micro_batch <= limited.found
+    assert f"Micro-batch {limited.found} is the largest" in limited.sentence
+
+
+def test_on_unified_memory_rising_pressure_ends_the_search_before_any_crash(home, monkeypatch):
+    """A simulated unified-memory machine: pressure goes to 'warn' once the trainer's RSS
+    passes 550 MB, long before anything would run out of memory."""
+    real = measure.SystemSampler.sample
+
+    def sample(self):
+        out = real(self)
+        if self.pid != os.getpid() and out["rss"] and out["rss"] > 550 * 2**20:
+            out["pressure"] = {"level": "warn", "raw": 12.0, "source": "sysctl", "detail": "simulated"}
+        return out
+
+    monkeypatch.setattr(measure.SystemSampler, "sample", sample)
+    config = runconfig.resolve("trm-tiny", "cpu", SMALL_TRM)
+    result = finder.find_batch(config, "cpu", config.device, max_batch=256, trial_s=0.2, budget_s=90)
+    misfit = next(t for t in result.trials if t.batch == result.smallest_misfit)
+    assert misfit.why == "memory pressure went to warn" and misfit.crash is None
+    assert result.found is not None and result.found < result.smallest_misfit <= 256
+    assert all(t.pressure == "normal" for t in result.trials if t.fits)
+
+
+def test_find_batch_saves_a_new_preset_and_never_overwrites_one(home):
+    args = ["probe", "-w", "trm-tiny", "-d", "cpu", "--find-batch", "--max-batch", "16",
+            "--trial-seconds", "0.2", *[a for o in SMALL_TRM for a in ("--set", o)]]
+    out = _run(*args, "--save", "cpu-trm")
+    assert out.returncode == 0, out.stderr
+    saved = home / "config" / "presets" / "devices" / "cpu-trm.toml"
+    text = saved.read_text()
+    assert 'batch_size = 16' in text and "accumulation = 32" in text and 'device = "cpu"' in text
+    again = _run(*args, "--save", "cpu-trm")
+    assert again.returncode == 2 and "--save: 'cpu-trm' is already your preset" in again.stderr
+    assert saved.read_text() == text
+    shipped = _run(*args, "--save", "cpu")
+    assert shipped.returncode == 2 and "'cpu' is already a shipped preset" in shipped.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--devices", "cpu,tpu"], "--devices: 'tpu' is not a device; expected one of cuda, mps, cpu"),
+    (["--devices", "cpu,cpu"], "--devices: got 'cpu,cpu'; expected a comma-separated list"),
+    (["--presets", "nope"], "device preset 'nope': not found"),
+    (["--budget", "1"], "--budget: got 1; expected seconds"),
+    (["--find-batch", "--memory-limit", "lots"], "--memory-limit: got 'lots'; expected a size"),
+    (["--memory-limit", "2G"], "--memory-limit: belongs to the batch finder"),
+    (["--find-batch", "--presets", "cpu"], "--find-batch: sizes one device preset"),
+    (["--set", "params.nope=1"], "params.nope"),
+])
+def test_bad_probe_arguments_are_one_line_and_exit_2(home, args, message):
+    out = _run("probe", "-w", "matmul", *args)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not (home / "cache").exists()
