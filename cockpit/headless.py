@@ -18,6 +18,11 @@ def duration(seconds: float | None) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
 
 
+def rate(value: float) -> str:
+    """Three significant figures below 100 (a slow run is 0.42 samples/s, not 0), whole above."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
 def _metrics(metrics: dict) -> str:
     return "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
 
@@ -55,7 +60,7 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
     if kind == "step":
         pct = 100 * e["step"] / max(1, e["total"])
         line = (f"step {e['step']}/{e['total']} ({pct:.0f}%)  loss {e['loss']:.4g}  "
-                f"{e['samples_per_s']:,.0f} samples/s")
+                f"{rate(e['samples_per_s'])} samples/s")
         if "gflop_s" in e:
             line += f"  {e['gflop_s']:,.1f} GFLOP/s"
         line += f"  ETA {duration(e.get('eta_s'))}"

@@ -227,9 +227,11 @@ class Supervisor:
         with open(log_path, "ab") as log:
             # Its own session: a Ctrl-C in the terminal reaches only the supervisor, which
             # forwards exactly one stop request.
+            # torchrun starts its workers itself; PYTHONSAFEPATH is -P for them (the working
+            # directory must not shadow engine or the workload).
+            env = child_env({**preset.env, **({"PYTHONSAFEPATH": "1"} if launcher else {})})
             self._proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT, env=child_env(dict(preset.env)),
-                                          start_new_session=True)
+                                          stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self._forwarded = 0
         self._sampler = SystemSampler(self._proc.pid)
         self._detector = SlowdownDetector(Context(workload=self.config.workload.workload,

@@ -353,9 +353,12 @@ class SystemSampler:
         total, processes = 0, 0
         for proc in (self._proc, *self._children):
             try:
-                total += proc.memory_info().rss
+                rss = proc.memory_info().rss
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue  # a child that exited between listing and reading (ZombieProcess too)
+            if rss == 0:
+                continue  # exited, not yet reaped: a zombie holds no memory and is not running
+            total += rss
             processes += 1
         return (total if processes else None), processes
 

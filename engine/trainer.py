@@ -364,6 +364,15 @@ def _rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
+def report_exception(events: EventWriter, error: Exception, step: int | None) -> None:
+    """An `exception` event (what the supervisor classifies from) and the traceback in the log."""
+    frames = traceback.extract_tb(error.__traceback__)
+    events.emit("exception", error=type(error).__name__, message=str(error)[:2000],
+                where=f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None,
+                step=step, rank=_rank(), traceback=traceback.format_exc()[-8000:])
+    traceback.print_exc()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine.trainer")
     parser.add_argument("run_dir", type=Path)
@@ -392,12 +401,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"attempt {args.attempt}: {e}", file=sys.stderr, flush=True)
             return EXIT_NUMERICAL
         except Exception as e:
-            frames = traceback.extract_tb(e.__traceback__)
-            events.emit("exception", error=type(e).__name__, message=str(e)[:2000],
-                        where=f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None,
-                        step=trainer.step if trainer else None, rank=_rank(),
-                        traceback=traceback.format_exc()[-8000:])
-            traceback.print_exc()
+            report_exception(events, e, trainer.step if trainer else None)
             return EXIT_FAILED
     print(f"attempt {args.attempt}: {outcome} at step {trainer.step}/{trainer.total_steps}", flush=True)
     return EXIT_FINISHED if outcome == "finished" else EXIT_STOPPED

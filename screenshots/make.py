@@ -5,13 +5,15 @@
 Each screen is driven headless (App.run_test + Pilot) over a scratch copy of
 tests/fixtures/runs/ (re-record those with screenshots/record.py). The 'live' run is the
 recorded clean run cut at its middle, with a supervisor pid that is alive (this process), so
-the dashboard shows it as running. tests/test_ui_snapshots.py compares the screens that depend
+the dashboard shows it as running. The probe screen shows tests/fixtures/probes/ (a probe
+recorded on the H100 machine). tests/test_ui_snapshots.py compares the screens that depend
 only on the recorded runs against these files.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import sys
@@ -23,6 +25,7 @@ from typing import Awaitable, Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 FIXTURES = ROOT / "tests" / "fixtures" / "runs"
+PROBES = ROOT / "tests" / "fixtures" / "probes"
 OUT = ROOT / "screenshots"
 SIZE = (80, 24)
 
@@ -46,6 +49,14 @@ def prepare(home: Path) -> None:
         steps = [i for i, line in enumerate(lines) if '"type":"step"' in line]
         (live / "events.jsonl").write_text("".join(lines[: steps[len(steps) // 2] + 1]))
     (live / "supervisor.pid").write_text(f"{os.getpid()}\n")
+    # The probe screen shows the probe recorded on the H100 machine, as measured five minutes ago.
+    os.environ["COCKPIT_CACHE_DIR"] = str(home / "cache")
+    probes = home / "cache" / "probes"
+    probes.mkdir(parents=True, exist_ok=True)
+    for recorded in PROBES.glob("*.json"):
+        result = json.loads(recorded.read_text())
+        result["created"] = time.time() - 300
+        (probes / recorded.name).write_text(json.dumps(result))
 
 
 async def launch(app, pilot) -> None:
@@ -83,6 +94,14 @@ async def runs(app, pilot) -> None:
     await pilot.pause(0.8)
 
 
+async def probe(app, pilot) -> None:
+    workloads = app.screen.query_one("#workloads")
+    workloads.highlighted = [o.id for o in workloads._options].index("trm-tiny")
+    await pilot.pause()
+    await pilot.press("p")
+    await pilot.pause(0.5)
+
+
 SCREENS: dict[str, Callable[..., Awaitable[None]]] = {
     "launch": launch,
     "editor-error": editor_error,
@@ -90,6 +109,7 @@ SCREENS: dict[str, Callable[..., Awaitable[None]]] = {
     "crash-fallback": lambda app, pilot: open_run(app, pilot, "20261123-111011-crash-fallback"),
     "finished": lambda app, pilot: open_run(app, pilot, "20261123-111049-finished"),
     "runs": runs,
+    "probe": probe,
 }
 
 

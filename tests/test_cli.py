@@ -141,3 +141,11 @@ def test_presets_and_runs_commands(home):
 def test_bare_cockpit_without_a_terminal_says_so(home):
     done = cockpit()
     assert done.returncode == 2 and "needs a terminal" in done.stderr
+
+
+def test_a_slow_run_shows_its_rate_not_zero():
+    from cockpit.headless import human_line
+
+    step = {"type": "step", "step": 3, "total": 10, "loss": 1.5, "samples_per_s": 0.4237}
+    assert "0.424 samples/s" in human_line(step)
+    assert "1,235 samples/s" in human_line({**step, "samples_per_s": 1234.6})

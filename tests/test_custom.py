@@ -216,3 +216,20 @@ def test_the_example_runs_end_to_end_and_the_trainer_imports_the_module_the_cli_
     (run,) = list_runs()
     assert presets.read_toml(run.config_path)["workload"]["workload"] == "sine_workload:build"
     assert "decoy" not in run.attempt_log(1).read_text()
+
+
+def test_a_workload_that_lacks_a_method_exits_2_naming_it(home, tmp_path):
+    """The protocol of what a factory returns can only be checked by building it, in the
+    trainer; the run still ends as bad input: exit 2, with the line that says what is missing."""
+    mod = f"cli_wl_{secrets.token_hex(4)}"
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / f"{mod}.py").write_text(
+        "class Half:\n    num_samples = 8\n    def build_model(self, *, grad_checkpointing): ...\n"
+        "def build(params, seed):\n    return Half()\n")
+    preset_for(home, f"{mod}:build")
+    done = subprocess.run(cockpit_cmd("--no-ui", "--workload", "mine", "--device", "cpu"), capture_output=True,
+                          text=True, env=cli_env(home, tmp_path / "mods"), timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"workload '{mod}:build': the Half its factory returned lacks batch(indices, device), " \
+           "loss(model, batch)" in done.stdout
+    assert "run failed: 1 attempt (cpu: config)" in done.stdout

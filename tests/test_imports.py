@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import tomllib
-from pathlib import Path
 
 from conftest import ROOT, child_env
 
@@ -17,7 +16,8 @@ def _modules_after(code: str) -> set[str]:
 
 
 def test_engine_does_not_import_textual():
-    mods = _modules_after("import engine, engine.supervisor, engine.rundir, engine.trainer")
+    mods = _modules_after("import engine, engine.supervisor, engine.rundir, engine.trainer, "
+                          "engine.probe.worker, engine.probe.speed, engine.probe.batch")
     assert "torch" in mods  # the trainer really was imported
     assert not any(m == "textual" or m.startswith(("textual.", "cockpit", "rich")) for m in mods)
 
@@ -25,6 +25,13 @@ def test_engine_does_not_import_textual():
 def test_help_and_presets_do_not_import_torch():
     mods = _modules_after("from cockpit.cli import build_parser; build_parser(); "
                           "from engine import presets, runconfig; runconfig.resolve('matmul', 'cpu')")
+    assert "torch" not in mods
+
+
+def test_a_cached_probe_answers_without_torch():
+    """The launch screen's probe line and a cache lookup stay light: no torch."""
+    mods = _modules_after("from engine.probe import cache, speed, batch, measure; cache.latest(); "
+                          "cache.machine(); import cockpit.ui.probe")
     assert "torch" not in mods
 
 

@@ -3,7 +3,6 @@ and its automatic fallback, and an ETA that converges."""
 
 from __future__ import annotations
 
-import pytest
 
 from conftest import TINY, user_preset
 from engine import runconfig, supervisor as supervisor_module

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import subprocess
 import sys
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -425,3 +426,18 @@ def test_on_slowdown_fallback_needs_a_ladder():
     assert "'warn', 'fallback'" in str(e.value)
     assert device_from_table({"on_slowdown": "fallback", "fallback": ["cpu"]},
                              "ok.toml").on_slowdown == "fallback"
+
+
+def test_a_trainer_that_exited_but_is_not_yet_reaped_is_not_read_as_zero_rss():
+    """Between a trainer's exit and the supervisor's poll() it is a zombie whose RSS reads 0:
+    that is no process, not a process using no memory."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    zombie = psutil.Process(proc.pid)
+    for _ in range(200):
+        if zombie.status() == psutil.STATUS_ZOMBIE:
+            break
+        time.sleep(0.02)
+    assert zombie.status() == psutil.STATUS_ZOMBIE
+    sample = sysmon.SystemSampler(proc.pid).sample()
+    proc.wait()
+    assert sample["rss"] is None and sample["processes"] == 0

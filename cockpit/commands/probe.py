@@ -69,7 +69,7 @@ def parse_size_mb(text: str, argument: str = "--memory-limit") -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine import presets, runconfig
+    from engine import runconfig
     from engine.probe import candidates as cands
 
     workload_name = getattr(args, "workload", "matmul")
@@ -112,7 +112,11 @@ def _probe(args, config, candidates, as_json: bool) -> int:
     else:
         _say(f"probing {config.workload_preset} on {len(candidates)} candidate(s) within "
              f"{budget:.0f} s: " + ", ".join(c.label for c in candidates), as_json)
-        result = probe(config, candidates, budget, on_progress=lambda u: _progress(u, as_json))
+        # The budget is the user's wait: it counts from this process's start (imports included).
+        import psutil
+
+        result = probe(config, candidates, budget, on_progress=lambda u: _progress(u, as_json),
+                       started=psutil.Process().create_time())
         result.machine, result.key = machine, key
         result.workload_key = cache.workload_key(config.workload)
         cache.save(result.to_dict())
@@ -133,7 +137,9 @@ def _say(text: str, as_json: bool) -> None:
 
 
 def _progress(update: dict, as_json: bool) -> None:
-    if update["type"] == "candidate":
+    if update["type"] == "importing":
+        _say(f"starting {update['total']} workers (their imports overlap; then one at a time)", as_json)
+    elif update["type"] == "candidate":
         left = update["until"] - time.time()
         _say(f"[{update['index'] + 1}/{update['total']}] {update['label']}: up to {left:.0f} s", as_json)
     elif update["type"] == "result":
@@ -194,9 +200,9 @@ def run_command(config, candidate, base: str, presets_mode: bool) -> str:
 
 
 def _find_batch(args, config, as_json: bool) -> int:
+    from cockpit.headless import rate
     from engine import presets
     from engine.probe.batch import DEFAULT_BUDGET_S, find_batch
-    from engine.schema import to_table
 
     if args.max_batch < 1:
         raise ConfigError("--max-batch", None, f"got {args.max_batch}; expected 1 or more")
@@ -204,7 +210,7 @@ def _find_batch(args, config, as_json: bool) -> int:
         raise ConfigError("--trial-seconds", None, f"got {args.trial_seconds:g}; expected above 0")
     limit = parse_size_mb(args.memory_limit) if args.memory_limit else None
     if args.save:
-        _check_new_preset_name(args.save)
+        check_new_preset_name(args.save)
     name = config.device_preset
     _say(f"finding the largest micro-batch for {config.workload_preset} on device preset {name!r} "
          f"(starting at {config.device.batch_size}, up to {args.max_batch})", as_json)
@@ -212,7 +218,7 @@ def _find_batch(args, config, as_json: bool) -> int:
     def progress(update: dict) -> None:
         if update["type"] == "trial_done":
             t = update["trial"]
-            speed = f", {t.samples_per_s:,.0f} samples/s" if t.samples_per_s else ""
+            speed = f", {rate(t.samples_per_s)} samples/s" if t.samples_per_s else ""
             peak = f", {t.footprint_kind} {t.footprint_mb:,.0f} MB" if t.footprint_mb and t.fits else ""
             _say(f"  batch {t.batch:>5}: {'fits' if t.fits else 'no — ' + t.why}{speed}{peak}", as_json)
 
@@ -221,12 +227,7 @@ def _find_batch(args, config, as_json: bool) -> int:
                         on_progress=progress)
     saved = None
     if args.save and result.found is not None:
-        table = to_table(config.device)
-        table.update(batch_size=result.micro_batch, accumulation=result.accumulation,
-                     description=f"found by cockpit probe --find-batch for {config.workload_preset}: "
-                                 f"micro-batch {result.micro_batch} x {result.accumulation} "
-                                 f"(largest that fits: {result.found})")
-        saved = presets.save_user_preset("devices", args.save, table)
+        saved = presets.save_user_preset("devices", args.save, preset_table(config, result))
     if as_json:
         print(json.dumps({**result.to_dict(), "saved": str(saved) if saved else None}, indent=1))
     else:
@@ -235,11 +236,24 @@ def _find_batch(args, config, as_json: bool) -> int:
             print(f"saved device preset {args.save!r} to {saved}; run it: cockpit --no-ui "
                   f"-w {config.workload_preset} -d {args.save}")
         elif args.save:
-            print(f"nothing saved: no micro-batch fits, so there is no preset to write")
+            print("nothing saved: no micro-batch fits, so there is no preset to write")
     return 0 if result.found is not None else 1
 
 
-def _check_new_preset_name(name: str) -> None:
+def preset_table(config, result) -> dict:
+    """The device preset the batch finder suggests: the sized preset with the found
+    micro-batch and the accumulation that keeps its effective batch."""
+    from engine.schema import to_table
+
+    table = to_table(config.device)
+    table.update(batch_size=result.micro_batch, accumulation=result.accumulation,
+                 description=f"found by cockpit probe --find-batch for {config.workload_preset}: "
+                             f"micro-batch {result.micro_batch} x {result.accumulation} "
+                             f"(largest that fits: {result.found})")
+    return table
+
+
+def check_new_preset_name(name: str) -> None:
     """--save never overwrites or shadows a preset: checked before anything is measured."""
     from engine import presets
 

@@ -7,13 +7,13 @@ import dataclasses
 import json
 
 from cockpit.commands.train import follow as follow_run
-from cockpit.headless import duration
+from cockpit.headless import duration, rate
 from engine import supervisor
 from engine.rundir import find_run, list_runs, summarize
 
 
 def _rate(value: float | None) -> str:
-    return f"{value:,.0f}/s" if value is not None else "-"
+    return f"{rate(value)}/s" if value is not None else "-"
 
 
 def list_(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from engine.events import EventFollower
 from engine.rundir import RunDir, summarize
 
 EXIT_BY_STATUS = {"finished": 0, "stopped": 130}
+EXIT_BAD_INPUT = 2
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,6 +40,15 @@ def run(args: argparse.Namespace) -> int:
     status = supervisor.Supervisor(run_dir, on_events=printer).supervise()
     if not args.json:
         _print_summary(run_dir)
+    return exit_code(status, run_dir)
+
+
+def exit_code(status: str, run_dir: RunDir) -> int:
+    """0 finished, 130 stopped, 2 when the trainer refused its configuration (a workload the
+    CLI cannot check without building it: a custom one lacking a method), else 1."""
+    attempts = summarize(run_dir).attempts
+    if status == "failed" and attempts and attempts[-1].outcome == "config":
+        return EXIT_BAD_INPUT
     return EXIT_BY_STATUS.get(status, 1)
 
 

@@ -13,7 +13,7 @@ HELP = """\
 
 **Launch** — pick a workload (what to train) and a device preset (how), add `--set`-style
 overrides (`batch_size=16 train.epochs=2`), check the resolved configuration, run.
-`r` run · `e` edit the highlighted preset · `p` probe result · `o` runs · `a` attach to a live run ·
+`r` run · `e` edit the highlighted preset · `p` probe · `o` runs · `a` attach to a live run ·
 `tab` next pane
 
 **Editor** — every field of the preset, checked as you type by the same rules as preset
@@ -26,6 +26,13 @@ eval metric, memory (pressure, swap, RSS, device memory), every attempt with how
 the evidence, the fallback taken and where it resumed; the log. `s` stop gracefully
 (checkpoint, then exit) · `d` detach: the run goes on without the cockpit · `esc` back.
 
+**Probe** — times real training steps of the workload on every device here (the CPU at 1,
+physical and logical threads), each in its own process, within a budget (60 s): samples/s
+(median and the middle half of its windows), peak memory, pressure, crashes as results, and
+the recommendation in a sentence. `p` measure · `u` use the best (sets device and threads
+as overrides) · `b` find the largest micro-batch that fits the device preset and keeps
+memory pressure normal and swap flat · `s` save that as a new device preset · `esc` back.
+
 **Runs** — every run with status, workload, device, throughput and duration. `enter` opens
 one: a past run is replayed from its events, a live one is attached. `s` stop · `r` refresh.
 
@@ -33,7 +40,8 @@ one: a past run is replayed from its events, a live one is attached. `s` stop ·
 live run). A run is its own process: closing the terminal or losing SSH leaves it running,
 and `cockpit` attaches to it again.
 
-Headless, the same: `cockpit --no-ui`, `cockpit runs list|show|follow|stop`, `cockpit presets`.
+Headless, the same: `cockpit --no-ui`, `cockpit runs list|show|follow|stop`, `cockpit presets`,
+`cockpit probe [--find-batch]`.
 """
 
 

@@ -16,6 +16,7 @@ from textual.widgets.option_list import Option
 
 from cockpit.ui.editor import EditorScreen
 from cockpit.ui.probe import last_probe, probe_line
+from cockpit.ui.probe_screen import ProbeScreen
 from cockpit.ui.runs import live_runs
 from engine import presets, runconfig
 from engine.errors import ConfigError
@@ -117,6 +118,7 @@ class LaunchScreen(Screen):
         super().__init__()
         self.initial = (workload, device)
         self.config: RunConfig | None = None
+        self.probe_options: dict = {}  # ProbeScreen keywords (budget_s, max_batch, trial_s)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -147,7 +149,11 @@ class LaunchScreen(Screen):
 
     def refresh_info(self) -> None:
         self.resolve()
-        line = probe_line(last_probe())
+        self.show_probe_line()
+
+    def show_probe_line(self) -> None:
+        workload = self.query_one("#workloads", PresetList).selected_name
+        line = probe_line(last_probe(workload), self.config)
         live = live_runs()
         if live:
             line += f"   · {len(live)} live run{'s' if len(live) > 1 else ''}: a attaches"
@@ -182,6 +188,7 @@ class LaunchScreen(Screen):
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         self.resolve()
+        self.show_probe_line()
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.resolve()
@@ -211,8 +218,21 @@ class LaunchScreen(Screen):
             self.app.push_screen(EditorScreen(lst.kind, name))
 
     def action_probe(self) -> None:
-        result = last_probe()
-        self.notify(probe_line(result), title="probe", timeout=6)
+        config = self.resolve()
+        if config is None:
+            self.notify("fix the configuration first (see the red line)", severity="error")
+            return
+
+        def use(words: list[str] | None) -> None:
+            # The probe's answer becomes overrides of the selected preset (device, threads).
+            if words:
+                keys = {w.partition("=")[0] for w in words}
+                field = self.query_one("#overrides", Input)
+                kept = [w for w in shlex.split(field.value) if w.partition("=")[0] not in keys]
+                field.value = " ".join(kept + words)
+            self.refresh_info()
+
+        self.app.push_screen(ProbeScreen(config, **self.probe_options), use)
 
     def action_attach(self) -> None:
         live = live_runs()

@@ -1,38 +1,30 @@
-"""The launch screen's seam for the device probe (`cockpit probe`, not built yet).
+"""The launch screen's probe line, from the probe cache (engine.probe.cache); no Textual here.
 
-The probe writes its last result as JSON to probe_path(); last_probe() reads it back. Until a
-probe has run there is no file and the launch screen says so. The probe work fills this in:
-change probe_path() or last_probe() here, nothing else in the UI reads probe results.
+The line shows the newest probe of the highlighted workload preset, its age, and whether it
+was measured with the workload parameters now selected (a probe of other parameters still
+says something, but the user should know).
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+import time
 
-from engine import paths
+from engine.probe import cache
+from engine.runconfig import RunConfig
 
-NO_PROBE = "no probe yet — cockpit probe"
-
-
-def probe_path() -> Path:
-    return paths.user_config_dir() / "probe.json"
+NO_PROBE = "no probe yet — p measures which device is fastest here"
 
 
-def last_probe() -> dict | None:
-    """The last probe result, or None when there is none (or it cannot be read)."""
-    try:
-        result = json.loads(probe_path().read_text())
-    except (OSError, ValueError):
-        return None
-    return result if isinstance(result, dict) else None
+def last_probe(workload_preset: str | None = None) -> dict | None:
+    """The newest probe result for the workload preset (any, if None), or None."""
+    return cache.latest(workload_preset)
 
 
-def probe_line(result: dict | None) -> str:
-    """One line for the launch screen: the probe's own summary, else its scalar fields."""
+def probe_line(result: dict | None, config: RunConfig | None = None, now: float | None = None) -> str:
     if result is None:
         return NO_PROBE
-    if isinstance(result.get("summary"), str):
-        return "probe: " + result["summary"]
-    fields = [f"{k} {v}" for k, v in result.items() if isinstance(v, (str, int, float, bool))]
-    return "probe: " + ("  ".join(fields) or "(empty result)")
+    age = cache.age_text(result["created"], time.time() if now is None else now)
+    stale = (config is not None and result.get("workload_key")
+             and result["workload_key"] != cache.workload_key(config.workload))
+    other = ", other params" if stale else ""
+    return f"probe ({age}{other}): {result['sentence']}"

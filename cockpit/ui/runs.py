@@ -14,7 +14,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from cockpit.headless import duration
+from cockpit.headless import duration, rate
 from engine import supervisor
 from engine.errors import ConfigError
 from engine.rundir import RunDir, RunSummary, list_runs, summarize
@@ -110,9 +110,9 @@ class RunsScreen(Screen):
         table.clear()
         self.rows = message.rows
         for run, s in self.rows:
-            rate = f"{s.samples_per_s:,.0f}" if s.samples_per_s is not None else "-"
+            speed = rate(s.samples_per_s) if s.samples_per_s is not None else "-"
             table.add_row(when(s), Text(s.status, style=STATUS_STYLE.get(s.status, "")), s.workload,
-                          devices(s), Text(rate, justify="right"), Text(duration(s.duration_s), justify="right"),
+                          devices(s), Text(speed, justify="right"), Text(duration(s.duration_s), justify="right"),
                           str(len(s.attempts)), key=run.id)
         if self.rows:
             table.move_cursor(row=min(keep, len(self.rows) - 1))

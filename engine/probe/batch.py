@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -104,7 +105,7 @@ def judge(batch: int, end_event: dict | None, reading, *, device: str, baseline_
 
     if crash:
         trial.crash = crash
-        return misfit(f"crashed ({crash['kind']}): {crash['sentence']}")
+        return misfit(f"crashed ({crash['kind']}): {crash['sentence'].rstrip('.')}")
     if why_not:
         return misfit(why_not)
     if worse(reading.pressure, baseline_pressure or "normal") != (baseline_pressure or "normal") \
@@ -164,7 +165,8 @@ def suggest(found: int, effective: int) -> tuple[int, int]:
 def find_batch(config: RunConfig, preset_name: str, preset: DevicePreset, *,
                max_batch: int = DEFAULT_MAX_BATCH, memory_limit_mb: float | None = None,
                budget_s: float = DEFAULT_BUDGET_S, trial_s: float = DEFAULT_TRIAL_S,
-               on_progress: Callable[[dict], None] | None = None) -> BatchResult:
+               on_progress: Callable[[dict], None] | None = None,
+               cancel: threading.Event | None = None) -> BatchResult:
     tell = on_progress or (lambda update: None)
     started = time.time()
     deadline = started + budget_s
@@ -176,42 +178,49 @@ def find_batch(config: RunConfig, preset_name: str, preset: DevicePreset, *,
     out_of_time = False
     with tempfile.TemporaryDirectory(prefix="cockpit-batch-") as scratch:
         batch = next_batch(preset.batch_size, max_batch, None, None)
-        while batch is not None:
-            if worker is None or not worker.alive:
-                worker = Worker(config, preset, Path(scratch), until=deadline, batches=True, trial_s=trial_s)
-            tell({"type": "trial", "batch": batch})
-            last = next((t for t in reversed(trials) if t.fits and t.samples_per_s), None)
-            expected_step_s = batch / last.samples_per_s if last else None
-            kind, value = _trial(worker, batch, baseline, memory_limit_mb, trial_s, expected_step_s,
-                                 deadline)
-            device = device or next((e["device"].split(":")[0] for e in worker.of_type("trainer_ready")),
-                                    None)
-            if kind == "time":
-                out_of_time = True
-                break
-            if kind == "cap":  # the workload has only this many samples
-                max_batch = value
-            else:
-                trials.append(value)
-                tell({"type": "trial_done", "trial": value})
-                if value.fits:
-                    good = batch
+        try:
+            while batch is not None and not (cancel and cancel.is_set()):
+                if worker is None or not worker.alive:
+                    worker = Worker(config, preset, Path(scratch), batches=True, trial_s=trial_s)
+                tell({"type": "trial", "batch": batch})
+                last = next((t for t in reversed(trials) if t.fits and t.samples_per_s), None)
+                expected_step_s = batch / last.samples_per_s if last else None
+                kind, value = _trial(worker, batch, baseline, memory_limit_mb, trial_s,
+                                     expected_step_s, deadline, cancel)
+                device = device or next((e["device"].split(":")[0]
+                                         for e in worker.of_type("trainer_ready")), None)
+                if kind == "time":
+                    out_of_time = True
+                    break
+                if kind == "cap":  # the workload has only this many samples
+                    max_batch = value
                 else:
-                    bad = batch
-                    worker.kill("probe")  # its memory may be wrecked; the next trial starts afresh
-                    worker.end()
-            batch = next_batch(preset.batch_size, max_batch, good, bad)
-        if worker is not None and worker.alive:
-            worker.send("done")
-            worker.wait(time.time() + 10)
+                    trials.append(value)
+                    tell({"type": "trial_done", "trial": value})
+                    if value.fits:
+                        good = batch
+                    else:
+                        bad = batch
+                        worker.kill("probe")  # its memory may be wrecked; the next starts afresh
+                        worker.end()
+                batch = next_batch(preset.batch_size, max_batch, good, bad)
+            if worker is not None and worker.alive:
+                worker.send("done")
+                worker.wait(time.time() + 10)
+        finally:  # Ctrl-C or an error: the worker runs in its own session and must not linger
+            if worker is not None and worker.alive:
+                worker.kill("probe")
+                worker.end()
     return _result(config, preset_name, preset, device, trials, good, bad, max_batch,
                    memory_limit_mb, out_of_time, round(time.time() - started, 1))
 
 
 def _trial(worker: Worker, batch: int, baseline: str | None, memory_limit_mb: float | None,
-           trial_s: float, expected_step_s: float | None, deadline: float) -> tuple[str, object]:
+           trial_s: float, expected_step_s: float | None, deadline: float,
+           cancel: threading.Event | None = None) -> tuple[str, object]:
     """One trial on a live worker: ("trial", Trial), ("cap", the workload's sample count) when
-    the batch is larger than that, or ("time", None) when the finder's budget ran out."""
+    the batch is larger than that, or ("time", None) when the finder's budget ran out or it
+    was cancelled."""
     sent = worker.send(str(batch))
     began = time.monotonic()
     # A trial far slower than the last batch's throughput predicts is thrashing (swap,
@@ -220,6 +229,8 @@ def _trial(worker: Worker, batch: int, baseline: str | None, memory_limit_mb: fl
     give_up = time.time() + allowance if worker.of_type("trainer_ready") else math.inf
     start = end = None
     while sent and worker.alive and time.time() < min(give_up, deadline):
+        if cancel and cancel.is_set():
+            return "time", None
         for e in worker.poll():
             if e["type"] == "trainer_ready":
                 give_up = time.time() + allowance

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -96,7 +97,6 @@ class Worker:
     config: RunConfig
     preset: DevicePreset
     scratch: Path
-    until: float                       # time.time() at which it should be done
     batches: bool = False
     trial_s: float = 2.0
     events: list[dict] = field(default_factory=list)
@@ -110,15 +110,16 @@ class Worker:
         self.run = RunDir.create(config, root=self.scratch)
         self.log_path = self.run.attempt_log(1)
         command = [sys.executable, "-P", "-m", "engine.probe.worker", str(self.run.path),
-                   "--preset-json", json.dumps(to_table(self.preset)), "--until", repr(self.until)]
+                   "--preset-json", json.dumps(to_table(self.preset))]
         if self.batches:
             command += ["--batches", "--trial-s", str(self.trial_s)]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                command, stdin=subprocess.PIPE if self.batches else subprocess.DEVNULL,
+                command, stdin=subprocess.PIPE,
                 stdout=log, stderr=subprocess.STDOUT, env=child_env(dict(self.preset.env)),
                 start_new_session=True, text=True)
-        self.started = time.monotonic()
+        self.started = time.monotonic()  # spawned; `went` when its turn came (speed mode)
+        self.went: float | None = None
         self._sampler = SystemSampler(self.proc.pid)
         self._sampled = 0.0
         self._follower = EventFollower(self.run.events_path)
@@ -148,7 +149,17 @@ class Worker:
     def of_type(self, kind: str) -> list[dict]:
         return [e for e in self.events if e["type"] == kind]
 
+    @property
+    def imported(self) -> bool:
+        """Done with its imports and waiting for its turn (or gone)."""
+        return not self.alive or any(e["type"] == "worker_started" for e in self.events)
+
     # ------------------------------------------------------------ talking and ending
+
+    def go(self, until: float) -> None:
+        """Its turn (speed mode): build the trainer, measure, be done by `until` (time.time())."""
+        self.went = time.monotonic()
+        self.send(f"go {until!r}")
 
     def send(self, line: str) -> bool:
         """A line on the worker's stdin (batch mode); False when it is gone."""
@@ -167,14 +178,18 @@ class Worker:
             except ProcessLookupError:
                 pass
 
-    def wait(self, deadline: float, on_events=None) -> WorkerEnd:
-        """Watch until the worker exits or `deadline` (time.time()) passes, then end it."""
-        while self.alive and time.time() < deadline:
-            new = self.poll()
-            if new and on_events:
-                on_events(new)
-            time.sleep(POLL_S)
-        self.kill("time")
+    def wait(self, deadline: float, on_events=None, cancel: threading.Event | None = None) -> WorkerEnd:
+        """Watch until the worker exits, `deadline` (time.time()) passes or `cancel` is set,
+        then end it. An exception here (Ctrl-C) ends the worker too: it runs in its own
+        session, so nothing else would."""
+        try:
+            while self.alive and time.time() < deadline and not (cancel and cancel.is_set()):
+                new = self.poll()
+                if new and on_events:
+                    on_events(new)
+                time.sleep(POLL_S)
+        finally:
+            self.kill("time")
         return self.end()
 
     def end(self) -> WorkerEnd:

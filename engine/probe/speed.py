@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import statistics
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from engine.probe.candidates import Candidate
-from engine.probe.measure import Worker, WorkerEnd
+from engine.probe.measure import POLL_S, Worker, WorkerEnd
 from engine.runconfig import RunConfig
 
 DEFAULT_BUDGET_S = 60.0
@@ -41,7 +42,8 @@ class CandidateResult:
     samples_per_s: float | None = None  # median over timed windows (rough: over warm-up steps)
     spread: list[float] | None = None   # the middle half of the windows: [25th, 75th percentile]
     windows: int = 0
-    startup_s: float | None = None
+    startup_s: float | None = None      # process start to model ready on the device
+    first_step_s: float | None = None   # the first step, one-time costs (kernels, caches) included
     peak: dict = field(default_factory=dict)          # the worker's own peak-memory figure
     device_memory: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)        # MemoryReading.to_dict(): rss, pressure, swap
@@ -91,23 +93,43 @@ class ProbeResult:
 
 
 def probe(config: RunConfig, candidates: list[Candidate], budget_s: float = DEFAULT_BUDGET_S,
-          on_progress: Callable[[dict], None] | None = None) -> ProbeResult:
-    """Measure every candidate within `budget_s` seconds of wall time and rank them."""
-    started = time.time()
+          on_progress: Callable[[dict], None] | None = None, started: float | None = None,
+          cancel: threading.Event | None = None) -> ProbeResult:
+    """Measure every candidate within `budget_s` seconds of wall time, counted from `started`
+    (time.time(); default now: the CLI passes its process's start), and rank them. Setting
+    `cancel` ends the probe after the current candidate's worker is stopped."""
+    started = started or time.time()
     end = started + budget_s - FINISH_MARGIN_S
     tell = on_progress or (lambda update: None)
     results = []
     with tempfile.TemporaryDirectory(prefix="cockpit-probe-") as scratch:
-        for i, candidate in enumerate(candidates):
-            slice_end = time.time() + max(MIN_SLICE_S, (end - time.time()) / (len(candidates) - i))
-            tell({"type": "candidate", "index": i, "total": len(candidates),
-                  "label": candidate.label, "until": slice_end})
-            worker = Worker(config, candidate.preset, Path(scratch), until=slice_end - EXIT_MARGIN_S)
-            ended = worker.wait(slice_end, on_events=lambda new, c=candidate: tell(
-                {"type": "events", "label": c.label, "events": new}))
-            result = candidate_result(candidate, worker, ended)
-            results.append(result)
-            tell({"type": "result", "result": result})
+        # Every worker starts now, so their imports (seconds each, cold) overlap; then they
+        # are measured one at a time, with nothing else running.
+        workers = [Worker(config, c.preset, Path(scratch)) for c in candidates]
+        try:
+            tell({"type": "importing", "total": len(candidates)})
+            while not all(w.imported for w in workers) and time.time() < started + budget_s / 2 \
+                    and not (cancel and cancel.is_set()):
+                for w in workers:
+                    w.poll()
+                time.sleep(POLL_S)
+            for i, (candidate, worker) in enumerate(zip(candidates, workers)):
+                if cancel and cancel.is_set():
+                    break
+                slice_end = time.time() + max(MIN_SLICE_S, (end - time.time()) / (len(candidates) - i))
+                tell({"type": "candidate", "index": i, "total": len(candidates),
+                      "label": candidate.label, "until": slice_end})
+                worker.go(slice_end - EXIT_MARGIN_S)
+                ended = worker.wait(slice_end, cancel=cancel, on_events=lambda new, c=candidate: tell(
+                    {"type": "events", "label": c.label, "events": new}))
+                result = candidate_result(candidate, worker, ended)
+                results.append(result)
+                tell({"type": "result", "result": result})
+        finally:  # Ctrl-C, a cancel or an error: workers run in their own sessions
+            for worker in workers:
+                if worker.alive:
+                    worker.kill("probe")
+                    worker.end()
     ranked = rank(results)
     recommended, sentence = recommend(config.workload_preset, ranked)
     return ProbeResult(workload_preset=config.workload_preset, workload=config.workload.workload,
@@ -120,7 +142,7 @@ def candidate_result(candidate: Candidate, worker: Worker, ended: WorkerEnd) -> 
     preset = candidate.preset
     result = CandidateResult(label=candidate.label, preset=candidate.preset_name, status="ok",
                              batch_size=preset.batch_size, accumulation=preset.accumulation,
-                             seconds=round(time.monotonic() - worker.started, 1))
+                             seconds=round(time.monotonic() - (worker.went or worker.started), 1))
     ready = next(iter(worker.of_type("trainer_ready")), None)
     if ready:
         result.device, result.precision = ready["device"], ready["precision"]
@@ -128,10 +150,11 @@ def candidate_result(candidate: Candidate, worker: Worker, ended: WorkerEnd) -> 
     done = next(iter(worker.of_type("probe_done")), None)
     steps = worker.of_type("step")
     warmup = worker.of_type("probe_warmup")
+    result.first_step_s = warmup[0]["seconds"] if warmup else None
     last = done or (steps[-1] if steps else {})
     result.peak = (done or {}).get("peak", {})
     result.device_memory = last.get("device_memory", {}) or {}
-    result.memory = worker.memory().to_dict()
+    result.memory = worker.memory(since=worker.went or 0.0).to_dict()
     if steps:
         rates = [e["samples_per_s"] for e in steps]
         result.samples_per_s = statistics.median(rates)
@@ -158,7 +181,8 @@ def candidate_result(candidate: Candidate, worker: Worker, ended: WorkerEnd) -> 
     elif result.samples_per_s is None:
         result.status = "too-slow"
         if ready is None:
-            result.note = f"not ready to train after {result.seconds:.0f} s (start-up: data, model, device)"
+            result.note = (f"not ready to train after {result.seconds:.0f} s (start-up: data, model, "
+                           "device); a larger --budget gives it time")
         else:
             waited = max(1e-9, result.seconds - (result.startup_s or 0.0))
             result.note = (f"no step finished in {waited:.0f} s: under "

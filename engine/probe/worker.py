@@ -1,20 +1,25 @@
 """The probe's child process: a real Trainer, timed.
 
-    python -m engine.probe.worker RUN_DIR --preset-json '{...}' --until EPOCH_S [--batches]
+    python -m engine.probe.worker RUN_DIR --preset-json '{...}' [--batches --trial-s S]
 
-It builds exactly what a run builds (engine.trainer.Trainer: the workload, the model on the
-device, autocast, accumulation, the optimizer) and trains with the trainer's own step, so a
-probe's samples/s is what a run would report, minus evals and checkpoints.
+It starts by importing torch and what a first optimizer pulls in (seconds on a cold machine,
+the same for every candidate), says `worker_started`, and waits for its turn on stdin: the
+probe starts every candidate's worker at once so that these imports overlap, then measures
+one candidate at a time.
 
-Speed mode: warm up (the first steps pay for kernel selection, graph compilation, caches)
-for a quarter of the time left, then train in timed windows until --until; each window ends
-with the trainer's own report (its loss read is the sync point) and becomes a `step` event.
-Warm-up steps are synced one by one and reported as `probe_warmup`, so a candidate too slow
-to reach a window still has a rough figure.
+Then it builds exactly what a run builds (engine.trainer.Trainer: the workload, the model on
+the device, autocast, accumulation, the optimizer) and trains with the trainer's own step,
+so a probe's samples/s is what a run would report, minus evals and checkpoints.
 
-Batch mode (--batches): read micro-batch sizes from stdin, one per line, and run a short
-trial of each (accumulation 1), answering with `batch_trial` events; the parent decides from
-its memory readings whether the batch fits and sends the next size, or kills the process.
+Speed mode (stdin: `go UNTIL`, UNTIL a time.time()): warm up (the first steps pay for kernel
+selection, graph compilation, caches) for a quarter of the time left, then train in timed
+windows until UNTIL; each window ends with the trainer's own report (its loss read is the
+sync point) and becomes a `step` event. Warm-up steps are synced one by one and reported as
+`probe_warmup`, so a candidate too slow to reach a window still has a rough figure.
+
+Batch mode (stdin: one micro-batch size per line, then `done`): a short trial of each
+(accumulation 1), answered with `batch_trial` events; the parent decides from its memory
+readings whether the batch fits and sends the next size, or kills the process.
 
 A crash is left to happen: the parent classifies it like any attempt's (engine.crashes).
 """
@@ -29,6 +34,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import torch
 
 from engine import device as devices, presets
@@ -36,7 +42,7 @@ from engine.crashes import EXIT_CONFIG, EXIT_FAILED, EXIT_FINISHED, EXIT_NUMERIC
 from engine.errors import ConfigError
 from engine.events import EventWriter
 from engine.rundir import RunDir
-from engine.trainer import NonFiniteLoss, StopRequest, Trainer
+from engine.trainer import NonFiniteLoss, StopRequest, Trainer, report_exception
 
 WARMUP_SHARE = 0.25      # of the time left once the model is ready
 WARMUP_MIN_STEPS = 2
@@ -108,19 +114,35 @@ def batch_trials(trainer: Trainer, lines, trial_s: float) -> None:
              peak=devices.peak_memory_mb(trainer.device), device_memory=devices.memory(trainer.device))
 
 
+def _preload() -> None:
+    """Import what the first optimizer and backward pull in (torch._dynamo and friends:
+    seconds, cold), while the other candidates' workers do the same."""
+    weight = torch.zeros(1, requires_grad=True)
+    optimizer = torch.optim.AdamW([weight])
+    weight.sum().backward()
+    optimizer.step()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine.probe.worker")
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--preset-json", required=True)
-    parser.add_argument("--until", type=float, required=True, help="wall-clock end (time.time())")
     parser.add_argument("--batches", action="store_true", help="batch trials, sizes from stdin")
     parser.add_argument("--trial-s", type=float, default=2.0)
     args = parser.parse_args(argv)
 
     faulthandler.enable()  # a native crash leaves its Python stack as evidence
     run = RunDir(args.run_dir)
-    started = time.monotonic()
     with EventWriter(run.events_path, attempt=1) as events:
+        _preload()
+        events.emit("worker_started", imports_s=round(time.time() - psutil.Process().create_time(), 3))
+        until = None
+        if not args.batches:
+            words = sys.stdin.readline().split()
+            if len(words) != 2 or words[0] != "go":
+                return EXIT_FINISHED  # the probe ended before this candidate's turn
+            until = float(words[1])
+        started = time.monotonic()
         trainer = None
         try:
             preset = presets.device_from_table(json.loads(args.preset_json), "probe candidate")
@@ -131,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.batches:
                 batch_trials(trainer, sys.stdin, args.trial_s)
             else:
-                measure_speed(trainer, args.until)
+                measure_speed(trainer, until)
             events.emit("probe_done", steps=trainer.step, peak=devices.peak_memory_mb(trainer.device),
                         device_memory=devices.memory(trainer.device))
         except ConfigError as e:
@@ -143,13 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             print(str(e), file=sys.stderr, flush=True)
             return EXIT_NUMERICAL
         except Exception as e:
-            import traceback
-
-            frames = traceback.extract_tb(e.__traceback__)
-            events.emit("exception", error=type(e).__name__, message=str(e)[:2000],
-                        where=f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None,
-                        step=trainer.step if trainer else None, traceback=traceback.format_exc()[-8000:])
-            traceback.print_exc()
+            report_exception(events, e, trainer.step if trainer else None)
             return EXIT_FAILED
     return EXIT_FINISHED
 

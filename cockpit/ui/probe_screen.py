@@ -1,0 +1,334 @@
+"""The probe screen: which device trains the launch screen's workload fastest here, and the
+largest micro-batch that fits the selected device preset.
+
+The probe and the batch finder (engine.probe) run in a worker thread that only
+post_message's their progress; each candidate and each trial still runs in its own process.
+Leaving the screen cancels the work in flight (its worker process is ended).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Input, ProgressBar, Static
+
+from cockpit.headless import rate
+from engine.errors import ConfigError
+from engine.probe import cache
+from engine.probe.batch import BatchResult, Trial
+from engine.probe.speed import DEFAULT_BUDGET_S, CandidateResult, ProbeResult
+from engine.runconfig import RunConfig
+
+STATUS_STYLE = {"ok": "green", "rough": "yellow", "too-slow": "yellow", "crashed": "bold red",
+                "unavailable": "dim", "waiting": "dim", "measuring": "bold cyan"}
+PRESSURE_STYLE = {"normal": "green", "warn": "bold yellow", "critical": "bold red"}
+
+
+@dataclasses.dataclass
+class ProbeProgress(Message):
+    update: dict
+
+
+@dataclasses.dataclass
+class ProbeFinished(Message):
+    result: ProbeResult | BatchResult | None
+    error: str | None = None
+
+
+def _peak(r: CandidateResult) -> str:
+    for key in ("peak_cuda_allocated_mb", "mps_driver_allocated_mb", "peak_rss_mb"):
+        if key in r.peak:
+            return f"{r.peak[key]:,.0f} MB"
+    return f"{r.memory['peak_rss'] / 2**20:,.0f} MB" if r.memory.get("peak_rss") else "-"
+
+
+def _right(text: str) -> Text:
+    return Text(text, justify="right")
+
+
+class ProbeScreen(Screen):
+    BINDINGS = [
+        Binding("p", "probe", "Probe"),
+        Binding("b", "find_batch", "Find batch"),
+        Binding("s", "save", "Save preset"),
+        Binding("u", "use", "Use best"),
+        Binding("escape", "back", "Back"),
+    ]
+    DEFAULT_CSS = """
+    #what { height: 1; padding: 0 1; background: $boost; }
+    #candidates { height: 8; }
+    #trials { height: 1fr; display: none; }
+    #progress-row { height: 1; margin: 0 1; }
+    #progress { display: none; }
+    #status { width: 1fr; padding: 0 1; }
+    #sentence { height: auto; max-height: 7; padding: 0 1; border-top: solid $primary 50%; }
+    #save-row { height: 1; margin: 0 1; display: none; }
+    #save-label { width: 18; }
+    """
+
+    def __init__(self, config: RunConfig, *, budget_s: float = DEFAULT_BUDGET_S,
+                 max_batch: int = 4096, trial_s: float = 1.5):
+        super().__init__()
+        self.config = config
+        self.budget_s, self.max_batch, self.trial_s = budget_s, max_batch, trial_s
+        self.result: ProbeResult | None = None
+        self.batch: BatchResult | None = None
+        self.candidates: list = []
+        self.cancel = threading.Event()
+        self.busy = False
+        self._live: dict[str, float] = {}   # the latest window's samples/s while measuring
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="what")
+        yield DataTable(id="candidates", cursor_type="row", zebra_stripes=True)
+        yield DataTable(id="trials", cursor_type="row", zebra_stripes=True)
+        with Horizontal(id="progress-row"):
+            yield ProgressBar(id="progress", show_eta=False, show_percentage=False)
+            yield Static(id="status")
+        yield Static(id="sentence")
+        with Horizontal(id="save-row"):
+            yield Static("save preset as", id="save-label")
+            yield Input(id="save-name", compact=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        c = self.config
+        self.query_one("#what", Static).update(
+            f"probe {c.workload_preset} ({c.workload.workload}) · base {c.device_preset} "
+            f"{c.device.batch_size} x {c.device.accumulation} · budget {self.budget_s:.0f} s")
+        table = self.query_one("#candidates", DataTable)
+        # No device column: at 80 columns every cell counts, and the label names the device.
+        for label, key in (("candidate", "label"), ("batch", "batch"),
+                           ("samples/s", "rate"), ("middle half", "spread"), ("peak", "peak"),
+                           ("pressure", "pressure"), ("result", "status")):
+            table.add_column(label, key=key)
+        trials = self.query_one("#trials", DataTable)
+        for label, key in (("batch", "batch"), ("fits", "fits"), ("samples/s", "rate"),
+                           ("footprint", "peak"), ("pressure", "pressure"), ("why", "why")):
+            trials.add_column(label, key=key)
+        stored = cache.latest(c.workload_preset)
+        if stored is not None:
+            self.show_result(ProbeResult.from_dict(stored), cached=True)
+        else:
+            self._status("no probe of this workload yet: p measures")
+
+    def on_unmount(self) -> None:
+        self.cancel.set()
+
+    def _status(self, text: str) -> None:
+        self.query_one("#status", Static).update(text)
+
+    # ------------------------------------------------------------ the probe
+
+    def action_probe(self) -> None:
+        if self.busy:
+            self.notify("already measuring", severity="warning")
+            return
+        self.busy = True
+        self.query_one("#candidates", DataTable).clear()
+        self.query_one("#sentence", Static).update("")
+        self._busy_bar(total=self.budget_s)
+        self._status("finding the candidates…")
+        self.started = time.time()
+        self.set_interval(0.5, self._tick, name="probe-clock")
+        self.run_probe()
+
+    def _tick(self) -> None:
+        if self.busy:
+            self.query_one("#progress", ProgressBar).update(progress=min(self.budget_s, time.time() - self.started))
+
+    @work(thread=True, exclusive=True, group="probe", exit_on_error=False)
+    def run_probe(self) -> None:
+        from engine.probe import candidates as cands
+        from engine.probe.speed import probe
+
+        try:
+            found = cands.build(self.config.workload, devices=[], preset_names=[],
+                                base=self.config.device_preset, overrides=list(self.config.overrides))
+            self.post_message(ProbeProgress({"type": "candidates", "candidates": found}))
+            result = probe(self.config, found, self.budget_s, cancel=self.cancel,
+                           on_progress=lambda u: self.post_message(ProbeProgress(u)))
+            if self.cancel.is_set():
+                return
+            result.machine, result.workload_key = cache.machine(), cache.workload_key(self.config.workload)
+            result.key = cache.key(result.machine, self.config.workload, found, self.budget_s)
+            cache.save(result.to_dict())
+            self.post_message(ProbeFinished(result))
+        except ConfigError as e:
+            self.post_message(ProbeFinished(None, e.line()))
+
+    def on_probe_progress(self, message: ProbeProgress) -> None:
+        update = message.update
+        kind = update["type"]
+        table = self.query_one("#candidates", DataTable)
+        if kind == "candidates":
+            self.candidates = update["candidates"]
+            for c in self.candidates:
+                p = c.preset
+                table.add_row(c.label, f"{p.batch_size} x {p.accumulation}", _right("-"), "", "",
+                              "", Text("waiting", style=STATUS_STYLE["waiting"]), key=c.label)
+        elif kind == "importing":
+            self._status(f"starting {update['total']} workers…")
+        elif kind == "candidate":
+            self._status(f"[{update['index'] + 1}/{update['total']}] {update['label']}: "
+                         f"up to {max(0.0, update['until'] - time.time()):.0f} s")
+            table.update_cell(update["label"], "status", Text("measuring", style=STATUS_STYLE["measuring"]))
+        elif kind == "events":
+            for e in update["events"]:
+                if e["type"] == "trainer_ready":
+                    table.update_cell(update["label"], "status", Text("warming up", style="cyan"))
+                elif e["type"] == "step":
+                    table.update_cell(update["label"], "rate", _right(f"{e['samples_per_s']:,.1f}"))
+                    table.update_cell(update["label"], "status", Text("measuring", style=STATUS_STYLE["measuring"]))
+        elif kind == "result":
+            self._fill_row(update["result"])
+        elif kind == "trial":
+            self._status(f"trying micro-batch {update['batch']}…")
+        elif kind == "trial_done":
+            self._trial_row(update["trial"])
+
+    def _fill_row(self, r: CandidateResult) -> None:
+        table = self.query_one("#candidates", DataTable)
+        status = r.status if r.status != "crashed" else f"crashed: {r.crash['kind']}"
+        pressure = r.memory.get("pressure")
+        cells = {"label": r.label, "batch": r.batch_text,
+                 "rate": _right("-" if r.samples_per_s is None else f"{r.samples_per_s:,.1f}"),
+                 "spread": f"{r.spread[0]:,.0f}-{r.spread[1]:,.0f}" if r.spread else "-",
+                 "peak": _right(_peak(r)),
+                 "pressure": Text(pressure or "n/a", style=PRESSURE_STYLE.get(pressure, "dim")),
+                 "status": Text(status, style=STATUS_STYLE.get(r.status, ""))}
+        if r.label in table.rows:
+            for key, value in cells.items():
+                table.update_cell(r.label, key, value)
+        else:
+            table.add_row(*cells.values(), key=r.label)
+
+    def show_result(self, result: ProbeResult, cached: bool = False) -> None:
+        self.result = result
+        table = self.query_one("#candidates", DataTable)
+        table.clear()
+        for r in result.candidates:  # ranked, fastest first
+            self._fill_row(r)
+        sentence = Text(result.sentence, style="bold")
+        stale = result.workload_key and result.workload_key != cache.workload_key(self.config.workload)
+        if cached:
+            m = result.machine or {}
+            on = f" on {m.get('host', '?')} ({', '.join(m.get('gpus') or [m.get('cpu') or '?'])})" if m else ""
+            sentence.append(f"\nmeasured {cache.age_text(result.created, time.time())}{on}"
+                            + (" with other params" if stale else "") + "; p measures again", style="dim")
+        if result.recommended:
+            sentence.append("  · u uses " + result.recommended, style="dim")
+        self.query_one("#sentence", Static).update(sentence)
+        self._status(f"{'cached' if cached else 'done'}: {len(result.candidates)} candidates in "
+                     f"{result.seconds:.0f} s")
+
+    def _busy_bar(self, total: float | None) -> None:
+        bar = self.query_one("#progress", ProgressBar)
+        bar.update(total=total, progress=0)
+        bar.display = True
+
+    def on_probe_finished(self, message: ProbeFinished) -> None:
+        self.busy = False
+        self.query_one("#progress", ProgressBar).display = False
+        if message.error:
+            self.query_one("#sentence", Static).update(Text(message.error, style="bold red"))
+            self._status("stopped")
+        elif isinstance(message.result, ProbeResult):
+            self.show_result(message.result)
+        elif isinstance(message.result, BatchResult):
+            self.show_batch(message.result)
+
+    # ------------------------------------------------------------ the batch finder
+
+    def action_find_batch(self) -> None:
+        if self.busy:
+            self.notify("already measuring", severity="warning")
+            return
+        self.busy = True
+        trials = self.query_one("#trials", DataTable)
+        trials.clear()
+        trials.display = True
+        self.query_one("#candidates", DataTable).display = False
+        self.query_one("#sentence", Static).update("")
+        self._busy_bar(total=None)  # a search: no known end
+        self._status(f"finding the largest micro-batch on {self.config.device_preset}…")
+        self.run_finder()
+
+    @work(thread=True, exclusive=True, group="probe", exit_on_error=False)
+    def run_finder(self) -> None:
+        from engine.probe.batch import find_batch
+
+        result = find_batch(self.config, self.config.device_preset, self.config.device,
+                            max_batch=self.max_batch, trial_s=self.trial_s, cancel=self.cancel,
+                            on_progress=lambda u: self.post_message(ProbeProgress(u)))
+        if not self.cancel.is_set():
+            self.post_message(ProbeFinished(result))
+
+    def _trial_row(self, t: Trial) -> None:
+        self.query_one("#trials", DataTable).add_row(
+            _right(str(t.batch)), Text("yes" if t.fits else "no", style="green" if t.fits else "bold red"),
+            _right("-" if t.samples_per_s is None else rate(t.samples_per_s)),
+            _right("-" if t.footprint_mb is None else f"{t.footprint_mb:,.0f} MB"),
+            Text(t.pressure or "n/a", style=PRESSURE_STYLE.get(t.pressure, "dim")),
+            "" if t.fits else t.why)
+
+    def show_batch(self, result: BatchResult) -> None:
+        self.batch = result
+        self.query_one("#trials", DataTable).clear()
+        for t in result.trials:
+            self._trial_row(t)
+        text = Text(result.sentence, style="bold")
+        if result.found is not None:
+            text.append(f"  · s saves {result.micro_batch} x {result.accumulation} as a preset", style="dim")
+        self.query_one("#sentence", Static).update(text)
+        self._status(f"done: {len(result.trials)} trials in {result.seconds:.0f} s")
+
+    # ------------------------------------------------------------ using the answers
+
+    def action_save(self) -> None:
+        if self.batch is None or self.batch.found is None:
+            self.notify("find a batch first (b)", severity="warning")
+            return
+        row = self.query_one("#save-row")
+        row.display = True
+        name = self.query_one("#save-name", Input)
+        name.value = f"{self.config.device_preset}-{self.config.workload_preset}-b{self.batch.micro_batch}"
+        name.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        from cockpit.commands.probe import check_new_preset_name, preset_table
+        from engine import presets
+
+        try:
+            check_new_preset_name(event.value.strip())
+            path = presets.save_user_preset("devices", event.value.strip(),
+                                            preset_table(self.config, self.batch))
+        except ConfigError as e:
+            self.notify(e.line(), severity="error")
+            return
+        self.query_one("#save-row").display = False
+        self.notify(f"saved {path}")
+
+    def action_use(self) -> None:
+        """Back to the launch screen with the recommended candidate's settings as overrides."""
+        if self.result is None or not self.result.recommended:
+            self.notify("nothing to use: probe first (p)", severity="warning")
+            return
+        best = next(c for c in self.result.candidates if c.label == self.result.recommended)
+        words = [f"device={best.device_kind}"]
+        if best.device_kind == "cpu" and best.threads:
+            words.append(f"threads={best.threads}")
+        self.dismiss(words)
+
+    def action_back(self) -> None:
+        self.dismiss(None)
