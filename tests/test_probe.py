@@ -143,6 +143,11 @@ def test_the_sentence_names_the_margin_and_the_failures():
     assert text == "cuda is 31.0x faster than cpu (16 threads) for trm at batch 32; mps crashed (oom)."
     _, text = recommend("trm", [_r("cpu (2 threads)", 105.0, [95, 110]), _r("cpu (1 thread)", 100.0, [96, 104])])
     assert "within measurement noise" in text and "(1.05x)" in text
+    unsteady = _r("cpu (2 threads)", 284.0, [129, 1358], note="unsteady: the middle half of its windows "
+                  "spans 129-1,358 samples/s (was something else running?)")
+    _, text = recommend("matmul", [_r("cpu (1 thread)", 2512.0, [2486, 2540]), unsteady])
+    assert text.endswith("; cpu (2 threads) was unsteady: the middle half of its windows spans 129-1,358 "
+                         "samples/s (was something else running?).")
     label, text = recommend("trm", [_r("mps", None, device="mps", status="too-slow", note="no step")])
     assert label is None and text.startswith("No candidate trained trm")
 
@@ -177,6 +182,13 @@ def test_a_trial_fits_only_with_calm_memory():
                 "device_memory": {"total": 80 * 2**30}}
     full = finder.judge(64, cuda_end, _reading(), device="cuda", baseline_pressure=None, memory_limit_mb=None)
     assert not full.fits and "over 90% of the GPU" in full.why
+    # MPS: Metal's own allocation against its recommended working set, and it is the footprint.
+    mps_end = {"samples_per_s": 1.0, "peak": {"mps_driver_allocated_mb": 15_000.0},
+               "device_memory": {"driver": 15_000 * 2**20, "limit": 16_000 * 2**20}}
+    metal = finder.judge(64, mps_end, _reading(peak_rss=900 * 2**20), device="mps", baseline_pressure="normal",
+                         memory_limit_mb=None)
+    assert not metal.fits and "Metal holds 15,000 MB, over 90% of its recommended 16,000 MB" in metal.why
+    assert metal.footprint_mb == 15_000.0
     crashed = finder.judge(64, None, _reading(), device="cuda", baseline_pressure=None, memory_limit_mb=None,
                            crash={"kind": "oom", "sentence": "The device ran out of memory."})
     assert not crashed.fits and crashed.why.startswith("crashed (oom)")

@@ -108,14 +108,14 @@ def _probe(args, config, candidates, as_json: bool) -> int:
         result = ProbeResult.from_dict(stored)
         result.cached = True
         _say(f"cached result from {cache.age_text(result.created, time.time())} "
-             f"({cache.probes_dir() / (key + '.json')}); --fresh measures again", as_json)
+             f"({cache.probes_dir() / (key + '.json')}); --fresh measures again")
     else:
         _say(f"probing {config.workload_preset} on {len(candidates)} candidate(s) within "
-             f"{budget:.0f} s: " + ", ".join(c.label for c in candidates), as_json)
+             f"{budget:.0f} s: " + ", ".join(c.label for c in candidates))
         # The budget is the user's wait: it counts from this process's start (imports included).
         import psutil
 
-        result = probe(config, candidates, budget, on_progress=lambda u: _progress(u, as_json),
+        result = probe(config, candidates, budget, on_progress=_progress,
                        started=psutil.Process().create_time())
         result.machine, result.key = machine, key
         result.workload_key = cache.workload_key(config.workload)
@@ -132,21 +132,21 @@ def _probe(args, config, candidates, as_json: bool) -> int:
     return 0 if result.recommended else 1
 
 
-def _say(text: str, as_json: bool) -> None:
+def _say(text: str) -> None:
+    """Progress goes to stderr, so stdout is only the answer (or its JSON)."""
     print(text, file=sys.stderr, flush=True)
 
 
-def _progress(update: dict, as_json: bool) -> None:
+def _progress(update: dict) -> None:
     if update["type"] == "importing":
-        _say(f"starting {update['total']} workers (their imports overlap; then one at a time)", as_json)
+        _say(f"starting {update['total']} workers (their imports overlap; then one at a time)")
     elif update["type"] == "candidate":
         left = update["until"] - time.time()
-        _say(f"[{update['index'] + 1}/{update['total']}] {update['label']}: up to {left:.0f} s", as_json)
+        _say(f"[{update['index'] + 1}/{update['total']}] {update['label']}: up to {left:.0f} s")
     elif update["type"] == "result":
         r = update["result"]
         figure = f"{r.samples_per_s:,.1f} samples/s" if r.samples_per_s is not None else ""
-        _say(f"      {r.status}" + (f", {figure}" if figure else "") + (f" — {r.note}" if r.note else ""),
-             as_json)
+        _say(f"      {r.status}" + (f", {figure}" if figure else "") + (f" — {r.note}" if r.note else ""))
 
 
 def _mb(value) -> str:
@@ -213,14 +213,14 @@ def _find_batch(args, config, as_json: bool) -> int:
         check_new_preset_name(args.save)
     name = config.device_preset
     _say(f"finding the largest micro-batch for {config.workload_preset} on device preset {name!r} "
-         f"(starting at {config.device.batch_size}, up to {args.max_batch})", as_json)
+         f"(starting at {config.device.batch_size}, up to {args.max_batch})")
 
     def progress(update: dict) -> None:
         if update["type"] == "trial_done":
             t = update["trial"]
             speed = f", {rate(t.samples_per_s)} samples/s" if t.samples_per_s else ""
             peak = f", {t.footprint_kind} {t.footprint_mb:,.0f} MB" if t.footprint_mb and t.fits else ""
-            _say(f"  batch {t.batch:>5}: {'fits' if t.fits else 'no — ' + t.why}{speed}{peak}", as_json)
+            _say(f"  batch {t.batch:>5}: {'fits' if t.fits else 'no — ' + t.why}{speed}{peak}")
 
     result = find_batch(config, name, config.device, max_batch=args.max_batch, memory_limit_mb=limit,
                         budget_s=args.budget or DEFAULT_BUDGET_S, trial_s=args.trial_seconds,

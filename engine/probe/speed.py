@@ -25,6 +25,9 @@ FINISH_MARGIN_S = 2.5    # ranking, the cache write and printing, after the last
 EXIT_MARGIN_S = 1.0      # a worker is told to stop this long before its slice ends
 MIN_SLICE_S = 5.0
 
+# A measurement whose middle half of windows spans more than this share of its median is
+# reported as unsteady: on a machine this busy the ranking may not hold.
+UNSTEADY = 0.5
 # Ranked first to last: measured, measured roughly, measured not at all, broken.
 STATUS_ORDER = {"ok": 0, "rough": 1, "too-slow": 2, "crashed": 3, "unavailable": 4}
 
@@ -161,6 +164,9 @@ def candidate_result(candidate: Candidate, worker: Worker, ended: WorkerEnd) -> 
         result.spread = ([round(q, 3) for q in statistics.quantiles(rates, n=4)[::2]]
                          if len(rates) >= 4 else [min(rates), max(rates)])
         result.windows = len(rates)
+        if result.spread[1] - result.spread[0] > UNSTEADY * result.samples_per_s:
+            result.note = (f"unsteady: the middle half of its windows spans {result.spread[0]:,.0f}-"
+                           f"{result.spread[1]:,.0f} samples/s (was something else running?)")
     elif len(warmup) >= 2:
         later = warmup[1:]  # the first step pays one-time costs
         result.samples_per_s = sum(e["samples"] for e in later) / sum(e["seconds"] for e in later)
@@ -240,6 +246,8 @@ def recommend(workload: str, ranked: list[CandidateResult]) -> tuple[str | None,
             sentence = f"{best.label} is {ratio:.1f}x faster than {other.label}{batch} {at}"
     if best.status == "rough":
         sentence += f" (rough: {best.note})"
+    compared = [best, *others[:1]]
+    sentence += "".join(f"; {r.label} was {r.note}" for r in compared if r.note.startswith("unsteady"))
     if failures:
         sentence += "; " + "; ".join(failures)
     return best.label, sentence + "."
