@@ -7,6 +7,7 @@ import sys
 from typing import TextIO
 
 from engine.fallback import describe_change
+from engine.numbers import rate
 
 
 def duration(seconds: float | None) -> str:
@@ -16,11 +17,6 @@ def duration(seconds: float | None) -> str:
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
-
-
-def rate(value: float) -> str:
-    """Three significant figures below 100 (a slow run is 0.42 samples/s, not 0), whole above."""
-    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def _metrics(metrics: dict) -> str:

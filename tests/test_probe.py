@@ -6,6 +6,7 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import threading
 
 import pytest
@@ -72,14 +73,15 @@ def test_a_probe_of_two_presets_ranks_them_as_a_direct_measurement_does(home):
 
 def test_crashed_and_unavailable_candidates_are_results_not_the_end_of_the_probe(home):
     _presets(home)
-    user_preset(home, "devices", "gpu", 'device = "cuda"\nbatch_size = 16\n')
+    missing = "mps" if sys.platform != "darwin" else "cuda"  # a device this machine lacks
+    user_preset(home, "devices", "gpu", f'device = "{missing}"\nbatch_size = 16\n')
     out = _run("probe", "-w", "matmul", "--presets", "crashy,small,gpu", "--budget", "24",
                "--no-threads", *[a for o in MATMUL for a in ("--set", o)], "--json")
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     rows = {c["label"]: c for c in result["candidates"]}
     assert rows["crashy"]["status"] == "crashed" and rows["crashy"]["crash"]["kind"] == "native-crash"
-    assert rows["gpu"]["status"] == "unavailable" and "cuda" in rows["gpu"]["note"]
+    assert rows["gpu"]["status"] == "unavailable" and f"'{missing}' is not available" in rows["gpu"]["note"]
     assert rows["small"]["status"] == "ok" and rows["small"]["samples_per_s"] > 0
     assert [c["label"] for c in result["candidates"]] == ["small", "crashy", "gpu"]
     assert result["recommended"] == "small"
@@ -97,7 +99,8 @@ def test_cpu_candidates_are_tried_at_1_physical_and_logical_threads(home, monkey
 
 def test_the_cache_answers_until_the_workload_configuration_changes(home):
     _presets(home)
-    args = ["probe", "-w", "matmul", "--presets", "large", "--budget", "8", *[a for o in MATMUL for a in ("--set", o)]]
+    args = ["probe", "-w", "matmul", "--presets", "large", "--no-threads", "--budget", "8",
+            *[a for o in MATMUL for a in ("--set", o)]]
     first = _run(*args)
     assert first.returncode == 0 and "probing matmul" in first.stderr, first.stderr
     again = _run(*args)
@@ -108,8 +111,25 @@ def test_the_cache_answers_until_the_workload_configuration_changes(home):
     fresh = _run(*args, "--fresh")
     assert "probing matmul" in fresh.stderr
     assert len(list(cache.probes_dir().glob("*.json"))) == 2
-    assert cache.latest("matmul")["created"] >= json.loads(
-        next(cache.probes_dir().glob("*.json")).read_text())["created"] - 1e-9
+    # The launch screen's line: the newest probe of matmul, the --fresh one of the default params.
+    newest = cache.latest("matmul")
+    assert newest["workload_key"] == cache.workload_key(runconfig.resolve("matmul", "auto", MATMUL).workload)
+    assert cache.latest("trm-tiny") is None
+
+
+def test_a_cache_file_this_version_cannot_read_is_a_miss_not_a_crash(home):
+    _presets(home)
+    args = ["probe", "-w", "matmul", "--presets", "large", "--no-threads", "--budget", "8",
+            *[a for o in MATMUL for a in ("--set", o)]]
+    assert _run(*args).returncode == 0
+    (stored,) = cache.probes_dir().glob("*.json")
+    data = json.loads(stored.read_text())
+    stored.write_text(json.dumps({**data, "schema": 0}))  # an older version's file
+    assert cache.latest("matmul") is None
+    again = _run(*args)
+    assert again.returncode == 0 and "probing matmul" in again.stderr and "Traceback" not in again.stderr
+    stored.write_text(json.dumps({**data, "candidates": [{"label": "x", "unknown": 1}]}))
+    assert "probing matmul" in _run(*args).stderr
 
 
 def test_the_cache_key_follows_params_presets_and_machine(home):
@@ -247,6 +267,35 @@ def test_on_unified_memory_rising_pressure_ends_the_search_before_any_crash(home
     assert all(t.pressure == "normal" for t in result.trials if t.fits)
 
 
+def test_a_crash_no_batch_size_fixes_stops_the_search_with_its_verdict(home):
+    config = runconfig.resolve("matmul", "cpu", MATMUL + ["threads=1", "inject=['user-code@1+']"])
+    result = finder.find_batch(config, "cpu", config.device, max_batch=64, trial_s=0.2, budget_s=60)
+    assert [t.batch for t in result.trials] == [8] and result.trials[0].fatal
+    assert result.found is None and result.sentence.startswith(
+        "The finder stopped on cpu for matmul: batch 8 crashed (user-code)")
+
+
+def _t(batch, fits, why="fits", **kw):
+    return finder.Trial(batch, fits, why, samples_per_s=100.0, footprint_mb=500.0, **kw)
+
+
+def test_the_finders_sentence_says_what_it_knows():
+    config = runconfig.resolve("matmul", "cpu", [])  # effective batch 8 x 64 = 512
+    out = finder._result(config, "cpu", config.device, "cpu", [], None, None, 4096, None, True, 60.0)
+    assert out.sentence == "The finder ran out of time on cpu for matmul before any trial finished: raise --budget."
+    trials = [_t(8, True), _t(16, True)]
+    out = finder._result(config, "cpu", config.device, "cpu", trials, 16, None, 4096, None, True, 60.0)
+    assert out.sentence.startswith("Micro-batch 16 is the largest tried that keeps pressure normal and swap "
+                                   "flat on cpu for matmul (peak 500 MB); the finder ran out of time before "
+                                   "finding a batch that does not fit.")
+    assert "use 16 x 32" in out.sentence and "cap" not in out.sentence
+    prime = runconfig.resolve("matmul", "cpu", ["batch_size=97", "accumulation=1"])
+    trials = [_t(64, True), _t(97, False, "memory pressure went to warn")]
+    out = finder._result(prime, "cpu", prime.device, "cpu", trials, 64, 97, 4096, None, False, 30.0)
+    assert out.micro_batch == 1 and out.accumulation == 97
+    assert "97 has no divisor between 1 and 64; an effective batch of 128 would run as 64 x 2" in out.sentence
+
+
 def test_find_batch_saves_a_new_preset_and_never_overwrites_one(home):
     args = ["probe", "-w", "trm-tiny", "-d", "cpu", "--find-batch", "--max-batch", "16",
             "--trial-seconds", "0.2", *[a for o in SMALL_TRM for a in ("--set", o)]]
@@ -271,6 +320,8 @@ def test_find_batch_saves_a_new_preset_and_never_overwrites_one(home):
     (["--memory-limit", "2G"], "--memory-limit: belongs to the batch finder"),
     (["--find-batch", "--presets", "cpu"], "--find-batch: sizes one device preset"),
     (["--set", "params.nope=1"], "params.nope"),
+    (["--find-batch", "--memory-limit", "6000"], "--memory-limit: got '6000'; expected a size with its unit"),
+    (["--devices", "cpu", "--budget", "6"], "--budget: got 6; 2 candidates need at least 12.5 s"),
 ])
 def test_bad_probe_arguments_are_one_line_and_exit_2(home, args, message):
     out = _run("probe", "-w", "matmul", *args)

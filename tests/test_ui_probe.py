@@ -38,7 +38,15 @@ def test_probe_through_the_ui_ranks_candidates_and_u_uses_the_best(home):
             await wait_for(pilot, lambda: isinstance(app.screen, ProbeScreen), what="probe screen")
             probe = app.screen
             assert "no probe of this workload yet" in _text(probe, "#status")
-            await pilot.press("p")
+            await pilot.press("p")  # asks for the budget, the launch screen's 26 s filled in
+            await pilot.pause()
+            assert probe.query_one("#ask").value == "26" and probe.asking == "probe"
+            probe.query_one("#ask").value = "2"
+            await pilot.press("enter")  # too small: said, and the question stays
+            await pilot.pause()
+            assert probe.asking == "probe" and not probe.busy
+            probe.query_one("#ask").value = "26"
+            await pilot.press("enter")
             await wait_for(pilot, lambda: probe.result is not None and not probe.busy, timeout=60,
                            what="the probe to finish")
             table = probe.query_one("#candidates", DataTable)
@@ -71,7 +79,20 @@ def test_batch_finder_in_the_ui_saves_a_new_preset_once(home):
             app.push_screen(ProbeScreen(launch.resolve(), max_batch=64, trial_s=0.2))
             await pilot.pause()
             probe = app.screen
+            await pilot.press("b")  # asks for a memory limit; escape takes the question back
+            await pilot.pause()
+            assert probe.asking == "batch"
+            await pilot.press("escape")
+            await pilot.pause()
+            assert probe.asking is None and app.screen is probe
             await pilot.press("b")
+            await pilot.pause()
+            probe.query_one("#ask").value = "lots"
+            await pilot.press("enter")
+            await pilot.pause()
+            assert probe.asking == "batch" and not probe.busy
+            probe.query_one("#ask").value = ""  # no limit
+            await pilot.press("enter")
             await wait_for(pilot, lambda: probe.batch is not None and not probe.busy, timeout=60,
                            what="the batch finder")
             trials = probe.query_one("#trials", DataTable)
@@ -79,8 +100,8 @@ def test_batch_finder_in_the_ui_saves_a_new_preset_once(home):
             assert "Micro-batch 64 is the largest" in _text(probe, "#sentence")
             await pilot.press("s")
             await pilot.pause()
-            name = probe.query_one("#save-name")
-            assert name.value == "cpu-matmul-b64" and name.has_focus
+            name = probe.query_one("#ask")
+            assert name.value == "cpu-matmul-b64" and name.has_focus and probe.asking == "save"
             await pilot.press("enter")
             await pilot.pause()
             saved = home / "config" / "presets" / "devices" / "cpu-matmul-b64.toml"
@@ -88,7 +109,7 @@ def test_batch_finder_in_the_ui_saves_a_new_preset_once(home):
             assert "batch_size = 64" in text and "accumulation = 8" in text and "threads = 1" in text
             await pilot.press("s", "enter")  # the same name again: refused, nothing overwritten
             await pilot.pause()
-            assert saved.read_text() == text and probe.query_one("#save-row").display
+            assert saved.read_text() == text and probe.query_one("#ask-row").display
 
     run(drive())
 

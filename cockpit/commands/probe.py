@@ -20,11 +20,14 @@ import sys
 import time
 
 from engine.errors import ConfigError
+from engine.numbers import rate
 
-SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.I)
+SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt])i?b?\s*$", re.I)
 
 
 def add_parser(sub) -> None:
+    from engine.probe.batch import DEFAULT_MAX_BATCH, DEFAULT_TRIAL_S
+
     q = sub.add_parser("probe", help="measure which device trains a workload fastest; "
                                      "--find-batch: the largest micro-batch that fits")
     q.add_argument("--workload", "-w", default=argparse.SUPPRESS, metavar="W",
@@ -48,20 +51,27 @@ def add_parser(sub) -> None:
     b.add_argument("--find-batch", action="store_true",
                    help="find the largest micro-batch that fits on -d's device (and keeps "
                         "memory pressure normal and swap flat)")
-    b.add_argument("--max-batch", type=int, default=4096, metavar="N", help="largest to try (4096)")
+    b.add_argument("--max-batch", type=int, default=DEFAULT_MAX_BATCH, metavar="N",
+                   help=f"largest to try ({DEFAULT_MAX_BATCH})")
     b.add_argument("--memory-limit", metavar="SIZE",
                    help="also keep the trainer's footprint under this (e.g. 6G, 800M)")
-    b.add_argument("--trial-seconds", type=float, default=1.5, metavar="S",
-                   help="timed seconds per batch trial (1.5)")
+    b.add_argument("--trial-seconds", type=float, default=DEFAULT_TRIAL_S, metavar="S",
+                   help=f"timed seconds per batch trial ({DEFAULT_TRIAL_S:g})")
     b.add_argument("--save", metavar="NAME", help="write the suggestion as a new device preset NAME")
     q.set_defaults(handler=run)
+
+
+def check_budget(seconds: float, argument: str = "budget") -> None:
+    if not 5 <= seconds <= 24 * 3600:
+        raise ConfigError(argument, None, f"got {seconds:g}; expected seconds, 5 to 86400")
 
 
 def parse_size_mb(text: str, argument: str = "--memory-limit") -> float:
     match = SIZE.match(text)
     if not match:
-        raise ConfigError(argument, None, f"got {text!r}; expected a size such as 6G, 800M or 1.5GiB")
-    scale = {"": 2**-20, "k": 2**-10, "m": 1, "g": 2**10, "t": 2**20}[match.group(2).lower()]
+        raise ConfigError(argument, None, f"got {text!r}; expected a size with its unit, such as 6G, "
+                                          "800M or 1.5GiB")
+    scale = {"k": 2**-10, "m": 1, "g": 2**10, "t": 2**20}[match.group(2).lower()]
     value = float(match.group(1)) * scale
     if value <= 0:
         raise ConfigError(argument, None, f"got {text!r}; expected a size above zero")
@@ -76,8 +86,8 @@ def run(args: argparse.Namespace) -> int:
     device_name = getattr(args, "device", "auto")
     overrides = list(getattr(args, "set", []) or [])
     as_json = getattr(args, "json", False)
-    if args.budget is not None and not 5 <= args.budget <= 24 * 3600:
-        raise ConfigError("--budget", None, f"got {args.budget:g}; expected seconds, 5 to 86400")
+    if args.budget is not None:
+        check_budget(args.budget, "--budget")
     config = runconfig.resolve(workload_name, device_name, overrides)
     if args.find_batch:
         if args.devices or args.presets:
@@ -90,6 +100,12 @@ def run(args: argparse.Namespace) -> int:
     candidates = cands.build(config.workload, devices=cands.parse_list(args.devices, "--devices"),
                              preset_names=cands.parse_list(args.presets, "--presets"),
                              base=device_name, overrides=overrides, threads=not args.no_threads)
+    from engine.probe.speed import FINISH_MARGIN_S, MIN_SLICE_S
+
+    least = MIN_SLICE_S * len(candidates) + FINISH_MARGIN_S
+    if args.budget is not None and args.budget < least:
+        raise ConfigError("--budget", None, f"got {args.budget:g}; {len(candidates)} candidates need at "
+                                            f"least {least:g} s (or fewer candidates: --no-threads, --devices)")
     return _probe(args, config, candidates, as_json)
 
 
@@ -98,15 +114,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _probe(args, config, candidates, as_json: bool) -> int:
     from engine.probe import cache
-    from engine.probe.speed import DEFAULT_BUDGET_S, ProbeResult, probe
+    from engine.probe.speed import DEFAULT_BUDGET_S, probe
 
     budget = args.budget or DEFAULT_BUDGET_S
     machine = cache.machine()
     key = cache.key(machine, config.workload, candidates, budget)
-    stored = None if args.fresh else cache.load(key)
-    if stored is not None:
-        result = ProbeResult.from_dict(stored)
-        result.cached = True
+    result = None if args.fresh else _cached(key)
+    if result is not None:
         _say(f"cached result from {cache.age_text(result.created, time.time())} "
              f"({cache.probes_dir() / (key + '.json')}); --fresh measures again")
     else:
@@ -119,7 +133,10 @@ def _probe(args, config, candidates, as_json: bool) -> int:
                        started=psutil.Process().create_time())
         result.machine, result.key = machine, key
         result.workload_key = cache.workload_key(config.workload)
-        cache.save(result.to_dict())
+        try:
+            cache.save(result.to_dict())
+        except OSError as e:
+            _say(f"cockpit: the result is not cached: {cache.probes_dir()} is not writable ({e.strerror})")
     if as_json:
         print(json.dumps(result.to_dict(), indent=1))
     else:
@@ -130,6 +147,21 @@ def _probe(args, config, candidates, as_json: bool) -> int:
             print("run it:  " + run_command(config, chosen, getattr(args, "device", "auto"),
                                             bool(args.presets)))
     return 0 if result.recommended else 1
+
+
+def _cached(key: str):
+    """The cached result for this key, or None (also for a file this version cannot read)."""
+    from engine.probe import cache
+    from engine.probe.speed import ProbeResult
+
+    stored = cache.load(key)
+    try:
+        result = ProbeResult.from_dict(stored) if stored else None
+    except (TypeError, KeyError, ValueError):
+        return None
+    if result is not None:
+        result.cached = True
+    return result
 
 
 def _say(text: str) -> None:
@@ -145,21 +177,8 @@ def _progress(update: dict) -> None:
         _say(f"[{update['index'] + 1}/{update['total']}] {update['label']}: up to {left:.0f} s")
     elif update["type"] == "result":
         r = update["result"]
-        figure = f"{r.samples_per_s:,.1f} samples/s" if r.samples_per_s is not None else ""
+        figure = f"{rate(r.samples_per_s)} samples/s" if r.samples_per_s is not None else ""
         _say(f"      {r.status}" + (f", {figure}" if figure else "") + (f" — {r.note}" if r.note else ""))
-
-
-def _mb(value) -> str:
-    return "-" if value is None else f"{value:,.0f} MB"
-
-
-def peak_text(r) -> str:
-    """The candidate's peak memory: the device's own figure where there is one, else RSS."""
-    for key in ("peak_cuda_allocated_mb", "mps_driver_allocated_mb", "peak_rss_mb"):
-        if key in r.peak:
-            return _mb(r.peak[key]) + (" gpu" if key.startswith("peak_cuda") else "")
-    rss = r.memory.get("peak_rss")
-    return _mb(rss / 2**20) if rss else "-"
 
 
 def table(result) -> str:
@@ -169,9 +188,9 @@ def table(result) -> str:
         swap = r.memory.get("swap_in")
         rows.append((
             r.label, r.device or "-", r.batch_text,
-            "-" if r.samples_per_s is None else f"{r.samples_per_s:,.1f}",
-            f"{r.spread[0]:,.0f}-{r.spread[1]:,.0f}" if r.spread else "-",
-            peak_text(r), r.memory.get("pressure") or "n/a",
+            "-" if r.samples_per_s is None else rate(r.samples_per_s),
+            f"{rate(r.spread[0])}-{rate(r.spread[1])}" if r.spread else "-",
+            r.peak_text, r.memory.get("pressure") or "n/a",
             "n/a" if swap is None else f"{swap / 2**20:.0f} MB",
             r.status if r.status != "crashed" else f"crashed: {r.crash['kind']}",
         ))
@@ -200,7 +219,6 @@ def run_command(config, candidate, base: str, presets_mode: bool) -> str:
 
 
 def _find_batch(args, config, as_json: bool) -> int:
-    from cockpit.headless import rate
     from engine import presets
     from engine.probe.batch import DEFAULT_BUDGET_S, find_batch
 

@@ -7,8 +7,9 @@ import dataclasses
 import json
 
 from cockpit.commands.train import follow as follow_run
-from cockpit.headless import duration, rate
+from cockpit.headless import duration
 from engine import supervisor
+from engine.numbers import rate
 from engine.rundir import find_run, list_runs, summarize
 
 

@@ -29,9 +29,10 @@ the evidence, the fallback taken and where it resumed; the log. `s` stop gracefu
 **Probe** — times real training steps of the workload on every device here (the CPU at 1,
 physical and logical threads), each in its own process, within a budget (60 s): samples/s
 (median and the middle half of its windows), peak memory, pressure, crashes as results, and
-the recommendation in a sentence. `p` measure · `u` use the best (sets device and threads
-as overrides) · `b` find the largest micro-batch that fits the device preset and keeps
-memory pressure normal and swap flat · `s` save that as a new device preset · `esc` back.
+the recommendation in a sentence. `p` measure (asks the budget; enter) · `u` use the best
+(sets device and threads as overrides) · `b` find the largest micro-batch that fits the
+device preset and keeps memory pressure normal and swap flat (asks an optional memory limit
+such as 6G) · `s` save that as a new device preset · `esc` back.
 
 **Runs** — every run with status, workload, device, throughput and duration. `enter` opens
 one: a past run is replayed from its events, a live one is attached. `s` stop · `r` refresh.

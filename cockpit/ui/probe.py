@@ -27,4 +27,4 @@ def probe_line(result: dict | None, config: RunConfig | None = None, now: float 
     stale = (config is not None and result.get("workload_key")
              and result["workload_key"] != cache.workload_key(config.workload))
     other = ", other params" if stale else ""
-    return f"probe ({age}{other}): {result['sentence']}"
+    return f"probe ({age}{other}): {result.get('sentence', '')}"

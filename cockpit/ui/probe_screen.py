@@ -21,10 +21,11 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, ProgressBar, Static
 
-from cockpit.headless import rate
 from engine.errors import ConfigError
+from engine.numbers import rate
 from engine.probe import cache
-from engine.probe.batch import BatchResult, Trial
+from engine.probe.batch import DEFAULT_BUDGET_S as FINDER_BUDGET_S
+from engine.probe.batch import DEFAULT_MAX_BATCH, DEFAULT_TRIAL_S, BatchResult, Trial
 from engine.probe.speed import DEFAULT_BUDGET_S, CandidateResult, ProbeResult
 from engine.runconfig import RunConfig
 
@@ -42,13 +43,6 @@ class ProbeProgress(Message):
 class ProbeFinished(Message):
     result: ProbeResult | BatchResult | None
     error: str | None = None
-
-
-def _peak(r: CandidateResult) -> str:
-    for key in ("peak_cuda_allocated_mb", "mps_driver_allocated_mb", "peak_rss_mb"):
-        if key in r.peak:
-            return f"{r.peak[key]:,.0f} MB"
-    return f"{r.memory['peak_rss'] / 2**20:,.0f} MB" if r.memory.get("peak_rss") else "-"
 
 
 def _right(text: str) -> Text:
@@ -71,21 +65,24 @@ class ProbeScreen(Screen):
     #progress { display: none; }
     #status { width: 1fr; padding: 0 1; }
     #sentence { height: auto; max-height: 7; padding: 0 1; border-top: solid $primary 50%; }
-    #save-row { height: 1; margin: 0 1; display: none; }
-    #save-label { width: 18; }
+    #ask-row { height: 1; margin: 0 1; display: none; }
+    #ask-label { width: auto; padding: 0 1 0 0; }
     """
 
     def __init__(self, config: RunConfig, *, budget_s: float = DEFAULT_BUDGET_S,
-                 max_batch: int = 4096, trial_s: float = 1.5):
+                 max_batch: int = DEFAULT_MAX_BATCH, trial_s: float = DEFAULT_TRIAL_S,
+                 finder_budget_s: float = FINDER_BUDGET_S):
         super().__init__()
         self.config = config
         self.budget_s, self.max_batch, self.trial_s = budget_s, max_batch, trial_s
+        self.finder_budget_s = finder_budget_s
         self.result: ProbeResult | None = None
         self.batch: BatchResult | None = None
+        self.memory_limit_mb: float | None = None
         self.candidates: list = []
         self.cancel = threading.Event()
         self.busy = False
-        self._live: dict[str, float] = {}   # the latest window's samples/s while measuring
+        self.asking: str | None = None      # what the ask row's answer is for
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -96,16 +93,22 @@ class ProbeScreen(Screen):
             yield ProgressBar(id="progress", show_eta=False, show_percentage=False)
             yield Static(id="status")
         yield Static(id="sentence")
-        with Horizontal(id="save-row"):
-            yield Static("save preset as", id="save-label")
-            yield Input(id="save-name", compact=True)
+        # One question at a time, answered with enter: the probe's budget, the finder's
+        # memory limit, the name of a preset to save (the CLI's flags, here).
+        with Horizontal(id="ask-row"):
+            yield Static(id="ask-label")
+            yield Input(id="ask", compact=True)
         yield Footer()
 
-    def on_mount(self) -> None:
+    def _show_what(self) -> None:
         c = self.config
         self.query_one("#what", Static).update(
             f"probe {c.workload_preset} ({c.workload.workload}) · base {c.device_preset} "
             f"{c.device.batch_size} x {c.device.accumulation} · budget {self.budget_s:.0f} s")
+
+    def on_mount(self) -> None:
+        c = self.config
+        self._show_what()
         table = self.query_one("#candidates", DataTable)
         # No device column: at 80 columns every cell counts, and the label names the device.
         for label, key in (("candidate", "label"), ("batch", "batch"),
@@ -116,10 +119,11 @@ class ProbeScreen(Screen):
         for label, key in (("batch", "batch"), ("fits", "fits"), ("samples/s", "rate"),
                            ("footprint", "peak"), ("pressure", "pressure"), ("why", "why")):
             trials.add_column(label, key=key)
+        self.set_interval(0.5, self._tick, name="probe-clock")
         stored = cache.latest(c.workload_preset)
-        if stored is not None:
+        try:
             self.show_result(ProbeResult.from_dict(stored), cached=True)
-        else:
+        except (TypeError, KeyError, ValueError):  # none, or one this version cannot read
             self._status("no probe of this workload yet: p measures")
 
     def on_unmount(self) -> None:
@@ -130,22 +134,45 @@ class ProbeScreen(Screen):
 
     # ------------------------------------------------------------ the probe
 
-    def action_probe(self) -> None:
+    def _ask(self, purpose: str, label: str, value: str = "", placeholder: str = "") -> None:
+        self.asking = purpose
+        self.query_one("#ask-label", Static).update(label)
+        answer = self.query_one("#ask", Input)
+        answer.value, answer.placeholder = value, placeholder
+        self.query_one("#ask-row").display = True
+        answer.focus()
+
+    def _done_asking(self) -> None:
+        self.asking = None
+        self.query_one("#ask-row").display = False
+
+    def _idle(self) -> bool:
         if self.busy:
             self.notify("already measuring", severity="warning")
-            return
+        return not self.busy
+
+    def action_probe(self) -> None:
+        if self._idle():
+            self._ask("probe", "budget in seconds (enter starts):", f"{self.budget_s:g}")
+
+    def start_probe(self, budget_s: float) -> None:
+        self.budget_s = budget_s
+        self._show_what()
         self.busy = True
-        self.query_one("#candidates", DataTable).clear()
+        table = self.query_one("#candidates", DataTable)
+        table.clear()
+        table.display = True
+        self.query_one("#trials", DataTable).display = False
         self.query_one("#sentence", Static).update("")
         self._busy_bar(total=self.budget_s)
         self._status("finding the candidates…")
         self.started = time.time()
-        self.set_interval(0.5, self._tick, name="probe-clock")
         self.run_probe()
 
     def _tick(self) -> None:
-        if self.busy:
-            self.query_one("#progress", ProgressBar).update(progress=min(self.budget_s, time.time() - self.started))
+        bar = self.query_one("#progress", ProgressBar)
+        if self.busy and bar.total is not None:
+            bar.update(progress=min(self.budget_s, time.time() - self.started))
 
     @work(thread=True, exclusive=True, group="probe", exit_on_error=False)
     def run_probe(self) -> None:
@@ -162,10 +189,16 @@ class ProbeScreen(Screen):
                 return
             result.machine, result.workload_key = cache.machine(), cache.workload_key(self.config.workload)
             result.key = cache.key(result.machine, self.config.workload, found, self.budget_s)
-            cache.save(result.to_dict())
+            try:  # cached before it is shown: the launch screen reads it from there
+                cache.save(result.to_dict())
+            except OSError as e:
+                self.post_message(ProbeProgress({"type": "warning", "text": f"the result is not cached: "
+                                                 f"{cache.probes_dir()} is not writable ({e.strerror})"}))
             self.post_message(ProbeFinished(result))
         except ConfigError as e:
             self.post_message(ProbeFinished(None, e.line()))
+        except Exception as e:  # never leave the screen busy: say what went wrong
+            self.post_message(ProbeFinished(None, f"the probe failed: {type(e).__name__}: {e}"))
 
     def on_probe_progress(self, message: ProbeProgress) -> None:
         update = message.update
@@ -188,10 +221,12 @@ class ProbeScreen(Screen):
                 if e["type"] == "trainer_ready":
                     table.update_cell(update["label"], "status", Text("warming up", style="cyan"))
                 elif e["type"] == "step":
-                    table.update_cell(update["label"], "rate", _right(f"{e['samples_per_s']:,.1f}"))
+                    table.update_cell(update["label"], "rate", _right(rate(e["samples_per_s"])))
                     table.update_cell(update["label"], "status", Text("measuring", style=STATUS_STYLE["measuring"]))
         elif kind == "result":
             self._fill_row(update["result"])
+        elif kind == "warning":
+            self.notify(update["text"], severity="warning")
         elif kind == "trial":
             self._status(f"trying micro-batch {update['batch']}…")
         elif kind == "trial_done":
@@ -202,9 +237,9 @@ class ProbeScreen(Screen):
         status = r.status if r.status != "crashed" else f"crashed: {r.crash['kind']}"
         pressure = r.memory.get("pressure")
         cells = {"label": r.label, "batch": r.batch_text,
-                 "rate": _right("-" if r.samples_per_s is None else f"{r.samples_per_s:,.1f}"),
-                 "spread": f"{r.spread[0]:,.0f}-{r.spread[1]:,.0f}" if r.spread else "-",
-                 "peak": _right(_peak(r)),
+                 "rate": _right("-" if r.samples_per_s is None else rate(r.samples_per_s)),
+                 "spread": f"{rate(r.spread[0])}-{rate(r.spread[1])}" if r.spread else "-",
+                 "peak": _right("-" if r.peak_mb[0] is None else f"{r.peak_mb[0]:,.0f} MB"),
                  "pressure": Text(pressure or "n/a", style=PRESSURE_STYLE.get(pressure, "dim")),
                  "status": Text(status, style=STATUS_STYLE.get(r.status, ""))}
         if r.label in table.rows:
@@ -251,9 +286,11 @@ class ProbeScreen(Screen):
     # ------------------------------------------------------------ the batch finder
 
     def action_find_batch(self) -> None:
-        if self.busy:
-            self.notify("already measuring", severity="warning")
-            return
+        if self._idle():
+            self._ask("batch", "memory limit (enter starts):", "", "none, or a size such as 6G")
+
+    def start_finder(self, memory_limit_mb: float | None) -> None:
+        self.memory_limit_mb = memory_limit_mb
         self.busy = True
         trials = self.query_one("#trials", DataTable)
         trials.clear()
@@ -268,9 +305,15 @@ class ProbeScreen(Screen):
     def run_finder(self) -> None:
         from engine.probe.batch import find_batch
 
-        result = find_batch(self.config, self.config.device_preset, self.config.device,
-                            max_batch=self.max_batch, trial_s=self.trial_s, cancel=self.cancel,
-                            on_progress=lambda u: self.post_message(ProbeProgress(u)))
+        try:
+            result = find_batch(self.config, self.config.device_preset, self.config.device,
+                                max_batch=self.max_batch, trial_s=self.trial_s,
+                                memory_limit_mb=self.memory_limit_mb,
+                                budget_s=self.finder_budget_s, cancel=self.cancel,
+                                on_progress=lambda u: self.post_message(ProbeProgress(u)))
+        except Exception as e:  # never leave the screen busy: say what went wrong
+            self.post_message(ProbeFinished(None, f"the batch finder failed: {type(e).__name__}: {e}"))
+            return
         if not self.cancel.is_set():
             self.post_message(ProbeFinished(result))
 
@@ -299,25 +342,37 @@ class ProbeScreen(Screen):
         if self.batch is None or self.batch.found is None:
             self.notify("find a batch first (b)", severity="warning")
             return
-        row = self.query_one("#save-row")
-        row.display = True
-        name = self.query_one("#save-name", Input)
-        name.value = f"{self.config.device_preset}-{self.config.workload_preset}-b{self.batch.micro_batch}"
-        name.focus()
+        self._ask("save", "save the preset as:",
+                  f"{self.config.device_preset}-{self.config.workload_preset}-b{self.batch.micro_batch}")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        from cockpit.commands.probe import check_new_preset_name, preset_table
+        """The answer to the ask row's question; a bad one is said and the row stays."""
+        from cockpit.commands.probe import check_budget, check_new_preset_name, parse_size_mb, preset_table
         from engine import presets
 
+        text = event.value.strip()
         try:
-            check_new_preset_name(event.value.strip())
-            path = presets.save_user_preset("devices", event.value.strip(),
-                                            preset_table(self.config, self.batch))
+            if self.asking == "probe":
+                try:
+                    budget = float(text)
+                except ValueError:
+                    raise ConfigError("budget", None, f"got {text!r}; expected seconds") from None
+                check_budget(budget)
+                self._done_asking()
+                self.start_probe(budget)
+            elif self.asking == "batch":
+                limit = parse_size_mb(text, "memory limit") if text else None
+                self._done_asking()
+                self.start_finder(limit)
+            elif self.asking == "save":
+                check_new_preset_name(text)
+                path = presets.save_user_preset("devices", text, preset_table(self.config, self.batch))
+                self._done_asking()
+                self.notify(f"saved {path}")
         except ConfigError as e:
             self.notify(e.line(), severity="error")
-            return
-        self.query_one("#save-row").display = False
-        self.notify(f"saved {path}")
+        except OSError as e:
+            self.notify(f"cannot write the preset: {e}", severity="error")
 
     def action_use(self) -> None:
         """Back to the launch screen with the recommended candidate's settings as overrides."""
@@ -331,4 +386,7 @@ class ProbeScreen(Screen):
         self.dismiss(words)
 
     def action_back(self) -> None:
+        if self.asking:  # escape answers "never mind" to a question first
+            self._done_asking()
+            return
         self.dismiss(None)

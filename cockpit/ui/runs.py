@@ -14,9 +14,10 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from cockpit.headless import duration, rate
+from cockpit.headless import duration
 from engine import supervisor
 from engine.errors import ConfigError
+from engine.numbers import rate
 from engine.rundir import RunDir, RunSummary, list_runs, summarize
 
 STATUS_STYLE = {"running": "bold cyan", "finished": "green", "stopped": "yellow",

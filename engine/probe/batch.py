@@ -31,14 +31,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from engine.numbers import rate
 from engine.presets import DevicePreset
-from engine.probe.measure import SAMPLE_EVERY_S, POLL_S, Worker, worse
+from engine.probe.measure import POLL_S, PRESSURE_RANK, SAMPLE_EVERY_S, TRIAL_S, Worker
 from engine.runconfig import RunConfig
 from engine.sysmon import SystemSampler
 
 SWAP_FLAT_BYTES = 64 * 2**20
 DEVICE_HEADROOM = 0.9
-DEFAULT_TRIAL_S = 1.5
+DEFAULT_TRIAL_S = TRIAL_S
+# Crashes that say the batch is too big (Metal's out-of-memory is often an abort, and the
+# kernel's OOM killer a SIGKILL); any other crash is a problem no batch size fixes, and stops
+# the search with its verdict.
+TOO_BIG = ("oom", "native-crash", "backend", "killed", "hang")
+SETTLE_S = 20.0   # at most this long for pressure to fall back after a trial that raised it
+# A compiled model recompiles for each new batch shape: a trial's allowance grows by this.
+COMPILE_ALLOWANCE_S = 120.0
 DEFAULT_MAX_BATCH = 4096
 DEFAULT_BUDGET_S = 90.0
 
@@ -54,6 +62,8 @@ class Trial:
     pressure: str | None = None
     swap_in_mb: float | None = None
     crash: dict | None = None
+    fatal: bool = False                    # a failure no batch size fixes: the search stops
+
 
 
 @dataclass
@@ -104,12 +114,11 @@ def judge(batch: int, end_event: dict | None, reading, *, device: str, baseline_
         return trial
 
     if crash:
-        trial.crash = crash
+        trial.crash, trial.fatal = crash, crash["kind"] not in TOO_BIG
         return misfit(f"crashed ({crash['kind']}): {crash['sentence'].rstrip('.')}")
     if why_not:
         return misfit(why_not)
-    if worse(reading.pressure, baseline_pressure or "normal") != (baseline_pressure or "normal") \
-            and reading.pressure is not None:
+    if PRESSURE_RANK[reading.pressure] > PRESSURE_RANK[baseline_pressure or "normal"]:
         return misfit(f"memory pressure went to {reading.pressure}")
     if reading.swap_in is not None and reading.swap_in > SWAP_FLAT_BYTES:
         return misfit(f"swapped in {reading.swap_in / 2**20:.0f} MB during the trial")
@@ -197,12 +206,18 @@ def find_batch(config: RunConfig, preset_name: str, preset: DevicePreset, *,
                 else:
                     trials.append(value)
                     tell({"type": "trial_done", "trial": value})
+                    if value.fatal:
+                        break
                     if value.fits:
                         good = batch
                     else:
                         bad = batch
-                        worker.kill("probe")  # its memory may be wrecked; the next starts afresh
-                        worker.end()
+                        if worker.alive:  # its memory may be wrecked; the next starts afresh
+                            worker.kill("probe")
+                            worker.end()
+                        if not _settled(baseline, deadline, cancel):
+                            out_of_time = True
+                            break
                 batch = next_batch(preset.batch_size, max_batch, good, bad)
             if worker is not None and worker.alive:
                 worker.send("done")
@@ -213,6 +228,19 @@ def find_batch(config: RunConfig, preset_name: str, preset: DevicePreset, *,
                 worker.end()
     return _result(config, preset_name, preset, device, trials, good, bad, max_batch,
                    memory_limit_mb, out_of_time, round(time.time() - started, 1))
+
+
+def _settled(baseline: str | None, deadline: float, cancel: threading.Event | None) -> bool:
+    """Wait (up to SETTLE_S) for memory pressure to fall back to where it was before the
+    finder started: PSI's avg10 and the macOS level trail a trial that raised them, and the
+    next trial must not be blamed for it. False when the budget ran out first."""
+    sampler = SystemSampler(os.getpid())
+    give_up = min(deadline, time.time() + SETTLE_S)
+    while PRESSURE_RANK[sampler.sample()["pressure"]["level"]] > PRESSURE_RANK[baseline or "normal"]:
+        if time.time() >= give_up or (cancel and cancel.is_set()):
+            return time.time() < deadline
+        time.sleep(0.5)
+    return True
 
 
 def _trial(worker: Worker, batch: int, baseline: str | None, memory_limit_mb: float | None,
@@ -226,6 +254,8 @@ def _trial(worker: Worker, batch: int, baseline: str | None, memory_limit_mb: fl
     # A trial far slower than the last batch's throughput predicts is thrashing (swap,
     # memory compression): not a fit. The clock starts once the worker is ready.
     allowance = max(20.0, 3 * (2 * (expected_step_s or 0.0) + trial_s))
+    if worker.preset.compile:
+        allowance += COMPILE_ALLOWANCE_S
     give_up = time.time() + allowance if worker.of_type("trainer_ready") else math.inf
     start = end = None
     while sent and worker.alive and time.time() < min(give_up, deadline):
@@ -277,9 +307,13 @@ def _result(config: RunConfig, preset_name: str, preset: DevicePreset, device: s
     effective = preset.effective_batch
     on = f"on {device or preset.device} for {config.workload_preset}"
     micro = accumulation = None
-    if good is None:
-        reason = next((t.why for t in trials if t.batch == bad), "no trial finished")
-        sentence = f"No micro-batch fits {on}: batch {bad} {reason}."
+    fatal = next((t for t in trials if t.fatal), None)
+    if fatal:
+        sentence = (f"The finder stopped {on}: batch {fatal.batch} {fatal.why}. No batch size fixes "
+                    "that; fix it, then try again.")
+    elif good is None:
+        sentence = (f"No micro-batch fits {on}: batch {bad} {next(t.why for t in trials if t.batch == bad)}."
+                    if bad else f"The finder ran out of time {on} before any trial finished: raise --budget.")
     else:
         micro, accumulation = suggest(good, effective)
         best = next(t for t in trials if t.batch == good)
@@ -287,24 +321,32 @@ def _result(config: RunConfig, preset_name: str, preset: DevicePreset, device: s
         if memory_limit_mb:
             calm += f" within {memory_limit_mb:,.0f} MB"
         peak = f" (peak {best.footprint_mb:,.0f} MB)" if best.footprint_mb else ""
-        limit = (f"; {bad} did not: {next(t.why for t in trials if t.batch == bad)}" if bad
-                 else f"; the search stopped at the cap of {cap}")
-        sentence = f"Micro-batch {good} is the largest that {calm} {on}{peak}{limit}. "
+        if bad:
+            limit = f"; {bad} did not: {next(t.why for t in trials if t.batch == bad)}"
+        elif out_of_time:
+            limit = "; the finder ran out of time before finding a batch that does not fit"
+        else:
+            limit = f"; the search stopped at the cap of {cap}"
+        found = "the largest that" if bad or not out_of_time else "the largest tried that"
+        sentence = f"Micro-batch {good} is {found} {calm} {on}{peak}{limit}. "
         if micro == effective and good > effective:
             sentence += (f"Your effective batch is {effective}: run it as {micro} x 1 (a larger "
                          "effective batch changes the optimisation, not just the speed).")
         else:
             sentence += f"To keep the effective batch of {effective}, use {micro} x {accumulation}."
+            if micro < good / 2:  # the effective batch has no divisor near what fits
+                rounded = good * math.ceil(effective / good)
+                sentence += (f" ({effective} has no divisor between {micro} and {good}; an "
+                             f"effective batch of {rounded} would run as {good} x {rounded // good}.)")
         fastest = max((t for t in trials if t.fits and t.samples_per_s), key=lambda t: t.samples_per_s,
                       default=None)
         if fastest and fastest.batch != good and fastest.samples_per_s > 1.1 * (best.samples_per_s or 0):
-            sentence += (f" Batch {fastest.batch} was the fastest ({fastest.samples_per_s:,.0f} "
-                         f"samples/s against {best.samples_per_s or 0:,.0f}).")
-    if out_of_time:
-        sentence += " (The finder ran out of time before narrowing it down: raise --budget.)"
+            sentence += (f" Batch {fastest.batch} was the fastest ({rate(fastest.samples_per_s)} "
+                         f"samples/s against {rate(best.samples_per_s or 0)}).")
+        if out_of_time and bad:
+            sentence += " (The finder ran out of time before narrowing it down: raise --budget.)"
     return BatchResult(workload_preset=config.workload_preset, preset=preset_name, device=device,
                        base_batch=preset.batch_size, base_accumulation=preset.accumulation,
                        trials=trials, found=good, smallest_misfit=bad, micro_batch=micro,
                        accumulation=accumulation, sentence=sentence, memory_limit_mb=memory_limit_mb,
                        seconds=seconds)
-

@@ -24,6 +24,10 @@ from engine import paths, presets
 from engine.schema import to_table
 
 
+# Bumped when a result's fields change: an older file is then a miss, never a crash.
+SCHEMA = 1
+
+
 def probes_dir() -> Path:
     return paths.cache_dir() / "probes"
 
@@ -40,7 +44,7 @@ def _cpu_model() -> str:
         return platform.processor()
 
 
-def _nvidia_gpus() -> list[str]:
+def nvidia_gpus() -> list[str]:
     """GPU models from the NVIDIA driver's /proc files (Linux), without initialising CUDA."""
     out = []
     for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
@@ -62,7 +66,7 @@ def machine() -> dict:
     return {"host": platform.node(), "system": platform.system(), "arch": platform.machine(),
             "cpu": _cpu_model(), "cores": [psutil.cpu_count(logical=False), psutil.cpu_count()],
             "memory_gib": round(psutil.virtual_memory().total / 2**30),
-            "gpus": _nvidia_gpus(), "torch": torch_version}
+            "gpus": nvidia_gpus(), "torch": torch_version}
 
 
 def _digest(value) -> str:
@@ -76,22 +80,33 @@ def workload_key(workload: presets.WorkloadPreset) -> str:
 
 def key(machine_info: dict, workload: presets.WorkloadPreset, candidates, budget_s: float,
         mode: str = "speed") -> str:
-    return _digest({"mode": mode, "machine": machine_info, "workload": workload_key(workload),
+    return _digest({"schema": SCHEMA, "mode": mode, "machine": machine_info,
+                    "workload": workload_key(workload),
                     "candidates": [[c.label, to_table(c.preset)] for c in candidates],
                     "budget_s": budget_s})
 
 
-def load(result_key: str) -> dict | None:
+def _read(path: Path) -> dict | None:
+    """A stored speed-probe result (its schema field removed), or None for anything else."""
     try:
-        data = json.loads((probes_dir() / f"{result_key}.json").read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+    if not isinstance(data, dict) or data.pop("schema", None) != SCHEMA:
+        return None
+    if not all(k in data for k in ("candidates", "created", "sentence", "workload_preset")):
+        return None
+    return data
+
+
+def load(result_key: str) -> dict | None:
+    return _read(probes_dir() / f"{result_key}.json")
 
 
 def save(result: dict) -> Path:
+    """Write a result; raises OSError when the cache dir is not writable (callers warn)."""
     path = probes_dir() / f"{result['key']}.json"
-    presets.atomic_write(path, json.dumps(result, indent=1).encode())
+    presets.atomic_write(path, json.dumps({"schema": SCHEMA, **result}, indent=1).encode())
     return path
 
 
@@ -99,13 +114,8 @@ def latest(workload_preset: str | None = None) -> dict | None:
     """The newest speed probe result, for one workload preset or any; None when there is none."""
     best = None
     for path in probes_dir().glob("*.json") if probes_dir().is_dir() else []:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if not isinstance(data, dict) or "candidates" not in data or "created" not in data:
-            continue
-        if workload_preset and data.get("workload_preset") != workload_preset:
+        data = _read(path)
+        if data is None or (workload_preset and data["workload_preset"] != workload_preset):
             continue
         if best is None or data["created"] > best["created"]:
             best = data

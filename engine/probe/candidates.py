@@ -10,6 +10,8 @@ tried with 1 thread, the physical cores and the logical cores.
 from __future__ import annotations
 
 import dataclasses
+import platform
+import sys
 from dataclasses import dataclass
 
 import psutil
@@ -17,6 +19,7 @@ import psutil
 from engine import runconfig
 from engine.errors import ConfigError
 from engine.presets import DevicePreset, WorkloadPreset
+from engine.probe import cache
 
 DEVICES = ("cuda", "mps", "cpu")
 
@@ -36,15 +39,14 @@ def thread_counts() -> list[int]:
 
 
 def available_devices() -> list[str]:
-    """The devices this machine can train on, fastest kind first (imports torch)."""
-    import torch
-
-    from engine.device import mps_available
-
+    """The devices this machine has, fastest kind first, read without loading torch (a cached
+    probe answers at once): CUDA where the NVIDIA driver lists a GPU, MPS on Apple Silicon.
+    A torch built without that backend makes the candidate `unavailable` in the table, which
+    is worth knowing (a CPU-only torch on a GPU machine)."""
     found = []
-    if torch.cuda.is_available():
+    if cache.nvidia_gpus():
         found.append("cuda")
-    if mps_available():
+    if sys.platform == "darwin" and platform.machine() == "arm64":
         found.append("mps")
     return found + ["cpu"]
 

@@ -36,10 +36,13 @@ PROBE_TRAIN = {"epochs": 1e9, "max_steps": 0, "eval_every_steps": 0,
                "checkpoint_every_steps": 0, "checkpoint_every_minutes": 0.0}
 
 
+PRESSURE_RANK = {None: -1, **{level: i for i, level in enumerate(LEVELS)}}
+TRIAL_S = 1.5   # timed seconds per batch trial, by default
+
+
 def worse(a: str | None, b: str | None) -> str | None:
     """The worse of two pressure levels (None: unavailable)."""
-    rank = {None: -1, **{level: i for i, level in enumerate(LEVELS)}}
-    return a if rank[a] >= rank[b] else b
+    return a if PRESSURE_RANK[a] >= PRESSURE_RANK[b] else b
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,7 @@ class Worker:
     preset: DevicePreset
     scratch: Path
     batches: bool = False
-    trial_s: float = 2.0
+    trial_s: float = TRIAL_S
     events: list[dict] = field(default_factory=list)
     samples: list[tuple[float, dict]] = field(default_factory=list)
 

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from engine.numbers import rate
 from engine.probe.candidates import Candidate
 from engine.probe.measure import POLL_S, Worker, WorkerEnd
 from engine.runconfig import RunConfig
@@ -61,6 +62,22 @@ class CandidateResult:
     @property
     def device_kind(self) -> str:
         return (self.device or "?").split(":")[0]
+
+    @property
+    def peak_mb(self) -> tuple[float | None, str]:
+        """Peak memory in MB and where: the device's own figure where there is one ("gpu":
+        the CUDA peak allocation, "metal": Metal's allocation), else the worker's peak RSS ("")."""
+        for key, where in (("peak_cuda_allocated_mb", "gpu"), ("mps_driver_allocated_mb", "metal"),
+                           ("peak_rss_mb", "")):
+            if key in self.peak:
+                return self.peak[key], where
+        rss = self.memory.get("peak_rss")
+        return (rss / 2**20 if rss else None), ""
+
+    @property
+    def peak_text(self) -> str:
+        value, where = self.peak_mb
+        return "-" if value is None else f"{value:,.0f} MB" + (f" {where}" if where else "")
 
     @property
     def batch_text(self) -> str:
@@ -169,10 +186,10 @@ def candidate_result(candidate: Candidate, worker: Worker, ended: WorkerEnd) -> 
                            f"{result.spread[1]:,.0f} samples/s (was something else running?)")
     elif len(warmup) >= 2:
         later = warmup[1:]  # the first step pays one-time costs
-        result.samples_per_s = sum(e["samples"] for e in later) / sum(e["seconds"] for e in later)
+        result.samples_per_s = sum(e["samples"] for e in later) / max(1e-9, sum(e["seconds"] for e in later))
         result.status, result.note = "rough", f"from {len(later)} warm-up step(s); no timed window fitted"
     elif warmup:
-        result.samples_per_s = warmup[0]["samples"] / warmup[0]["seconds"]
+        result.samples_per_s = warmup[0]["samples"] / max(1e-9, warmup[0]["seconds"])
         result.status, result.note = "rough", "from its first step only (one-time costs included)"
 
     if ended.config_error or (ended.verdict and ended.verdict.kind == "config"):
@@ -192,7 +209,9 @@ def candidate_result(candidate: Candidate, worker: Worker, ended: WorkerEnd) -> 
         else:
             waited = max(1e-9, result.seconds - (result.startup_s or 0.0))
             result.note = (f"no step finished in {waited:.0f} s: under "
-                           f"{preset.effective_batch / waited:.2g} samples/s")
+                           f"{rate(preset.effective_batch / waited)} samples/s")
+        if preset.compile:
+            result.note += "; compile=true: compiling counts here, a larger --budget gives it time"
     return result
 
 
@@ -238,12 +257,15 @@ def recommend(workload: str, ranked: list[CandidateResult]) -> tuple[str | None,
     else:
         other = others[0]
         ratio = best.samples_per_s / max(other.samples_per_s, 1e-12)
+        times = f"{ratio:.2f}x" if ratio < 2 else f"{ratio:.1f}x"
         batch = "" if other.batch_text == best.batch_text else f" (at batch {other.batch_text})"
         if overlap(best, other):
             sentence = (f"{best.label} and {other.label}{batch} are within measurement noise of each "
-                        f"other {at} ({ratio:.2f}x); {best.label} measured faster")
+                        f"other {at} ({times}); {best.label} measured faster")
         else:
-            sentence = f"{best.label} is {ratio:.1f}x faster than {other.label}{batch} {at}"
+            sentence = f"{best.label} is {times} faster than {other.label}{batch} {at}"
+        if other.status == "rough":  # a first step carries one-time costs: the margin is rough too
+            sentence += f" ({other.label}'s figure is rough: {other.note})"
     if best.status == "rough":
         sentence += f" (rough: {best.note})"
     compared = [best, *others[:1]]

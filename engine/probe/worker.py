@@ -41,6 +41,7 @@ from engine import device as devices, presets
 from engine.crashes import EXIT_CONFIG, EXIT_FAILED, EXIT_FINISHED, EXIT_NUMERICAL
 from engine.errors import ConfigError
 from engine.events import EventWriter
+from engine.probe.measure import TRIAL_S
 from engine.rundir import RunDir
 from engine.trainer import NonFiniteLoss, StopRequest, Trainer, report_exception
 
@@ -68,7 +69,7 @@ def measure_speed(trainer: Trainer, until: float) -> None:
     while len(step_times) < WARMUP_MIN_STEPS or time.monotonic() < warm_until:
         seconds = _synced_step(trainer)
         step_times.append(seconds)
-        emit("probe_warmup", step=trainer.step, seconds=round(seconds, 4),
+        emit("probe_warmup", step=trainer.step, seconds=seconds,
              samples=trainer.global_batch)
         if time.time() + seconds > until:
             break
@@ -106,8 +107,7 @@ def batch_trials(trainer: Trainer, lines, trial_s: float) -> None:
         while steps < TRIAL_MIN_STEPS or timed < trial_s:
             timed += _synced_step(trainer)
             steps += 1
-        loss_ok = all(bool(torch.isfinite(p).all()) for p in trainer.model.parameters())
-        if not loss_ok:
+        if not all(bool(torch.isfinite(p).all()) for p in trainer.model.parameters()):
             raise NonFiniteLoss(trainer.step, f"non-finite weights at batch {batch}")
         emit("batch_trial", batch=batch, phase="end", first_step_s=round(first, 4),
              step_s=round(timed / steps, 5), samples_per_s=round(batch * steps / timed, 3),
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--preset-json", required=True)
     parser.add_argument("--batches", action="store_true", help="batch trials, sizes from stdin")
-    parser.add_argument("--trial-s", type=float, default=2.0)
+    parser.add_argument("--trial-s", type=float, default=TRIAL_S)
     args = parser.parse_args(argv)
 
     faulthandler.enable()  # a native crash leaves its Python stack as evidence
