@@ -155,18 +155,25 @@ class ProbeScreen(Screen):
         if self._idle():
             self._ask("probe", "budget in seconds (enter starts):", f"{self.budget_s:g}")
 
+    def _begin(self, table_id: str, total: float | None, status: str) -> None:
+        """Busy: an empty table of this work's rows (the other one hidden), the bar, a status."""
+        self.busy = True
+        for name in ("candidates", "trials"):
+            table = self.query_one(f"#{name}", DataTable)
+            table.display = name == table_id
+            if table.display:
+                table.clear()
+        self.query_one("#sentence", Static).update("")
+        bar = self.query_one("#progress", ProgressBar)
+        bar.update(total=total, progress=0)  # no total: a search with no known end
+        bar.display = True
+        self._status(status)
+        self.started = time.time()
+
     def start_probe(self, budget_s: float) -> None:
         self.budget_s = budget_s
         self._show_what()
-        self.busy = True
-        table = self.query_one("#candidates", DataTable)
-        table.clear()
-        table.display = True
-        self.query_one("#trials", DataTable).display = False
-        self.query_one("#sentence", Static).update("")
-        self._busy_bar(total=self.budget_s)
-        self._status("finding the candidates…")
-        self.started = time.time()
+        self._begin("candidates", self.budget_s, "finding the candidates…")
         self.run_probe()
 
     def _tick(self) -> None:
@@ -267,11 +274,6 @@ class ProbeScreen(Screen):
         self._status(f"{'cached' if cached else 'done'}: {len(result.candidates)} candidates in "
                      f"{result.seconds:.0f} s")
 
-    def _busy_bar(self, total: float | None) -> None:
-        bar = self.query_one("#progress", ProgressBar)
-        bar.update(total=total, progress=0)
-        bar.display = True
-
     def on_probe_finished(self, message: ProbeFinished) -> None:
         self.busy = False
         self.query_one("#progress", ProgressBar).display = False
@@ -291,14 +293,7 @@ class ProbeScreen(Screen):
 
     def start_finder(self, memory_limit_mb: float | None) -> None:
         self.memory_limit_mb = memory_limit_mb
-        self.busy = True
-        trials = self.query_one("#trials", DataTable)
-        trials.clear()
-        trials.display = True
-        self.query_one("#candidates", DataTable).display = False
-        self.query_one("#sentence", Static).update("")
-        self._busy_bar(total=None)  # a search: no known end
-        self._status(f"finding the largest micro-batch on {self.config.device_preset}…")
+        self._begin("trials", None, f"finding the largest micro-batch on {self.config.device_preset}…")
         self.run_finder()
 
     @work(thread=True, exclusive=True, group="probe", exit_on_error=False)
