@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import faulthandler
 import json
 import math
@@ -129,7 +130,7 @@ class Trainer:
 
     def fit(self) -> str:
         """Train to the end of the schedule or to a stop request: 'finished' or 'stopped'."""
-        self.emit("trainer_ready", **self._describe())
+        self.emit("trainer_ready", **self.describe())
         self.faults.before_step(0)
         while self.should_continue():
             self.train_step()
@@ -337,6 +338,19 @@ class Trainer:
             self._window_loss += (torch.stack(self._losses).float() * weights).sum()
             self._losses, self._loss_counts = [], []
 
+    # ------------------------------------------------------------ for the probe (engine.probe.worker)
+
+    def restart_window(self, report_every_s: float) -> None:
+        """Start a fresh reporting window of this length (the probe's timed windows begin
+        after its warm-up, whose losses and time are not the measurement's)."""
+        self.train = dataclasses.replace(self.train, report_every_s=report_every_s)
+        self._new_window()
+
+    def use_micro_batch(self, batch_size: int) -> None:
+        """Train on with this micro-batch and no accumulation (the batch finder's trials)."""
+        self.preset = dataclasses.replace(self.preset, batch_size=batch_size, accumulation=1)
+        self.global_batch = batch_size * self.world.size
+
     def _new_window(self) -> None:
         self._window_start = time.monotonic()
         self._window_loss = torch.zeros((), device=self.device)
@@ -346,7 +360,7 @@ class Trainer:
         self._window_loss_samples = 0   # this rank's samples behind the window's loss
         self._window_steps = 0
 
-    def _describe(self) -> dict:
+    def describe(self) -> dict:
         return dict(
             device=str(self.device), precision=self.resolved.precision, reason=self.resolved.reason,
             batch_size=self.preset.batch_size, accumulation=self.preset.accumulation,
@@ -364,13 +378,23 @@ def _rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def report_exception(events: EventWriter, error: Exception, step: int | None) -> None:
-    """An `exception` event (what the supervisor classifies from) and the traceback in the log."""
+def report_failure(events: EventWriter, error: Exception, step: int | None) -> int:
+    """Say why this process is failing, the way engine.crashes classifies it (an event and the
+    log), and return its exit code. Shared by the trainer and the probe's worker."""
+    if isinstance(error, ConfigError):
+        print(error.line(), file=sys.stderr, flush=True)
+        events.emit("config_error", message=error.line())
+        return EXIT_CONFIG
+    if isinstance(error, NonFiniteLoss):
+        events.emit("numerical", step=error.step, message=str(error), rank=_rank())
+        print(f"numerical: {error}", file=sys.stderr, flush=True)
+        return EXIT_NUMERICAL
     frames = traceback.extract_tb(error.__traceback__)
     events.emit("exception", error=type(error).__name__, message=str(error)[:2000],
                 where=f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None,
                 step=step, rank=_rank(), traceback=traceback.format_exc()[-8000:])
     traceback.print_exc()
+    return EXIT_FAILED
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -393,16 +417,8 @@ def main(argv: list[str] | None = None) -> int:
             trainer = Trainer(run, events, args.preset, preset, stop)
             outcome = trainer.fit()
             trainer.world.close()
-        except ConfigError as e:
-            print(e.line(), file=sys.stderr)
-            return EXIT_CONFIG
-        except NonFiniteLoss as e:
-            events.emit("numerical", step=e.step, message=str(e), rank=_rank())
-            print(f"attempt {args.attempt}: {e}", file=sys.stderr, flush=True)
-            return EXIT_NUMERICAL
         except Exception as e:
-            report_exception(events, e, trainer.step if trainer else None)
-            return EXIT_FAILED
+            return report_failure(events, e, trainer.step if trainer else None)
     print(f"attempt {args.attempt}: {outcome} at step {trainer.step}/{trainer.total_steps}", flush=True)
     return EXIT_FINISHED if outcome == "finished" else EXIT_STOPPED
 

@@ -26,7 +26,7 @@ SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt])i?b?\s*$", re.I)
 
 
 def add_parser(sub) -> None:
-    from engine.probe.batch import DEFAULT_MAX_BATCH, DEFAULT_TRIAL_S
+    from engine.probe import MAX_BATCH, TRIAL_S
 
     q = sub.add_parser("probe", help="measure which device trains a workload fastest; "
                                      "--find-batch: the largest micro-batch that fits")
@@ -51,12 +51,12 @@ def add_parser(sub) -> None:
     b.add_argument("--find-batch", action="store_true",
                    help="find the largest micro-batch that fits on -d's device (and keeps "
                         "memory pressure normal and swap flat)")
-    b.add_argument("--max-batch", type=int, default=DEFAULT_MAX_BATCH, metavar="N",
-                   help=f"largest to try ({DEFAULT_MAX_BATCH})")
+    b.add_argument("--max-batch", type=int, default=MAX_BATCH, metavar="N",
+                   help=f"largest to try ({MAX_BATCH})")
     b.add_argument("--memory-limit", metavar="SIZE",
                    help="also keep the trainer's footprint under this (e.g. 6G, 800M)")
-    b.add_argument("--trial-seconds", type=float, default=DEFAULT_TRIAL_S, metavar="S",
-                   help=f"timed seconds per batch trial ({DEFAULT_TRIAL_S:g})")
+    b.add_argument("--trial-seconds", type=float, default=TRIAL_S, metavar="S",
+                   help=f"timed seconds per batch trial ({TRIAL_S:g})")
     b.add_argument("--save", metavar="NAME", help="write the suggestion as a new device preset NAME")
     q.set_defaults(handler=run)
 
@@ -113,12 +113,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _probe(args, config, candidates, as_json: bool) -> int:
-    from engine.probe import cache
-    from engine.probe.speed import DEFAULT_BUDGET_S, probe
+    from engine.probe import PROBE_BUDGET_S, cache
+    from engine.probe.speed import probe
 
-    budget = args.budget or DEFAULT_BUDGET_S
-    machine = cache.machine()
-    key = cache.key(machine, config.workload, candidates, budget)
+    budget = args.budget or PROBE_BUDGET_S
+    key = cache.identify(config.workload, candidates, budget)["key"]
     result = None if args.fresh else _cached(key)
     if result is not None:
         _say(f"cached result from {cache.age_text(result.created, time.time())} "
@@ -131,8 +130,6 @@ def _probe(args, config, candidates, as_json: bool) -> int:
 
         result = probe(config, candidates, budget, on_progress=_progress,
                        started=psutil.Process().create_time())
-        result.machine, result.key = machine, key
-        result.workload_key = cache.workload_key(config.workload)
         try:
             cache.save(result.to_dict())
         except OSError as e:
@@ -220,7 +217,8 @@ def run_command(config, candidate, base: str, presets_mode: bool) -> str:
 
 def _find_batch(args, config, as_json: bool) -> int:
     from engine import presets
-    from engine.probe.batch import DEFAULT_BUDGET_S, find_batch
+    from engine.probe import FINDER_BUDGET_S
+    from engine.probe.batch import find_batch
 
     if args.max_batch < 1:
         raise ConfigError("--max-batch", None, f"got {args.max_batch}; expected 1 or more")
@@ -241,7 +239,7 @@ def _find_batch(args, config, as_json: bool) -> int:
             _say(f"  batch {t.batch:>5}: {'fits' if t.fits else 'no — ' + t.why}{speed}{peak}")
 
     result = find_batch(config, name, config.device, max_batch=args.max_batch, memory_limit_mb=limit,
-                        budget_s=args.budget or DEFAULT_BUDGET_S, trial_s=args.trial_seconds,
+                        budget_s=args.budget or FINDER_BUDGET_S, trial_s=args.trial_seconds,
                         on_progress=progress)
     saved = None
     if args.save and result.found is not None:

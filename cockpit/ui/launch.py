@@ -15,11 +15,12 @@ from textual.widgets import Footer, Header, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from cockpit.ui.editor import EditorScreen
-from cockpit.ui.probe import last_probe, probe_line
+from cockpit.ui.probe import probe_line
 from cockpit.ui.probe_screen import ProbeScreen
 from cockpit.ui.runs import live_runs
 from engine import presets, runconfig
 from engine.errors import ConfigError
+from engine.probe import cache
 from engine.rundir import RunDir
 from engine.runconfig import RunConfig
 
@@ -118,6 +119,8 @@ class LaunchScreen(Screen):
         super().__init__()
         self.initial = (workload, device)
         self.config: RunConfig | None = None
+        self.probes: dict[str, dict] = {}   # newest probe result per workload preset
+        self.live: list[RunDir] = []
         self.probe_options: dict = {}  # ProbeScreen keywords (budget_s, max_batch, trial_s)
 
     def compose(self) -> ComposeResult:
@@ -148,15 +151,18 @@ class LaunchScreen(Screen):
         self.refresh_info()
 
     def refresh_info(self) -> None:
+        # Read from disk here (mount, back from another screen), not on every cursor move:
+        # the probe results of every workload and the live runs (each run's events).
+        self.probes = cache.latest_by_workload()
+        self.live = live_runs()
         self.resolve()
         self.show_probe_line()
 
     def show_probe_line(self) -> None:
         workload = self.query_one("#workloads", PresetList).selected_name
-        line = probe_line(last_probe(workload), self.config)
-        live = live_runs()
-        if live:
-            line += f"   · {len(live)} live run{'s' if len(live) > 1 else ''}: a attaches"
+        line = probe_line(self.probes.get(workload), self.config)
+        if self.live:
+            line += f"   · {len(self.live)} live run{'s' if len(self.live) > 1 else ''}: a attaches"
         self.query_one("#probe", Static).update(line)
 
     # ------------------------------------------------------------ the resolved configuration

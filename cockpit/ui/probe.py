@@ -15,11 +15,6 @@ from engine.runconfig import RunConfig
 NO_PROBE = "no probe yet — p measures which device is fastest here"
 
 
-def last_probe(workload_preset: str | None = None) -> dict | None:
-    """The newest probe result for the workload preset (any, if None), or None."""
-    return cache.latest(workload_preset)
-
-
 def probe_line(result: dict | None, config: RunConfig | None = None, now: float | None = None) -> str:
     if result is None:
         return NO_PROBE

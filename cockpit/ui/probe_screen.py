@@ -24,9 +24,9 @@ from textual.widgets import DataTable, Footer, Header, Input, ProgressBar, Stati
 from engine.errors import ConfigError
 from engine.numbers import rate
 from engine.probe import cache
-from engine.probe.batch import DEFAULT_BUDGET_S as FINDER_BUDGET_S
-from engine.probe.batch import DEFAULT_MAX_BATCH, DEFAULT_TRIAL_S, BatchResult, Trial
-from engine.probe.speed import DEFAULT_BUDGET_S, CandidateResult, ProbeResult
+from engine.probe import FINDER_BUDGET_S, MAX_BATCH, PROBE_BUDGET_S, TRIAL_S
+from engine.probe.batch import BatchResult, Trial
+from engine.probe.speed import CandidateResult, ProbeResult
 from engine.runconfig import RunConfig
 
 STATUS_STYLE = {"ok": "green", "rough": "yellow", "too-slow": "yellow", "crashed": "bold red",
@@ -69,8 +69,8 @@ class ProbeScreen(Screen):
     #ask-label { width: auto; padding: 0 1 0 0; }
     """
 
-    def __init__(self, config: RunConfig, *, budget_s: float = DEFAULT_BUDGET_S,
-                 max_batch: int = DEFAULT_MAX_BATCH, trial_s: float = DEFAULT_TRIAL_S,
+    def __init__(self, config: RunConfig, *, budget_s: float = PROBE_BUDGET_S,
+                 max_batch: int = MAX_BATCH, trial_s: float = TRIAL_S,
                  finder_budget_s: float = FINDER_BUDGET_S):
         super().__init__()
         self.config = config
@@ -194,8 +194,6 @@ class ProbeScreen(Screen):
                            on_progress=lambda u: self.post_message(ProbeProgress(u)))
             if self.cancel.is_set():
                 return
-            result.machine, result.workload_key = cache.machine(), cache.workload_key(self.config.workload)
-            result.key = cache.key(result.machine, self.config.workload, found, self.budget_s)
             try:  # cached before it is shown: the launch screen reads it from there
                 cache.save(result.to_dict())
             except OSError as e:

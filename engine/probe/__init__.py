@@ -15,3 +15,10 @@ each in its own process (a crash is a result, not the end of the probe), and ran
 Everything here but worker.py is torch-free, so `cockpit probe` answers a cached result and
 the launch screen shows one without loading torch.
 """
+
+# Defaults both front ends show and use (kept here, where `cockpit --help` can read them
+# without importing the probe's machinery).
+PROBE_BUDGET_S = 60.0      # the whole probe, wall time
+FINDER_BUDGET_S = 90.0     # the whole batch search
+MAX_BATCH = 4096           # the largest micro-batch the finder tries
+TRIAL_S = 1.5              # timed seconds per batch trial

@@ -33,13 +33,13 @@ from typing import Callable
 
 from engine.numbers import rate
 from engine.presets import DevicePreset
-from engine.probe.measure import POLL_S, PRESSURE_RANK, SAMPLE_EVERY_S, TRIAL_S, Worker
+from engine.probe import FINDER_BUDGET_S, MAX_BATCH, TRIAL_S
+from engine.probe.measure import POLL_S, PRESSURE_RANK, SAMPLE_EVERY_S, Worker
 from engine.runconfig import RunConfig
 from engine.sysmon import SystemSampler
 
 SWAP_FLAT_BYTES = 64 * 2**20
 DEVICE_HEADROOM = 0.9
-DEFAULT_TRIAL_S = TRIAL_S
 # Crashes that say the batch is too big (Metal's out-of-memory is often an abort, and the
 # kernel's OOM killer a SIGKILL); any other crash is a problem no batch size fixes, and stops
 # the search with its verdict.
@@ -47,8 +47,6 @@ TOO_BIG = ("oom", "native-crash", "backend", "killed", "hang")
 SETTLE_S = 20.0   # at most this long for pressure to fall back after a trial that raised it
 # A compiled model recompiles for each new batch shape: a trial's allowance grows by this.
 COMPILE_ALLOWANCE_S = 120.0
-DEFAULT_MAX_BATCH = 4096
-DEFAULT_BUDGET_S = 90.0
 
 
 @dataclass
@@ -172,14 +170,15 @@ def suggest(found: int, effective: int) -> tuple[int, int]:
 
 
 def find_batch(config: RunConfig, preset_name: str, preset: DevicePreset, *,
-               max_batch: int = DEFAULT_MAX_BATCH, memory_limit_mb: float | None = None,
-               budget_s: float = DEFAULT_BUDGET_S, trial_s: float = DEFAULT_TRIAL_S,
+               max_batch: int = MAX_BATCH, memory_limit_mb: float | None = None,
+               budget_s: float = FINDER_BUDGET_S, trial_s: float = TRIAL_S,
                on_progress: Callable[[dict], None] | None = None,
                cancel: threading.Event | None = None) -> BatchResult:
     tell = on_progress or (lambda update: None)
     started = time.time()
     deadline = started + budget_s
-    baseline = SystemSampler(os.getpid()).sample()["pressure"]["level"]
+    system = SystemSampler(os.getpid())  # this process: the machine's pressure, not a worker's
+    baseline = system.sample()["pressure"]["level"]
     trials: list[Trial] = []
     good = bad = None
     device = None
@@ -215,7 +214,7 @@ def find_batch(config: RunConfig, preset_name: str, preset: DevicePreset, *,
                         if worker.alive:  # its memory may be wrecked; the next starts afresh
                             worker.kill("probe")
                             worker.end()
-                        if not _settled(baseline, deadline, cancel):
+                        if not _settled(system, baseline, deadline, cancel):
                             out_of_time = True
                             break
                 batch = next_batch(preset.batch_size, max_batch, good, bad)
@@ -230,13 +229,13 @@ def find_batch(config: RunConfig, preset_name: str, preset: DevicePreset, *,
                    memory_limit_mb, out_of_time, round(time.time() - started, 1))
 
 
-def _settled(baseline: str | None, deadline: float, cancel: threading.Event | None) -> bool:
+def _settled(system: SystemSampler, baseline: str | None, deadline: float,
+             cancel: threading.Event | None) -> bool:
     """Wait (up to SETTLE_S) for memory pressure to fall back to where it was before the
     finder started: PSI's avg10 and the macOS level trail a trial that raised them, and the
     next trial must not be blamed for it. False when the budget ran out first."""
-    sampler = SystemSampler(os.getpid())
     give_up = min(deadline, time.time() + SETTLE_S)
-    while PRESSURE_RANK[sampler.sample()["pressure"]["level"]] > PRESSURE_RANK[baseline or "normal"]:
+    while PRESSURE_RANK[system.sample()["pressure"]["level"]] > PRESSURE_RANK[baseline or "normal"]:
         if time.time() >= give_up or (cancel and cancel.is_set()):
             return time.time() < deadline
         time.sleep(0.5)

@@ -99,6 +99,13 @@ def _read(path: Path) -> dict | None:
     return data
 
 
+def identify(workload: presets.WorkloadPreset, candidates, budget_s: float) -> dict:
+    """What a speed probe's result is filed under: the machine, the key, the workload's key."""
+    machine_info = machine()
+    return {"machine": machine_info, "key": key(machine_info, workload, candidates, budget_s),
+            "workload_key": workload_key(workload)}
+
+
 def load(result_key: str) -> dict | None:
     return _read(probes_dir() / f"{result_key}.json")
 
@@ -110,16 +117,22 @@ def save(result: dict) -> Path:
     return path
 
 
-def latest(workload_preset: str | None = None) -> dict | None:
-    """The newest speed probe result, for one workload preset or any; None when there is none."""
-    best = None
+def latest_by_workload() -> dict[str, dict]:
+    """The newest speed probe result of each workload preset, reading every file once."""
+    newest: dict[str, dict] = {}
     for path in probes_dir().glob("*.json") if probes_dir().is_dir() else []:
         data = _read(path)
-        if data is None or (workload_preset and data["workload_preset"] != workload_preset):
-            continue
-        if best is None or data["created"] > best["created"]:
-            best = data
-    return best
+        if data is not None and data["created"] > newest.get(data["workload_preset"], {}).get("created", -1):
+            newest[data["workload_preset"]] = data
+    return newest
+
+
+def latest(workload_preset: str | None = None) -> dict | None:
+    """The newest speed probe result, for one workload preset or any; None when there is none."""
+    newest = latest_by_workload()
+    if workload_preset is not None:
+        return newest.get(workload_preset)
+    return max(newest.values(), key=lambda d: d["created"], default=None)
 
 
 def age_text(created: float, now: float) -> str:

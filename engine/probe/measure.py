@@ -22,6 +22,7 @@ from pathlib import Path
 from engine.crashes import AttemptEnd, Verdict, classify
 from engine.events import EventFollower
 from engine.presets import DevicePreset
+from engine.probe import TRIAL_S
 from engine.rundir import RunDir
 from engine.runconfig import RunConfig
 from engine.schema import to_table
@@ -37,7 +38,6 @@ PROBE_TRAIN = {"epochs": 1e9, "max_steps": 0, "eval_every_steps": 0,
 
 
 PRESSURE_RANK = {None: -1, **{level: i for i, level in enumerate(LEVELS)}}
-TRIAL_S = 1.5   # timed seconds per batch trial, by default
 
 
 def worse(a: str | None, b: str | None) -> str | None:

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Callable
 
 from engine.numbers import rate
+from engine.probe import PROBE_BUDGET_S, cache
 from engine.probe.candidates import Candidate
 from engine.probe.measure import POLL_S, Worker, WorkerEnd
 from engine.runconfig import RunConfig
 
-DEFAULT_BUDGET_S = 60.0
 FINISH_MARGIN_S = 2.5    # ranking, the cache write and printing, after the last worker
 EXIT_MARGIN_S = 1.0      # a worker is told to stop this long before its slice ends
 MIN_SLICE_S = 5.0
@@ -112,7 +112,7 @@ class ProbeResult:
 # ---------------------------------------------------------------- measuring
 
 
-def probe(config: RunConfig, candidates: list[Candidate], budget_s: float = DEFAULT_BUDGET_S,
+def probe(config: RunConfig, candidates: list[Candidate], budget_s: float = PROBE_BUDGET_S,
           on_progress: Callable[[dict], None] | None = None, started: float | None = None,
           cancel: threading.Event | None = None) -> ProbeResult:
     """Measure every candidate within `budget_s` seconds of wall time, counted from `started`
@@ -154,7 +154,8 @@ def probe(config: RunConfig, candidates: list[Candidate], budget_s: float = DEFA
     recommended, sentence = recommend(config.workload_preset, ranked)
     return ProbeResult(workload_preset=config.workload_preset, workload=config.workload.workload,
                        candidates=ranked, recommended=recommended, sentence=sentence,
-                       budget_s=budget_s, seconds=round(time.time() - started, 1))
+                       budget_s=budget_s, seconds=round(time.time() - started, 1),
+                       **cache.identify(config.workload, candidates, budget_s))
 
 
 def candidate_result(candidate: Candidate, worker: Worker, ended: WorkerEnd) -> CandidateResult:

@@ -27,7 +27,6 @@ A crash is left to happen: the parent classifies it like any attempt's (engine.c
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import faulthandler
 import json
 import sys
@@ -38,12 +37,11 @@ import psutil
 import torch
 
 from engine import device as devices, presets
-from engine.crashes import EXIT_CONFIG, EXIT_FAILED, EXIT_FINISHED, EXIT_NUMERICAL
-from engine.errors import ConfigError
+from engine.crashes import EXIT_FINISHED
 from engine.events import EventWriter
-from engine.probe.measure import TRIAL_S
+from engine.probe import TRIAL_S
 from engine.rundir import RunDir
-from engine.trainer import NonFiniteLoss, StopRequest, Trainer, report_exception
+from engine.trainer import NonFiniteLoss, StopRequest, Trainer, report_failure
 
 WARMUP_SHARE = 0.25      # of the time left once the model is ready
 WARMUP_MIN_STEPS = 2
@@ -75,9 +73,7 @@ def measure_speed(trainer: Trainer, until: float) -> None:
             break
     # Windows of an eighth of what is left; each starts clean (the losses of warm-up are not
     # the measurement's, nor is their time).
-    window = max(MIN_WINDOW_S, (until - time.time()) / WINDOWS)
-    trainer.train = dataclasses.replace(trainer.train, report_every_s=window)
-    trainer._new_window()
+    trainer.restart_window(max(MIN_WINDOW_S, (until - time.time()) / WINDOWS))
     typical = sorted(step_times)[len(step_times) // 2]
     while time.time() + typical < until:
         trainer.train_step()
@@ -96,9 +92,7 @@ def batch_trials(trainer: Trainer, lines, trial_s: float) -> None:
         if batch > trainer.workload.num_samples:
             emit("batch_trial", batch=batch, phase="skipped", num_samples=trainer.workload.num_samples)
             continue
-        # The probe's one liberty with the trainer: the micro-batch changes between trials.
-        trainer.preset = dataclasses.replace(trainer.preset, batch_size=batch, accumulation=1)
-        trainer.global_batch = batch
+        trainer.use_micro_batch(batch)
         if trainer.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(trainer.device)
         emit("batch_trial", batch=batch, phase="start")
@@ -147,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             preset = presets.device_from_table(json.loads(args.preset_json), "probe candidate")
             trainer = Trainer(run, events, "probe", preset, StopRequest())
-            events.emit("trainer_ready", **trainer._describe(),
+            events.emit("trainer_ready", **trainer.describe(),
                         startup_s=round(time.monotonic() - started, 3))
             trainer.faults.before_step(0)
             if args.batches:
@@ -156,17 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                 measure_speed(trainer, until)
             events.emit("probe_done", steps=trainer.step, peak=devices.peak_memory_mb(trainer.device),
                         device_memory=devices.memory(trainer.device))
-        except ConfigError as e:
-            print(e.line(), file=sys.stderr)
-            events.emit("config_error", message=e.line())
-            return EXIT_CONFIG
-        except NonFiniteLoss as e:
-            events.emit("numerical", step=e.step, message=str(e))
-            print(str(e), file=sys.stderr, flush=True)
-            return EXIT_NUMERICAL
         except Exception as e:
-            report_exception(events, e, trainer.step if trainer else None)
-            return EXIT_FAILED
+            return report_failure(events, e, trainer.step if trainer else None)
     return EXIT_FINISHED
 
 
