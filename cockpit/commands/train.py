@@ -10,7 +10,7 @@ import time
 from cockpit.headless import HeadlessPrinter, duration
 from engine import runconfig
 from engine.events import EventFollower
-from engine.rundir import RunDir, summarize
+from engine.rundir import RunDir, RunSummary, summarize
 
 EXIT_BY_STATUS = {"finished": 0, "stopped": 130}
 EXIT_BAD_INPUT = 2
@@ -38,22 +38,22 @@ def run(args: argparse.Namespace) -> int:
     if not args.json:
         print(f"run dir {run_dir.path}", flush=True)
     status = supervisor.Supervisor(run_dir, on_events=printer).supervise()
+    summary = summarize(run_dir)
     if not args.json:
-        _print_summary(run_dir)
-    return exit_code(status, run_dir)
+        _print_summary(summary)
+    return exit_code(status, summary)
 
 
-def exit_code(status: str, run_dir: RunDir) -> int:
+def exit_code(status: str, summary: RunSummary) -> int:
     """0 finished, 130 stopped, 2 when the trainer refused its configuration (a workload the
     CLI cannot check without building it: a custom one lacking a method), else 1."""
-    attempts = summarize(run_dir).attempts
+    attempts = summary.attempts
     if status == "failed" and attempts and attempts[-1].outcome == "config":
         return EXIT_BAD_INPUT
     return EXIT_BY_STATUS.get(status, 1)
 
 
-def _print_summary(run_dir: RunDir) -> None:
-    s = summarize(run_dir)
+def _print_summary(s: RunSummary) -> None:
     metrics = "  ".join(f"{k} {v:.4g}" for k, v in s.metrics.items() if isinstance(v, (int, float)))
     loss = f"loss {s.loss:.4g}" if s.loss is not None else "no step reported"
     line = (f"{s.status}: step {s.step}/{s.total_steps}, {loss}"

@@ -79,7 +79,6 @@ class ProbeScreen(Screen):
         self.result: ProbeResult | None = None
         self.batch: BatchResult | None = None
         self.memory_limit_mb: float | None = None
-        self.candidates: list = []
         self.cancel = threading.Event()
         self.busy = False
         self.asking: str | None = None      # what the ask row's answer is for
@@ -210,8 +209,7 @@ class ProbeScreen(Screen):
         kind = update["type"]
         table = self.query_one("#candidates", DataTable)
         if kind == "candidates":
-            self.candidates = update["candidates"]
-            for c in self.candidates:
+            for c in update["candidates"]:
                 p = c.preset
                 table.add_row(c.label, f"{p.batch_size} x {p.accumulation}", _right("-"), "", "",
                               "", Text("waiting", style=STATUS_STYLE["waiting"]), key=c.label)
