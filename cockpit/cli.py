@@ -18,6 +18,7 @@ examples:
   cockpit --no-ui --workload matmul --device cpu --set batch_size=64 --set train.epochs=2
   cockpit --no-ui --detach                          start, print the run id, leave it running
   cockpit --no-ui --device mps --inject native-crash@117   rehearse a crash and its fallback
+  cockpit run -d mps -- python train.py --bs {batch_size} --device {device}   your own script
   cockpit runs follow last                          watch a detached run
   cockpit presets list
   cockpit probe -w trm-tiny                         which device (and CPU thread count) is fastest here
@@ -58,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="start the run in the background, print its id and return")
     parser.add_argument("--runs-dir", metavar="DIR", help="where runs live (default: COCKPIT_RUNS_DIR "
                                                           "or the user data dir)")
-    sub = parser.add_subparsers(dest="command", metavar="{presets,runs,probe,sample}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{run,presets,runs,probe,sample}", parser_class=_Parser)
 
     p = sub.add_parser("presets", help="list, show and locate presets")
     psub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -85,9 +86,50 @@ def build_parser() -> argparse.ArgumentParser:
         if name != "stop":
             q.add_argument("--json", action="store_true")
         q.set_defaults(handler=handler)
+    _add_run_parser(sub)
     probe_cmd.add_parser(sub)
     sample_cmd.add_parser(sub)
     return parser
+
+
+RUN_EPILOG = """\
+placeholders, filled from the device preset for each attempt:
+  {device} {batch_size} {accumulation} {effective_batch} {precision} {threads}
+  {run_dir} {attempt}; in command.resume also {checkpoint}
+
+examples:
+  cockpit run -- python train.py
+  cockpit run -d mps -- python train.py --bs {batch_size} --device {device} --out {run_dir}/out
+  cockpit run -d mps --set 'command.resume=["--resume", "{checkpoint}"]' \\
+      --set 'command.checkpoints={run_dir}/out/*.pt' -- python train.py --out {run_dir}/out
+  cockpit run --save retriever -- python train.py --bs {batch_size}   write a workload preset
+"""
+
+
+def _add_run_parser(sub) -> None:
+    from cockpit.commands import train
+
+    q = sub.add_parser("run", help="supervise your own training command: cockpit run -- python train.py ...",
+                       description="Run your own training command under cockpit's supervisor, headless, "
+                                   "exactly like cockpit --no-ui: progress read from its output, crash "
+                                   "classification, memory sampling and the device preset's fallback ladder.",
+                       epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    q.add_argument("--device", "-d", default="auto", metavar="PRESET",
+                   help="device preset (default: auto); fills the placeholders and gives the ladder")
+    q.add_argument("--name", metavar="N", help="the run's workload name (default: the script's name)")
+    q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override device.KEY or command.KEY (cwd, resume, checkpoints, progress, "
+                        "progress_regex, total_steps, stop_grace_s); repeatable")
+    q.add_argument("--inject", action="append", default=[], metavar="KIND@STEP",
+                   help="a real fault at a step: native-crash, hang, slow (signals from the "
+                        "supervisor); oom, backend, openmp, nan, user-code (raised by cockpit.report)")
+    q.add_argument("--json", action="store_true", help="print every event as a JSON line")
+    q.add_argument("--detach", action="store_true", help="start in the background, print the run id")
+    q.add_argument("--save", metavar="NAME", help="write the command as workload preset NAME "
+                                                  "instead of running it")
+    q.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...",
+                   help="the command and its arguments, after --")
+    q.set_defaults(handler=train.run_command)
 
 
 def _open_tui() -> int:

@@ -53,18 +53,31 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
         if resumed:
             line += f"; resumed at step {resumed['step']}, sample {resumed['samples_seen']:,}"
         return line
+    if kind == "attempt_started" and e.get("command_line"):
+        resumed = e.get("resume")
+        line = (f"attempt {e['attempt']}: {e['preset']} on {e.get('device') or '?'}: "
+                f"{e['command_line']}")
+        if resumed:
+            line += "\n    resuming from " + resumed["path"] + (
+                f" (step {resumed['step']})" if resumed.get("step") is not None else "")
+        return line
     if kind == "step":
-        pct = 100 * e["step"] / max(1, e["total"])
-        line = (f"step {e['step']}/{e['total']} ({pct:.0f}%)  loss {e['loss']:.4g}  "
-                f"{rate(e['samples_per_s'])} samples/s")
+        line = f"step {e['step']}"
+        if e.get("total"):
+            line += f"/{e['total']} ({100 * e['step'] / e['total']:.0f}%)"
+        if e.get("loss") is not None:
+            line += f"  loss {e['loss']:.4g}"
+        line += f"  {rate(e['samples_per_s'])} samples/s"
         if "gflop_s" in e:
             line += f"  {e['gflop_s']:,.1f} GFLOP/s"
-        line += f"  ETA {duration(e.get('eta_s'))}"
+        if e.get("eta_s") is not None:
+            line += f"  ETA {duration(e['eta_s'])}"
         if memory is not None:
             line += f"  | {memory_text(memory)}"
         return line
     if kind == "eval":
-        return f"eval at step {e['step']}: {_metrics(e['metrics'])}"
+        at = f" at step {e['step']}" if e.get("step") is not None else ""
+        return f"eval{at}: {_metrics(e['metrics'])}"
     if kind == "mining" and e.get("mode", "none") != "none":
         exact = "exact" if e.get("exact") else "recall not measured" \
             if e.get("recall_vs_exact") is None else f"recall {e['recall_vs_exact']:.3f} vs exact"
@@ -104,12 +117,21 @@ def _indent(text: str, last: int) -> str:
     return "\n".join("    " + line for line in text.rstrip().splitlines()[-last:])
 
 
+def resume_text(resume: dict) -> str:
+    """'step 40, sample 1,280', or a command's checkpoint file when its step is not known."""
+    parts = []
+    if resume.get("step") is not None:
+        parts.append(f"step {resume['step']}")
+    if resume.get("samples_seen") is not None:
+        parts.append(f"sample {resume['samples_seen']:,}")
+    if not parts and resume.get("path"):
+        parts.append(str(resume["path"]).rsplit("/", 1)[-1])
+    return ", ".join(parts) or "the last checkpoint"
+
+
 def fallback_line(e: dict) -> str:
     resume = e.get("resume")
-    where = "starting over (no checkpoint yet)"
-    if resume:
-        where = f"resuming at step {resume['step']}" + (
-            f", sample {resume['samples_seen']:,}" if resume.get("samples_seen") is not None else "")
+    where = f"resuming at {resume_text(resume)}" if resume else "starting over (no checkpoint yet)"
     changes = describe_change(e.get("changed") or {}, sep="; ")
     return (f"fallback: attempt {e['next_attempt']} on {e['to_preset']} ({e['why']})"
             + (f": {changes}" if changes else "") + f"; {where}")

@@ -31,6 +31,9 @@ _BACKEND = re.compile(r"Placeholder storage has not been allocated on MPS device
                       r"MPSGraph|MPSNDArray|CUDA error|CUBLAS_STATUS_\w+|cuDNN error|"
                       r"NCCL error|device-side assert")
 _TRACEBACK = "Traceback (most recent call last)"
+# argparse's refusal (exit 2): a command's arguments, as the preset templated them, are wrong.
+_USAGE = re.compile(r"^usage: .*$|: error: (?:unrecognized arguments|argument |the following arguments)",
+                    re.MULTILINE)
 _CRASH_SIGNALS = ("SIGABRT", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGTRAP")
 
 SENTENCES = {
@@ -69,6 +72,7 @@ class AttemptEnd:
     memory_percent: float | None = None  # system memory in use just before it died
     device: str | None = None           # the device it ran on (trainer_ready)
     slowdown: dict | None = None        # the warning for which the supervisor stopped it
+    command: bool = False               # the user's command: its exit codes are its own
 
 
 @dataclass(frozen=True)
@@ -101,22 +105,41 @@ def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
 
     def verdict(kind: str, message: str | None = None, **words) -> Verdict:
         ev = {**evidence, **({"message": message} if message else {})}
-        return Verdict(kind, SENTENCES[kind].format(where=where, signal=sig, code=code, **words), ev)
+        sentence = SENTENCES[kind].format(where=where, signal=sig, code=code, **words)
+        if end.command:
+            sentence = sentence.replace("The trainer", "The command").replace(
+                "The workload code", "The command")
+        return Verdict(kind, sentence, ev)
 
-    if code == EXIT_FINISHED:
+    if end.command:
+        # Its exit codes are its own; what the supervisor did to it says more.
+        if end.numerical:
+            num = end.numerical
+            where = f" at step {num['step']}" if num.get("step") is not None else where
+            return verdict("numerical", num.get("message"))
+        if end.slowdown and not end.stop_requested:
+            return verdict("slowdown", end.slowdown.get("message"))
+        if code == 0:
+            return verdict("finished")
+        if end.stop_requested:
+            return verdict("stopped")
+        if code == 2 and _USAGE.search(end.tail or ""):
+            return Verdict("config", "The command refused its arguments (as the presets filled "
+                                     "them in).", {**evidence, "message": _last_line(end.tail)})
+    elif code == EXIT_FINISHED:
         return verdict("finished")
-    if end.slowdown and not end.stop_requested and code == EXIT_STOPPED:
+    elif end.slowdown and not end.stop_requested and code == EXIT_STOPPED:
         return verdict("slowdown", end.slowdown.get("message"))
-    if code == EXIT_STOPPED or (end.stop_requested and sig):
+    elif code == EXIT_STOPPED or (end.stop_requested and sig):
         return verdict("stopped")  # a second stop request kills without a checkpoint
-    if code == EXIT_CONFIG:
+    elif code == EXIT_CONFIG:
         return verdict("config", _last_line(end.tail) or None)
     if line := _first_match(_OPENMP, end.tail):
         return verdict("openmp", line)
     if end.hung_for_s is not None:
-        return verdict("hang", f"no event for {end.hung_for_s:.0f} s",
+        return verdict("hang", f"no {'output or ' if end.command else ''}event for {end.hung_for_s:.0f} s",
                        timeout=f"{end.hung_for_s:.0f} s")
-    if code == EXIT_NUMERICAL or end.numerical:
+    if (code == EXIT_NUMERICAL and not end.command) or end.numerical:
         num = end.numerical or {}
         where = f" at step {num['step']}" if num.get("step") else where
         return verdict("numerical", num.get("message"))
@@ -126,8 +149,9 @@ def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
         backend = "CUDA" if re.search(r"CUDA|CUBLAS|cuDNN|NCCL|device-side", line) else "MPS/Metal"
         return verdict("backend", line, backend=backend)
     if exc or (code is not None and _TRACEBACK in end.tail):
+        raised = exc.get("error") or _raised(end.tail)
         return verdict("user-code", message or _last_line(end.tail),
-                       exception=exc.get("error", "an exception"))
+                       exception=raised or "an exception")
     if sig == "SIGKILL" and end.memory_percent is not None and end.memory_percent >= memory_limit_percent:
         return Verdict("oom", f"The trainer was killed by SIGKILL{where} with system memory "
                               f"{end.memory_percent:.0f}% full: the kernel's out-of-memory killer.",
@@ -149,6 +173,22 @@ def torchrun_root_cause(tail: str) -> tuple[int, int] | None:
     ("Connection reset by peer" in a collective) are consequences of that one."""
     match = _ROOT_CAUSE.search(tail or "")
     return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def _raised(tail: str) -> str | None:
+    """The exception type of the last Python traceback in a log tail ('ValueError')."""
+    after = (tail or "").rsplit(_TRACEBACK, 1)
+    if len(after) < 2:
+        return None
+    for line in after[1].splitlines()[1:]:  # past the header's own line
+        if line and not line[0].isspace():
+            match = re.match(r"([A-Za-z_][\w.]*)(?::|$)", line)
+            return match.group(1).rsplit(".", 1)[-1] if match else None
+    return None
+
+
+def last_line(text: str) -> str:
+    return _last_line(text)
 
 
 def _last_line(text: str) -> str:

@@ -133,12 +133,21 @@ class TrainSettings:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class WorkloadPreset:
-    """What to train: a workload, its schedule and its own parameters."""
+    """What to train: a workload, its schedule and its own parameters; or the user's own
+    command (workload COMMAND, params an engine.command.CommandSpec, train unused)."""
 
     workload: str
     description: str = ""
     train: TrainSettings = dataclasses.field(default_factory=TrainSettings)
     params: Any = None  # the workload's own frozen Params dataclass
+
+    @property
+    def is_command(self) -> bool:
+        return self.workload == COMMAND
+
+
+# The workload name of a command preset (`command = [...]` instead of `workload = ...`).
+COMMAND = "command"
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +215,13 @@ def workload_from_table(table: dict, where: str) -> WorkloadPreset:
     from engine.workloads import params_class
 
     table = dict(table)
+    from engine.command import CommandSpec
+    from engine.schema import fields
+
+    # `command = [...]`, or a command's companions without it ("command: missing" says more
+    # than "cwd: unknown key")
+    if table.get("workload") == COMMAND or any(k in fields(CommandSpec) for k in table):
+        return command_from_table(table, where)
     known = ("workload", "description", "train", "params")
     for key in table:
         if key not in known:
@@ -213,7 +229,8 @@ def workload_from_table(table: dict, where: str) -> WorkloadPreset:
     name = table.get("workload")
     if not isinstance(name, str):
         raise ConfigError(where, "workload", "missing, expected the name of a workload "
-                                             "(e.g. 'matmul') or 'package.module:factory'")
+                                             "(e.g. 'matmul') or 'package.module:factory', or "
+                                             "command = [...] for your own training command")
     description = table.get("description", "")
     if not isinstance(description, str):
         raise ConfigError(where, "description", "expected a string")
@@ -229,7 +246,28 @@ def workload_from_table(table: dict, where: str) -> WorkloadPreset:
     )
 
 
+def command_from_table(table: dict, where: str) -> WorkloadPreset:
+    """A command preset: `command = [...]` and its companions at the top level."""
+    from engine.command import CommandSpec
+
+    if "workload" in table:
+        problem = ("a preset names either a workload or a command; expected one of them" if "command"
+                   in table else "'command' is not a workload; expected command = [...] at the top level")
+        raise ConfigError(where, "workload", problem)
+    for section in ("train", "params"):
+        if section in table:
+            raise ConfigError(where, section, f"a command's [{section}] is its own script's "
+                                              "business; expected no such table beside command")
+    description = table.pop("description", "")
+    if not isinstance(description, str):
+        raise ConfigError(where, "description", "expected a string")
+    return WorkloadPreset(workload=COMMAND, description=description,
+                          params=from_table(CommandSpec, table, where=where))
+
+
 def workload_to_table(preset: WorkloadPreset) -> dict:
+    if preset.is_command:
+        return {"description": preset.description, **to_table(preset.params)}
     return {"workload": preset.workload, "description": preset.description,
             "train": to_table(preset.train), "params": to_table(preset.params)}
 

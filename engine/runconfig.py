@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from engine import presets
+from engine import command, presets
 from engine.errors import ConfigError
 from engine.presets import DevicePreset, TrainSettings, WorkloadPreset
 from engine.schema import fields, from_table, parse_value, to_table, unknown_key
-
-SECTIONS = ("device", "train", "params")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -52,8 +50,13 @@ class RunConfig:
             raise ConfigError(where, e.args[0], "missing from run.toml") from None
 
 
-def _section_classes(workload: WorkloadPreset) -> dict[str, type]:
-    return {"device": DevicePreset, "train": TrainSettings, "params": type(workload.params)}
+def _sections(workload: WorkloadPreset, device: DevicePreset) -> dict[str, tuple[type, object]]:
+    """The sections `--set` can name, each with its class and current value. A command's own
+    settings (cwd, resume, ...) are the `command` section; it has no [train] or [params]."""
+    if workload.is_command:
+        return {"device": (DevicePreset, device), "command": (type(workload.params), workload.params)}
+    return {"device": (DevicePreset, device), "train": (TrainSettings, workload.train),
+            "params": (type(workload.params), workload.params)}
 
 
 def _split_key(key: str, classes: dict[str, type]) -> tuple[str, str]:
@@ -62,7 +65,7 @@ def _split_key(key: str, classes: dict[str, type]) -> tuple[str, str]:
         section, _, name = key.partition(".")
         if section not in classes:
             raise ConfigError("--set", key, f"unknown section {section!r}; expected one of "
-                                            + ", ".join(SECTIONS))
+                                            + ", ".join(classes))
         return section, name
     owners = [s for s, cls in classes.items() if key in fields(cls)]
     if len(owners) == 1:
@@ -76,9 +79,9 @@ def _split_key(key: str, classes: dict[str, type]) -> tuple[str, str]:
 def apply_overrides(workload: WorkloadPreset, device: DevicePreset,
                     overrides: list[str]) -> tuple[WorkloadPreset, DevicePreset]:
     """Apply `key=value` overrides through the same validation as preset files."""
-    classes = _section_classes(workload)
-    tables = {"device": to_table(device), "train": to_table(workload.train),
-              "params": to_table(workload.params)}
+    sections = _sections(workload, device)
+    classes = {name: cls for name, (cls, _) in sections.items()}
+    tables = {name: to_table(value) for name, (_, value) in sections.items()}
     for item in overrides:
         key, eq, text = item.partition("=")
         key = key.strip()
@@ -89,22 +92,46 @@ def apply_overrides(workload: WorkloadPreset, device: DevicePreset,
         if name not in spec:
             raise unknown_key("--set", name, spec, prefix=f"{section}.")
         tables[section][name] = parse_value(text.strip(), spec[name][1])
-    device = from_table(DevicePreset, tables["device"], where="--set", prefix="device.")
-    workload = dataclasses.replace(
-        workload,
-        train=from_table(TrainSettings, tables["train"], where="--set", prefix="train."),
-        params=from_table(classes["params"], tables["params"], where="--set", prefix="params."),
-    )
-    return workload, device
+    built = {name: from_table(classes[name], table, where="--set", prefix=f"{name}.")
+             for name, table in tables.items()}
+    if workload.is_command:
+        return dataclasses.replace(workload, params=built["command"]), built["device"]
+    return dataclasses.replace(workload, train=built["train"], params=built["params"]), built["device"]
+
+
+def check_command(workload: WorkloadPreset, where: str,
+                  devices: dict[str, DevicePreset]) -> WorkloadPreset:
+    """A command workload, checked against this machine (its working directory and program
+    exist; every preset of the ladder can run it), with its working directory made absolute."""
+    spec = command.resolved(workload.params)
+    command.check(spec, where)
+    for name, device in devices.items():
+        command.check_device(name, device, f"device preset {name!r}")
+    return dataclasses.replace(workload, params=spec)
 
 
 def resolve(workload_name: str, device_name: str, overrides: list[str] | None = None) -> RunConfig:
     """Load both presets, apply overrides, load the ladder: everything checked up front."""
+    ref = presets.find("workloads", workload_name)
+    return _resolve(presets.load_workload(workload_name), workload_name, str(ref.path),
+                    device_name, overrides)
+
+
+def resolve_command(argv: list[str], name: str, device_name: str,
+                    overrides: list[str] | None = None) -> RunConfig:
+    """An ad-hoc command (`cockpit run -- CMD...`) as a run, checked like a command preset."""
+    workload = presets.workload_from_table({"command": list(argv)}, "command")
+    return _resolve(workload, name, "command", device_name, overrides)
+
+
+def _resolve(workload: WorkloadPreset, workload_name: str, where: str, device_name: str,
+             overrides: list[str] | None) -> RunConfig:
     overrides = list(overrides or [])
-    workload = presets.load_workload(workload_name)
     device_ref = presets.find("devices", device_name)
     device = presets.load_device(device_name)
     workload, device = apply_overrides(workload, device, overrides)
     ladder = presets.check_ladder(device_name, device, str(device_ref.path))
+    if workload.is_command:
+        workload = check_command(workload, where, {device_name: device, **ladder})
     return RunConfig(workload_preset=workload_name, device_preset=device_name,
                      workload=workload, device=device, ladder=ladder, overrides=tuple(overrides))

@@ -158,6 +158,7 @@ class RunSummary:
     attempts: list[AttemptSummary] = field(default_factory=list)
     fallbacks: list[dict] = field(default_factory=list)
     steps_lost: int = 0
+    command: list[str] | None = None   # a command workload's argv template
 
     @property
     def duration_s(self) -> float | None:
@@ -170,17 +171,19 @@ def summarize(run: RunDir) -> RunSummary:
     """Fold the events into a RunSummary. A run whose supervisor died is 'lost'."""
     config = presets.read_toml(run.config_path)
     summary = RunSummary(id=run.id, workload=config.get("workload_preset", "?"),
-                         device_preset=config.get("device_preset", "?"))
+                         device_preset=config.get("device_preset", "?"),
+                         command=(config.get("workload") or {}).get("command"))
     for e in run.events():
         kind = e["type"]
         if kind == "run_started":
             summary.status, summary.started = "running", e["t"]
         elif kind == "attempt_started":
-            summary.attempts.append(AttemptSummary(attempt=e["attempt"], preset=e.get("preset", "?")))
+            summary.attempts.append(AttemptSummary(attempt=e["attempt"], preset=e.get("preset", "?"),
+                                                   device=e.get("device") or "?"))
         elif kind == "trainer_ready" and summary.attempts:
             summary.attempts[-1].device = e.get("device", "?")
         elif kind == "step":
-            summary.step, summary.total_steps = e["step"], e["total"]
+            summary.step, summary.total_steps = e["step"], e.get("total") or 0
             summary.samples_seen = e.get("samples_seen", summary.samples_seen)
             summary.loss, summary.samples_per_s = e.get("loss"), e.get("samples_per_s")
             summary.eta_s = e.get("eta_s")

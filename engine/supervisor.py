@@ -1,4 +1,8 @@
-"""The supervisor: owns a run's attempts, each a trainer in its own process.
+"""The supervisor: owns a run's attempts, each in its own process.
+
+An attempt is a launch (engine.launch): the built-in trainer, or the user's own command with
+its argv templated from the attempt's device preset. Everything below holds for both; where
+they differ (how progress is read, how a stop is delivered) the launch says how.
 
 A native crash (SIGABRT from Metal, SIGSEGV) kills only the trainer; the supervisor
 records how the attempt ended (exit code or signal, the log's tail, the trainer's own
@@ -13,13 +17,19 @@ SIGKILL — a wedged kernel answers nothing else.
 
 Stopping: SIGINT/SIGTERM to the supervisor (or `request_stop`) forwards one SIGTERM to the
 trainer, which finishes its step, checkpoints and exits; a second request forwards a
-second SIGTERM, which the trainer obeys at once.
+second SIGTERM, which the trainer obeys at once. A command gets what Ctrl-C in a terminal
+gives it (SIGINT to its process group), then SIGTERM and SIGKILL, each after its preset's
+grace period or at the next request.
+
+A command's output is followed as it is written to attempt-N.log: any output is a sign of
+life for the hang watch, and progress read from it (engine.progress) or reported by the
+script (cockpit.report) becomes step events through engine.tracker.
 """
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
-import json
 import os
 import signal
 import subprocess
@@ -32,16 +42,16 @@ from typing import Callable
 
 import psutil
 
-import engine
-from engine import checkpoint, fallback
-from engine.crashes import AttemptEnd, Verdict, classify, torchrun_root_cause
-from engine.distributed import launch_prefix
+from engine import checkpoint, command, fallback, faults, launch as launches
+from engine.crashes import AttemptEnd, Verdict, classify, last_line, torchrun_root_cause
 from engine.events import EventFollower, EventWriter
 from engine.fallback import Decision, Ladder, Step
+from engine.launch import Launch, child_env
 from engine.rundir import RunDir
 from engine.slowdown import Context, SlowdownDetector
 from engine.sysmon import SystemSampler
 from engine.schema import to_table
+from engine.tracker import Tracker
 
 TAIL_LINES = 40
 MEMORY_EVERY_S = 1.0
@@ -50,7 +60,8 @@ HANG_GAP_FACTOR = 10
 # Until the trainer says it is ready (torch imported, data built, model on the device), a
 # slow start is not a hang: building a 500k-vector bank takes minutes on a laptop.
 STARTUP_TIMEOUT_S = 600.0
-_PROJECT_ROOT = str(Path(engine.__file__).resolve().parent.parent)
+OUTPUT_CHUNK = 1 << 20   # bytes of a command's output read per poll, at most
+SLOW_PERIOD_S = 0.4      # the `slow` fault on a command: stopped 3/4 of each period
 
 
 @dataclass
@@ -70,14 +81,24 @@ class AttemptWatch:
     exceptions: dict[int, dict] = field(default_factory=dict)   # by rank
     numericals: dict[int, dict] = field(default_factory=dict)   # by rank
     slowdown: dict | None = None   # the warning for which the supervisor stopped it
+    ready: bool = False            # past start-up: the trainer said so, or a step was seen
+    checkpoints: dict[str, int | None] = field(default_factory=dict)  # a command's: path -> step
+
+    def touch(self, now: float) -> float:
+        """A sign of life (an event, a command's output); returns the gap since the last one."""
+        gap, self.last_progress = now - self.last_progress, now
+        return gap
 
     def see(self, event: dict, now: float) -> float:
         """Record one of this attempt's events; returns the gap since the previous one."""
-        gap, self.last_progress = now - self.last_progress, now
+        gap = self.touch(now)
         kind = event["type"]
-        if kind == "step":
-            self.last_step = event["step"]
+        if kind in ("step", "progress") and event.get("step") is not None:
+            self.last_step, self.ready = event["step"], True
+        elif kind == "checkpoint":
+            self.checkpoints[event["path"]] = event.get("step")
         elif kind == "trainer_ready":
+            self.ready = True
             self.precision, self.device = event.get("precision"), event.get("device")
             self.resumed_step = (event.get("resumed_from") or {}).get("step", 0)
         elif kind == "exception":
@@ -106,18 +127,6 @@ class AttemptResult:
         return self.verdict.kind
 
 
-def child_env(extra: dict[str, str]) -> dict[str, str]:
-    env = {**os.environ, **extra, "PYTHONUNBUFFERED": "1"}
-    # The trainer imports engine from the same place this process did, installed or not,
-    # and a custom workload's module from the directory this process imported it from (the
-    # children run with -P, so their working directory cannot shadow it).
-    from engine.workloads import custom
-
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (_PROJECT_ROOT, *custom.import_roots(), env.get("PYTHONPATH")) if p)
-    return env
-
-
 def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
     try:
         with open(path, "rb") as f:
@@ -138,16 +147,28 @@ class Supervisor:
         self.follower = EventFollower(run.events_path)
         self.events = EventWriter(run.events_path, attempt=0)
         self.stop_requests = 0
+        self._started = time.time()
         self._proc: subprocess.Popen | None = None
-        self._forwarded = 0
+        self._launch: Launch | None = None
         self._watch: AttemptWatch | None = None
-        self._distributed = False
         self._slowest_gap = 0.0       # the longest quiet interval seen in a healthy attempt
         self._memory_percent: float | None = None
         self._memory_sampled = 0.0
         self._sampler: SystemSampler | None = None
         self._detector: SlowdownDetector | None = None
         self._last_checkpoint: dict | None = None
+        # the attempt's stop sequence: how many of its launch's stop signals were sent, when
+        self._stop_stage = 0
+        self._stop_sent = 0.0
+        # a command's output and progress
+        self._output: _OutputFollower | None = None
+        self._parser = None
+        self._tracker: Tracker | None = None
+        self._faults: list[faults.Fault] = []   # due signal faults (commands)
+        self._slowed: bool = False              # the `slow` fault is throttling the command
+        self._newest_file: tuple[str, int] | None = None
+        self._all_checkpoints: dict[str, int | None] = {}   # every attempt's: path -> step
+        self._pid = 0
 
     # ------------------------------------------------------------ the run
 
@@ -158,7 +179,8 @@ class Supervisor:
         try:
             self.events.emit("run_started", run=self.run.id, workload=self.config.workload_preset,
                              device_preset=self.config.device_preset, pid=os.getpid(),
-                             overrides=list(self.config.overrides))
+                             overrides=list(self.config.overrides),
+                             command=self.config.workload.is_command)
             status, results = self._attempts()
             self.events.emit("run_finished", status=status, attempts=len(results),
                              summary=run_summary(results))
@@ -171,14 +193,15 @@ class Supervisor:
     def _attempts(self) -> tuple[str, list[AttemptResult]]:
         start = Step(self.config.device_preset, self.config.device)
         ladder = Ladder(start, self.config.ladder)
-        current, fired, results = start, set(), []
+        current, fired, results, resume = start, set(), [], None
         while True:
             attempt = len(results) + 1
             # A preset's fault fires once per run (unless it ends in '+'), as a real crash does
             # not follow the run onto a safer setting.
             preset = current.preset
             inject = tuple(f for f in preset.inject if (current.name, f) not in fired or f.endswith("+"))
-            result = self.run_attempt(attempt, current.name, dataclasses.replace(preset, inject=inject))
+            result = self.run_attempt(attempt, current.name, dataclasses.replace(preset, inject=inject),
+                                      resume)
             results.append(result)
             fired.update((current.name, spec) for spec in result.watch.fired)
             verdict = result.verdict
@@ -191,18 +214,34 @@ class Supervisor:
             if decision.next is None:
                 self.events.emit("run_failed", reason=decision.why, kind=verdict.kind)
                 return "failed", results
-            self._emit_fallback(result, decision)
+            resume = self._resume_point(result)
+            self._emit_fallback(result, decision, resume)
             current = decision.next
 
-    def _emit_fallback(self, result: AttemptResult, decision: Decision) -> None:
-        # The file on disk is the truth (a trainer killed between writing a checkpoint and
-        # announcing it resumes from the file); the event adds samples seen when it matches.
-        resume = None
-        if (latest := checkpoint.latest(self.run.checkpoints)) is not None:
-            step, seen = checkpoint.step_of(latest), None
-            if self._last_checkpoint and self._last_checkpoint["step"] == step:
-                seen = self._last_checkpoint["samples_seen"]
-            resume = {"step": step, "samples_seen": seen, "path": str(latest.relative_to(self.run.path))}
+    def _resume_point(self, result: AttemptResult) -> dict | None:
+        """Where the next attempt continues: {"step", "samples_seen", "path"}, or None.
+
+        The file on disk is the truth (a trainer killed between writing a checkpoint and
+        announcing it resumes from the file); an event adds what it knew of it. A command's
+        checkpoints are the newest file its glob matches or it reported, written during this
+        run, and, after a non-finite loss, before the loss went bad (a script that saves on
+        the way out would otherwise resume from the garbage)."""
+        if self.config.workload.is_command:
+            before = (result.watch.numerical or {}).get("t")
+            known = self._all_checkpoints
+            latest = command.newest_checkpoint(self.config.workload.params, self.run.path,
+                                               list(known), since=self._started, before=before)
+            if latest is None:
+                return None
+            return {"step": known.get(str(latest)), "samples_seen": None, "path": str(latest)}
+        if (latest := checkpoint.latest(self.run.checkpoints)) is None:
+            return None
+        step, seen = checkpoint.step_of(latest), None
+        if self._last_checkpoint and self._last_checkpoint["step"] == step:
+            seen = self._last_checkpoint["samples_seen"]
+        return {"step": step, "samples_seen": seen, "path": str(latest.relative_to(self.run.path))}
+
+    def _emit_fallback(self, result: AttemptResult, decision: Decision, resume: dict | None) -> None:
         to = decision.next.name + (f" ({fallback.describe_change(decision.changed)})"
                                    if decision.action != "next" and decision.changed else "")
         self.events.emit("fallback", attempt=result.attempt, **{"from": result.step.name}, to=to,
@@ -212,58 +251,82 @@ class Supervisor:
                          resume=resume, next_attempt=result.attempt + 1)
         self._pump()
 
-    def run_attempt(self, attempt: int, name: str, preset) -> AttemptResult:
+    def run_attempt(self, attempt: int, name: str, preset, resume: dict | None = None) -> AttemptResult:
         log_path = self.run.attempt_log(attempt)
-        trainer = ["-m", "engine.trainer", str(self.run.path), "--attempt", str(attempt),
-                   "--preset", name, "--device-json", json.dumps(to_table(preset))]
-        # Several processes: torch.distributed's own launcher, supervised like any attempt.
-        launcher = launch_prefix(preset.nproc_per_node, preset.nnodes, preset.rdzv_endpoint,
-                                 self.run.id, sys.executable)
-        command = launcher + trainer if launcher else [sys.executable, "-P", *trainer]
-        self._distributed = bool(launcher)
+        launch = self._launch = launches.build(self.run, self.config, attempt, name, preset, resume)
         self.events.emit("attempt_started", attempt=attempt, preset=name, config=to_table(preset),
-                         log=log_path.name)
+                         log=log_path.name, **launch.describe())
         self._watch = watch = AttemptWatch(attempt)
+        if launch.is_command:
+            # what the placeholders said; a command has no trainer_ready to say it
+            watch.device, watch.precision = launch.device, launch.precision
+            watch.resumed_step = (resume or {}).get("step") or 0
+        self._begin_attempt(launch, log_path, preset)
         with open(log_path, "ab") as log:
             # Its own session: a Ctrl-C in the terminal reaches only the supervisor, which
             # forwards exactly one stop request.
-            # torchrun starts its workers itself; PYTHONSAFEPATH is -P for them (the working
-            # directory must not shadow engine or the workload).
-            env = child_env({**preset.env, **({"PYTHONSAFEPATH": "1"} if launcher else {})})
-            self._proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        self._forwarded = 0
+            try:
+                self._proc = subprocess.Popen(launch.argv, cwd=launch.cwd, stdin=subprocess.DEVNULL,
+                                              stdout=log, stderr=subprocess.STDOUT, env=launch.env,
+                                              start_new_session=True, preexec_fn=_sigint_preexec(launch))
+            except OSError as e:  # the program went away since the run was checked
+                log.write(f"cockpit: cannot start {launch.argv[0]!r}: {e.strerror}\n".encode())
+                return self._end_attempt(attempt, name, preset, None, log_path, None, unstarted=e)
+        self._pid = self._proc.pid
         self._sampler = SystemSampler(self._proc.pid)
-        self._detector = SlowdownDetector(Context(workload=self.config.workload.workload,
-                                                  params=self.config.workload.params, preset=preset),
-                                          **SLOWDOWN_SETTINGS)
-        self._memory_sampled = 0.0
         hung_for = None
         while self._proc.poll() is None:
             self._forward_stop()
             self._pump()
+            self._read_output()
             self._sample_memory(attempt)
+            self._throttle()
             if hung_for is None and (quiet := time.monotonic() - watch.last_progress) > \
-                    self._hang_timeout(preset, started=watch.device is not None):
+                    self._hang_timeout(preset, started=watch.ready):
                 hung_for = quiet
                 self._end_hung_trainer(preset)
             time.sleep(self.poll_s)
-        self._pump()
         code = self._proc.returncode
+        if launch.is_command:
+            self._signal_group(signal.SIGKILL)  # what it left behind (its DataLoader workers)
         self._proc = None
-        tail = log_tail(log_path, lines=TAIL_LINES * (3 if self._distributed else 1))
-        if self._distributed and code > 0 and (cause := torchrun_root_cause(tail)) is not None:
+        return self._end_attempt(attempt, name, preset, code, log_path, hung_for)
+
+    def _begin_attempt(self, launch: Launch, log_path: Path, preset) -> None:
+        self._stop_stage, self._stop_sent, self._slowed = 0, 0.0, False
+        self._output = _OutputFollower(log_path)
+        self._parser = launch.parser()
+        self._tracker = Tracker(launch.samples_per_step, launch.total_steps) if launch.is_command else None
+        self._faults = [faults.parse(s) for s in launch.signal_faults]
+        self._newest_file = None
+        self._detector = SlowdownDetector(Context(workload=self.config.workload.workload,
+                                                  params=self.config.workload.params, preset=preset),
+                                          **SLOWDOWN_SETTINGS)
+        self._memory_sampled = 0.0
+
+    def _end_attempt(self, attempt: int, name: str, preset, code: int | None, log_path: Path,
+                     hung_for: float | None, unstarted: OSError | None = None) -> AttemptResult:
+        watch, launch = self._watch, self._launch
+        self._read_output(final=True)
+        self._pump()
+        tail = log_tail(log_path, lines=TAIL_LINES * (3 if launch.distributed else 1))
+        if launch.distributed and code > 0 and (cause := torchrun_root_cause(tail)) is not None:
             # How the first failing rank ended, not torchrun's own exit 1; the other ranks'
             # errors are consequences of it.
             rank, code = cause
             watch.exception = watch.exceptions.get(rank)
             watch.numerical = watch.numericals.get(rank)
-        sig = signal.Signals(-code).name if code < 0 else None
-        verdict = classify(AttemptEnd(
-            exit_code=None if sig else code, signal=sig, tail=tail, exception=watch.exception,
-            numerical=watch.numerical, last_step=watch.last_step,
-            stop_requested=bool(self.stop_requests), hung_for_s=hung_for,
-            memory_percent=self._memory_percent, device=watch.device, slowdown=watch.slowdown))
+        sig = signal.Signals(-code).name if code is not None and code < 0 else None
+        if unstarted is not None:
+            verdict = Verdict("config", f"The command could not be started: {unstarted.strerror}.",
+                              {"message": last_line(tail)})
+        else:
+            verdict = classify(AttemptEnd(
+                exit_code=None if sig else code, signal=sig, tail=tail, exception=watch.exception,
+                numerical=watch.numerical, last_step=watch.last_step,
+                stop_requested=bool(self.stop_requests), hung_for_s=hung_for,
+                memory_percent=self._memory_percent, device=watch.device, slowdown=watch.slowdown,
+                command=launch.is_command))
         result = AttemptResult(attempt, Step(name, preset), verdict, None if sig else code, sig, tail, watch)
         if verdict.crashed:
             self.events.emit("crash", attempt=attempt, preset=name, kind=verdict.kind,
@@ -271,9 +334,94 @@ class Supervisor:
                              exception=watch.exception.get("traceback") if watch.exception else None)
         self.events.emit("attempt_ended", attempt=attempt, preset=name, outcome=verdict.kind,
                          exit_code=result.exit_code, signal=sig,
-                         exit=sig or f"exit {code}", last_step=watch.last_step, tail=tail)
+                         exit=sig or ("not started" if code is None else f"exit {code}"),
+                         last_step=watch.last_step, tail=tail)
         self._pump()
         return result
+
+    # ------------------------------------------------------------ a command's progress
+
+    def _read_output(self, final: bool = False) -> None:
+        """New output since the last poll: a sign of life, and progress when it is parsed."""
+        text = self._output.read() if self._output else ""
+        now = time.monotonic()
+        if text and self._proc is not None:
+            gap = self._watch.touch(now)
+            if self._watch.ready:
+                self._slowest_gap = max(self._slowest_gap, gap)
+        if self._parser is None:
+            return
+        observations = self._parser.feed(text) if text else []
+        if final:
+            observations += self._parser.flush()
+        t = time.time()
+        for obs in observations:
+            self._emit_progress(self._tracker.parsed(obs, t))
+            if obs.kind == "step" and obs.step is not None and not self._tracker.reported_steps:
+                self._watch.ready = True  # past start-up: the hang watch need not wait for it
+                self._deliver_faults(obs.step)
+        if final:
+            self._emit_progress(self._tracker.flush(t))
+
+    def _emit_progress(self, produced: list[tuple[str, dict]]) -> None:
+        attempt = self._watch.attempt
+        for kind, fields in produced:
+            self.events.emit(kind, attempt=attempt, **fields)
+        tracker, watch = self._tracker, self._watch
+        if tracker and tracker.non_finite and watch.numerical is None and self._proc is not None:
+            # A NaN loss trains garbage for hours with every monitor green: end the attempt
+            # without the graceful stop (a script saving on Ctrl-C would save the garbage).
+            bad = tracker.non_finite
+            watch.numerical = {"step": bad["step"], "message": bad["message"], "t": bad["t"]}
+            self.events.emit("numerical", attempt=attempt, step=bad["step"], message=bad["message"])
+            self._stop_stage = 1
+            self._escalate_stop()
+
+    def _deliver_faults(self, step: int) -> None:
+        """The signal faults due at this step, delivered for real: SIGABRT for native-crash
+        (as Metal's abort), SIGSTOP for hang (a process that answers nothing but SIGKILL),
+        a stop/continue duty cycle for slow (steps four times longer)."""
+        for fault in [f for f in self._faults if f.step <= step]:
+            self._faults.remove(fault)
+            self.events.emit("fault_injected", attempt=self._watch.attempt, spec=fault.spec,
+                             kind=fault.kind, step=step, by="supervisor")
+            if fault.kind == "native-crash":
+                _kill(self._proc.pid, signal.SIGABRT)
+            elif fault.kind == "hang":
+                self._signal_group(signal.SIGSTOP)
+            elif fault.kind == "slow":
+                self._slowed = True
+
+    def _throttle(self) -> None:
+        if not self._slowed or self._proc is None:
+            return
+        running = (time.monotonic() % SLOW_PERIOD_S) < SLOW_PERIOD_S / 4
+        self._signal_group(signal.SIGCONT if running else signal.SIGSTOP)
+
+    def _release(self) -> None:
+        """End the `slow` fault's throttling (before a stop: the command must run to obey it)."""
+        if self._slowed:
+            self._slowed = False
+            self._signal_group(signal.SIGCONT)
+
+    def _watch_checkpoint_files(self) -> None:
+        """A new file matching the command's checkpoint glob is a checkpoint event (at the
+        step last seen), so resumes and the TUI know of it without the script saying so."""
+        spec = self.config.workload.params
+        if not spec.checkpoints:
+            return
+        latest = command.newest_checkpoint(spec, self.run.path, (), since=self._started)
+        if latest is None:
+            return
+        try:
+            stamp = (str(latest), os.stat(latest).st_mtime_ns)
+        except OSError:
+            return
+        if stamp != self._newest_file:
+            self._newest_file = stamp
+            if str(latest) not in self._watch.checkpoints:
+                self.events.emit("checkpoint", attempt=self._watch.attempt, path=str(latest),
+                                 step=self._tracker.step if self._tracker else None, source="file")
 
     # ------------------------------------------------------------ hangs and memory
 
@@ -297,17 +445,25 @@ class Supervisor:
     def _signal_trainer(self, sig: signal.Signals) -> None:
         """SIGTERM reaches the trainer processes themselves (under torchrun, its workers,
         so that every rank checkpoints through the same stop agreement); SIGKILL the whole
-        process group."""
+        process group. A command's whole process group gets every signal, as a terminal's
+        Ctrl-C reaches a script and its DataLoader workers."""
         try:
-            if sig == signal.SIGKILL:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            elif self._distributed:
+            if sig == signal.SIGKILL or self._launch.is_command:
+                self._signal_group(sig)
+            elif self._launch.distributed:
                 for worker in psutil.Process(self._proc.pid).children(recursive=True):
                     worker.send_signal(sig)
             else:
                 self._proc.send_signal(sig)
         except (ProcessLookupError, psutil.NoSuchProcess):
             pass
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        if self._proc is not None or sig == signal.SIGKILL:
+            try:
+                os.killpg(self._pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def _sample_memory(self, attempt: int) -> None:
         """A `memory` event about once a second, sampled here so it goes on when the
@@ -321,6 +477,8 @@ class Supervisor:
         self._memory_percent = 100.0 * sample["system_used"] / sample["system_total"]
         self.events.emit("memory", attempt=attempt, **sample)
         self._on_warning(self._detector.memory(sample, time.time()))
+        if self._launch.is_command:
+            self._watch_checkpoint_files()
 
     def _on_warning(self, warning: dict | None) -> None:
         if warning is None:
@@ -330,7 +488,8 @@ class Supervisor:
             # The preset asks to fall back: a graceful stop (checkpoint first), then the
             # rule for 'slowdown' picks the next attempt.
             self._watch.slowdown = warning
-            self._signal_trainer(signal.SIGTERM)
+            if self._stop_stage == 0:
+                self._escalate_stop()
 
     # ------------------------------------------------------------ stopping
 
@@ -339,11 +498,23 @@ class Supervisor:
         self.stop_requests += 1
 
     def _forward_stop(self) -> None:
-        # First request: stop after a checkpoint; second: stop now; third: the trainer is
-        # wedged and answers no signal it can handle.
-        if self._proc is not None and self._forwarded < min(self.stop_requests, 3):
-            self._signal_trainer(signal.SIGTERM if self._forwarded < 2 else signal.SIGKILL)
-            self._forwarded += 1
+        # The trainer: first request, stop after a checkpoint; second, stop now; third, it is
+        # wedged and answers no signal it can handle. A command moves on by itself too, after
+        # its grace period: SIGINT, SIGTERM, SIGKILL.
+        if self._proc is None:
+            return
+        signals = self._launch.stop_signals
+        while self._stop_stage < min(self.stop_requests, len(signals)):
+            self._escalate_stop()
+        grace = self._launch.stop_grace_s
+        if grace and 0 < self._stop_stage < len(signals) and time.monotonic() - self._stop_sent > grace:
+            self._escalate_stop()
+
+    def _escalate_stop(self) -> None:
+        self._release()
+        self._signal_trainer(self._launch.stop_signals[self._stop_stage])
+        self._stop_stage += 1
+        self._stop_sent = time.monotonic()
 
     def _install_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -367,10 +538,54 @@ class Supervisor:
                         self._detector.context, device=e.get("device"), precision=e.get("precision"))
                 elif e["type"] == "step" and self._detector:
                     self._on_warning(self._detector.step(e["samples_per_s"], e["t"], e.get("window_s")))
+                elif e["type"] == "progress" and self._tracker is not None:
+                    self._emit_progress(self._tracker.reported(e))
+                    if e.get("step") is not None:
+                        self._deliver_faults(e["step"])
+                elif e["type"] == "eval" and e.get("source") == "report" and self._tracker is not None:
+                    self._tracker.saw_reported_eval()
             if e["type"] == "checkpoint":
                 self._last_checkpoint = e
+                self._all_checkpoints[e["path"]] = e.get("step")
         if events and self.on_events:
             self.on_events(events)
+
+
+def _sigint_preexec(launch: Launch):
+    """A command is stopped with SIGINT, which Python turns into KeyboardInterrupt only if it
+    was not ignored when the script started; a supervisor started from a shell's `&` inherits
+    it ignored and would pass that on. Only then is a preexec needed (it is unsafe beside
+    threads, so it is not used otherwise)."""
+    if launch.is_command and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        return lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
+    return None
+
+
+def _kill(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+class _OutputFollower:
+    """Reads what was appended to an attempt's log since the last call, as text (a UTF-8
+    sequence split between two reads is decoded whole)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = 0
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def read(self) -> str:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read(OUTPUT_CHUNK)
+        except OSError:
+            return ""
+        self.offset += len(data)
+        return self._decoder.decode(data) if data else ""
 
 
 def run_summary(results: list[AttemptResult]) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
 
 from cockpit.commands.train import follow as follow_run
 from cockpit.headless import duration
@@ -27,7 +28,8 @@ def list_(args: argparse.Namespace) -> int:
         return 0
     print(f"{'run':<44} {'status':<9} {'step':>13} {'samples':>10} {'time':>7}")
     for s in summaries:
-        print(f"{s.id:<44} {s.status:<9} {f'{s.step}/{s.total_steps}':>13} "
+        progress = f"{s.step}/{s.total_steps or '?'}"
+        print(f"{s.id:<44} {s.status:<9} {progress:>13} "
               f"{_rate(s.samples_per_s):>10} {duration(s.duration_s):>7}")
     return 0
 
@@ -40,7 +42,9 @@ def show(args: argparse.Namespace) -> int:
         return 0
     print(f"run       {s.id}\npath      {run.path}\nstatus    {s.status}")
     print(f"workload  {s.workload}\ndevice    {s.device_preset}")
-    print(f"progress  step {s.step}/{s.total_steps}, {s.samples_seen:,} samples")
+    if s.command:
+        print(f"command   {shlex.join(s.command)}")
+    print(f"progress  step {s.step}/{s.total_steps or '?'}, {s.samples_seen:,} samples")
     if s.loss is not None:
         print(f"loss      {s.loss:.4g}")
     print(f"speed     {_rate(s.samples_per_s)} samples, duration {duration(s.duration_s)}")
@@ -64,5 +68,7 @@ def stop(args: argparse.Namespace) -> int:
     if not supervisor.request_stop(run):
         print(f"run {run.id} is not running")
         return 1
-    print(f"asked run {run.id} to stop; it checkpoints and exits after the current step")
+    how = ("its command gets SIGINT (Ctrl-C), then SIGTERM and SIGKILL if it does not exit"
+           if summarize(run).command else "it checkpoints and exits after the current step")
+    print(f"asked run {run.id} to stop; {how}")
     return 0

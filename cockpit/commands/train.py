@@ -1,4 +1,5 @@
-"""`cockpit --no-ui`: run a workload on a device preset, headless, in the foreground or detached."""
+"""`cockpit --no-ui` and `cockpit run -- CMD...`: run a workload (or the user's own command) on
+a device preset, headless, in the foreground or detached. Both go through `start`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import sys
 import time
 
 from cockpit.headless import HeadlessPrinter, duration
-from engine import runconfig
+from engine import command, presets, runconfig
+from engine.errors import ConfigError
 from engine.events import EventFollower
 from engine.rundir import RunDir, RunSummary, summarize
 
@@ -16,15 +18,57 @@ EXIT_BY_STATUS = {"finished": 0, "stopped": 130}
 EXIT_BAD_INPUT = 2
 
 
-def run(args: argparse.Namespace) -> int:
-    # Everything the user gave is checked before anything is written.
+def _overrides(args: argparse.Namespace) -> list[str]:
     overrides = list(args.set)
     if args.inject:
         overrides.append("device.inject=" + json.dumps(args.inject))
-    config = runconfig.resolve(args.workload, args.device, overrides)
-    from engine import device
+    return overrides
 
-    device.resolve(config.device, where=f"device preset {config.device_preset!r}")
+
+def run(args: argparse.Namespace) -> int:
+    """`cockpit --no-ui`: a workload preset on a device preset."""
+    # Everything the user gave is checked before anything is written.
+    config = runconfig.resolve(args.workload, args.device, _overrides(args))
+    if not config.workload.is_command:  # a command resolves its own device
+        from engine import device
+
+        device.resolve(config.device, where=f"device preset {config.device_preset!r}")
+    return start(config, args)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """`cockpit run -- CMD...`: the user's own command, exactly like a command preset."""
+    argv = list(args.cmd)
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        raise ConfigError("command", None, "missing; expected cockpit run [options] -- CMD ARGS... "
+                                           "(e.g. cockpit run -- python train.py --bs {batch_size})")
+    name = args.name or command.name_for(argv)
+    if not presets.NAME_PATTERN.match(name):
+        raise ConfigError("--name", None, f"got {name!r}; expected letters, digits, '.', '_', '-'")
+    config = runconfig.resolve_command(argv, name, args.device, _overrides(args))
+    if args.save:
+        return _save(args.save, config)
+    return start(config, args)
+
+
+def _save(name: str, config) -> int:
+    """Write the command as a workload preset (never over an existing one) and say how to run it."""
+    if not presets.NAME_PATTERN.match(name):
+        raise ConfigError("--save", None, f"got {name!r}; expected letters, digits, '.', '_', '-'")
+    existing = [r for r in presets.list_presets("workloads") if r.name == name]
+    if existing:
+        raise ConfigError("--save", None, f"workload preset {name!r} already exists "
+                                          f"({existing[0].path}); expected a new name")
+    path = presets.save_user_preset("workloads", name, presets.workload_to_table(config.workload))
+    print(f"saved workload preset {name}: {path}")
+    print(f"run it: cockpit --no-ui -w {name} -d {config.device_preset}")
+    return 0
+
+
+def start(config, args: argparse.Namespace) -> int:
+    """Make the run directory and supervise the run, in the foreground or detached."""
     run_dir = RunDir.create(config)
 
     from engine import supervisor
@@ -55,8 +99,8 @@ def exit_code(status: str, summary: RunSummary) -> int:
 
 def _print_summary(s: RunSummary) -> None:
     metrics = "  ".join(f"{k} {v:.4g}" for k, v in s.metrics.items() if isinstance(v, (int, float)))
-    loss = f"loss {s.loss:.4g}" if s.loss is not None else "no step reported"
-    line = (f"{s.status}: step {s.step}/{s.total_steps}, {loss}"
+    loss = f"loss {s.loss:.4g}" if s.loss is not None else "no loss reported"
+    line = (f"{s.status}: step {s.step}" + (f"/{s.total_steps}" if s.total_steps else "") + f", {loss}"
             + (f", {metrics}" if metrics else "") + f", in {duration(s.duration_s)}")
     try:
         print(line, flush=True)

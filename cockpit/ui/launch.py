@@ -5,6 +5,7 @@ probe, runs, attach."""
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -18,7 +19,7 @@ from cockpit.ui.editor import EditorScreen
 from cockpit.ui.probe import probe_line
 from cockpit.ui.probe_screen import ProbeScreen
 from cockpit.ui.runs import live_runs
-from engine import presets, runconfig
+from engine import command, presets, runconfig
 from engine.errors import ConfigError
 from engine.probe import cache
 from engine.rundir import RunDir
@@ -53,10 +54,30 @@ def config_text(config: RunConfig) -> Text:
         text.append("  with " + " ".join(config.overrides), style="yellow")
     if w.description:
         text.append(f"\n{w.description}", style="dim")
+    if w.is_command:
+        spec = w.params
+        text.append("\ncommand " + shlex.join(spec.command), style="bold")
+        filled = {**command.values(d, Path("."), 1), "run_dir": "<run dir>"}
+        text.append("\nruns as " + shlex.join(command.fill(spec.command, filled)))
+        text.append(f"\ncwd     {spec.cwd}")
+        if spec.resume or spec.checkpoints:
+            text.append(f"\nresume  {shlex.join(spec.resume) or '-'} from {spec.checkpoints or 'reported checkpoints'}")
+        text.append(f"\nprogress {spec.progress}" + (f", regex {spec.progress_regex}" if spec.progress_regex else ""))
+    else:
+        _workload_lines(text, table)
+    _device_lines(text, config)
+    return text
+
+
+def _workload_lines(text: Text, table: dict) -> None:
     text.append("\ntrain   " + "  ".join(f"{k} {_summary(v)}" for k, v in table["workload"]["train"].items()
                                          if k in ("epochs", "max_steps", "lr", "seed", "eval_every_steps",
                                                   "checkpoint_every_steps", "checkpoint_every_minutes")))
     text.append("\nparams  " + "  ".join(f"{k} {_summary(v)}" for k, v in table["workload"]["params"].items()))
+
+
+def _device_lines(text: Text, config: RunConfig) -> None:
+    d = config.device
     text.append(f"\ndevice  {d.device}, batch {d.batch_size} x {d.accumulation} (effective "
                 f"{d.effective_batch}), {d.precision}"
                 + (", grad checkpointing" if d.grad_checkpointing else "")
@@ -67,7 +88,6 @@ def config_text(config: RunConfig) -> Text:
     text.append(f"\nladder  {ladder}")
     if d.inject:
         text.append(f"\ninject  {', '.join(d.inject)}", style="bold red")
-    return text
 
 
 class PresetList(OptionList):

@@ -8,6 +8,7 @@ plot still spans the whole run), the log keeps LOG_LINES lines, warnings WARNING
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -209,7 +210,12 @@ def _attempt_started(m: RunModel, e: dict) -> set[str]:
     config = e.get("config") or {}
     m.attempts.append(Attempt(attempt=e.get("attempt", len(m.attempts) + 1), preset=e.get("preset", "?"),
                               batch=f"{config.get('batch_size', '?')} x {config.get('accumulation', '?')}"))
-    m._say(e, f"attempt {e.get('attempt')} starts on preset {e.get('preset')}")
+    if e.get("command_line"):  # a command: no trainer_ready will say where it runs
+        m.attempts[-1].device, m.attempts[-1].precision = e.get("device"), e.get("precision")
+        m.attempts[-1].resumed_from = e.get("resume")
+        m._say(e, human_line(e))
+    else:
+        m._say(e, f"attempt {e.get('attempt')} starts on preset {e.get('preset')}")
     return {"status", "attempts", "log"}
 
 
@@ -231,7 +237,7 @@ _STEP_CHANGES_DEVICE = frozenset({"progress", "plots", "memory"})
 def _step(m: RunModel, e: dict) -> set[str]:
     # The hot path of a replay: plain lookups, one series append each.
     get = e.get
-    m.step, m.total = get("step", m.step), get("total", m.total)
+    m.step, m.total = get("step", m.step), get("total") or m.total  # a command may not say
     m.samples_seen, m.total_samples = get("samples_seen", m.samples_seen), get("total_samples", m.total_samples)
     m.epoch, m.loss = get("epoch", m.epoch), get("loss", m.loss)
     m.samples_per_s, m.steps_per_s = get("samples_per_s"), get("steps_per_s")
@@ -243,7 +249,7 @@ def _step(m: RunModel, e: dict) -> set[str]:
         m.samples_series.add(x, m.samples_per_s)
     if m.steps_per_s is not None:
         m.steps_series.add(x, m.steps_per_s)
-    if m.loss is not None:
+    if m.loss is not None and math.isfinite(m.loss):
         m.loss_series.add(x, m.loss)
     if m.attempts:
         m.attempts[-1].last_step = m.step

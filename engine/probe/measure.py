@@ -21,12 +21,13 @@ from pathlib import Path
 
 from engine.crashes import AttemptEnd, Verdict, classify
 from engine.events import EventFollower
+from engine.launch import child_env
 from engine.presets import DevicePreset
 from engine.probe import TRIAL_S
 from engine.rundir import RunDir
 from engine.runconfig import RunConfig
 from engine.schema import to_table
-from engine.supervisor import child_env, log_tail
+from engine.supervisor import log_tail
 from engine.sysmon import LEVELS, SystemSampler
 
 SAMPLE_EVERY_S = 0.25

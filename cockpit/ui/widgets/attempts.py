@@ -7,6 +7,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from cockpit.headless import resume_text
 from cockpit.ui.model import Attempt, RunModel
 
 OUTCOME_STYLE = {"running": "bold cyan", "finished": "bold green", "stopped": "bold yellow"}
@@ -45,8 +46,7 @@ def attempt_text(a: Attempt, text: Text) -> None:
     if a.last_step is not None:
         text.append(f" last step {a.last_step}", style="dim")
     if a.resumed_from:
-        text.append(f"\n   resumed from step {a.resumed_from.get('step')}, "
-                    f"sample {a.resumed_from.get('samples_seen', 0):,}", style="dim")
+        text.append(f"\n   resumed from {resume_text(a.resumed_from)}", style="dim")
     if a.crash:
         text.append(f"\n   {a.crash.get('sentence', '')}", style="red")
         evidence = _evidence(a.crash)
@@ -61,8 +61,7 @@ def attempt_text(a: Attempt, text: Text) -> None:
         f = a.fallback
         changes = "; ".join(f"{k} {_value(x)}→{_value(y)}" for k, (x, y) in (f.get("changed") or {}).items())
         resume = f.get("resume")
-        where = (f"resume at step {resume['step']}, sample {resume['samples_seen']:,}" if resume
-                 else "start over (no checkpoint yet)")
+        where = f"resume at {resume_text(resume)}" if resume else "start over (no checkpoint yet)"
         text.append(f"\n   → {f.get('why', f.get('action', '?'))}: attempt {f.get('next_attempt')} on "
                     f"{f.get('to_preset', f.get('to'))}, {where}", style="bold yellow")
         if changes:

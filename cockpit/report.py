@@ -1,0 +1,231 @@
+"""Report progress from inside your training script, exactly, when cockpit runs it.
+
+cockpit reads a command's progress from its output (tqdm bars, "step N loss X" lines) with no
+change to the script. When you want it exact, add a few calls; outside cockpit they do nothing,
+so the script runs as before anywhere:
+
+    from cockpit import report
+
+    for step in range(start + 1, steps + 1):          # step: optimizer steps done
+        loss = train_step(...)
+        if step % 10 == 0:                              # your logging interval
+            report.step(step, total=steps, loss=loss.item(), samples=step * batch_size)
+        if step % 100 == 0:
+            path = save_checkpoint(...)
+            report.checkpoint(path, step)               # cockpit resumes from the newest
+    report.eval(val_loss=evaluate(model))               # at the last step reported
+
+- `report.step(step, total=None, loss=None, samples=None, **metrics)`: the optimizer step,
+  the total steps, the loss, the samples seen so far (cumulative: cockpit measures throughput
+  from it) and any other scalars (lr=..., grad_norm=...).
+- `report.eval(**metrics)`: held-out metrics, recorded at the last step reported.
+- `report.checkpoint(path, step)`: a checkpoint the script has written; cockpit resumes from the
+  newest one, with your command's `resume` arguments, after a crash or a fallback.
+- `report.active`: True when running under cockpit (on rank 0 of a multi-process job).
+
+Values are plain Python numbers. Call at your logging interval with numbers you already have:
+a tensor's `.item()` waits for the GPU to finish (a host-device sync), so calling it every step
+just to report slows training. A 0-d tensor is accepted, and syncs the same way. Bools,
+strings and other non-numbers raise TypeError. A NaN or infinite loss is reported as it is:
+cockpit treats it as a numerical crash and resumes from a checkpoint written before it.
+
+Reporting never stops your training because of cockpit: if the run's events file cannot be
+written, reporting goes quiet. Only a bad argument raises, and it does so outside cockpit too,
+so a mistake shows when you run the script on its own.
+
+cockpit sets the environment this module reads: COCKPIT_EVENTS (the run's events.jsonl),
+COCKPIT_ATTEMPT, COCKPIT_DEVICE and COCKPIT_INJECT (faults to rehearse: at `report.step` the
+due ones fail the way the real thing does, so the fallback ladder can be tried on your
+command). Importing this module is cheap: stdlib only, no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+import signal
+import sys
+import time
+
+__all__ = ["step", "eval", "checkpoint", "active"]
+
+SCHEMA_VERSION = 1  # engine.events.SCHEMA_VERSION; not imported, to keep this module light
+
+# The kinds raised from inside the process; native-crash, hang and slow are delivered by the
+# supervisor with real signals, from outside.
+_IN_PROCESS = ("oom", "backend", "openmp", "nan", "user-code")
+
+active: bool = False
+_path: str | None = None
+_attempt = 0
+_device = "cpu"
+_pending: list[tuple[str, str, int]] = []  # (spec, kind, step) not fired yet
+_fd: int | None = None
+_quiet = False           # an OSError writing the events file: stop trying
+_poison_loss = False     # a fired 'nan' fault: the reported loss is NaN from then on
+_last_step: int | None = None
+
+
+def _reset() -> None:
+    """(Re)read the environment: at import, and in tests after changing it."""
+    global active, _path, _attempt, _device, _pending, _fd, _quiet, _poison_loss, _last_step
+    if _fd is not None:
+        try:
+            os.close(_fd)
+        except OSError:
+            pass
+    _fd, _quiet, _poison_loss, _last_step = None, False, False, None
+    _path = os.environ.get("COCKPIT_EVENTS") or None
+    # Under torchrun every rank inherits the environment: only rank 0 speaks for the run.
+    rank = os.environ.get("RANK", "0").strip() or "0"
+    active = _path is not None and rank == "0"
+    try:
+        _attempt = int(os.environ.get("COCKPIT_ATTEMPT", "0"))
+    except ValueError:
+        _attempt = 0
+    _device = (os.environ.get("COCKPIT_DEVICE") or "cpu").strip().lower()
+    _pending = _parse_inject(os.environ.get("COCKPIT_INJECT", "")) if active else []
+
+
+def _parse_inject(text: str) -> list[tuple[str, str, int]]:
+    """The in-process faults of 'kind@step[+],...', as engine.faults.parse reads them (parsed
+    here by hand: importing this module must not import engine)."""
+    pending = []
+    for spec in (s.strip() for s in text.split(",")):
+        kind, at, step = spec.rstrip("+").partition("@")
+        # '+' (every attempt) is the supervisor's business: it decides what each attempt gets.
+        # A mangled spec is skipped: it must not stop the user's training.
+        if kind in _IN_PROCESS and at and step.isdigit():
+            pending.append((spec, kind, int(step)))
+    return pending
+
+
+# ---------------------------------------------------------------- the API
+
+
+def step(step, total=None, loss=None, samples=None, **metrics) -> None:
+    """The optimizer step `step` (of `total`), its loss, the samples seen so far and any
+    other scalar metrics. Call at the script's logging interval. TypeError, naming the
+    argument, for a bool or a non-number; a NaN or infinite loss is reported as it is."""
+    global _last_step
+    step = _integer("step", step)
+    total = None if total is None else _integer("total", total)
+    loss = None if loss is None else _real("loss", loss)
+    samples = None if samples is None else _integer("samples", samples)
+    values = {name: _real(name, v) for name, v in metrics.items()}
+    if not active:
+        return
+    if _pending:
+        _fire(step)
+    if _poison_loss:
+        loss = math.nan
+    _last_step = step
+    _emit("progress", step=step, total=total, loss=loss, samples=samples, metrics=values)
+
+
+def eval(**metrics) -> None:  # noqa: A001 - the API's name, read as report.eval
+    """Held-out metrics (val_loss=..., accuracy=...), at the last step reported."""
+    values = {name: _real(name, v) for name, v in metrics.items()}
+    if not active:
+        return
+    _emit("eval", step=_last_step, metrics=values, source="report")
+
+
+def checkpoint(path, step) -> None:
+    """A checkpoint the script has written, at optimizer step `step`."""
+    try:
+        path = os.fsdecode(os.path.abspath(os.fspath(path)))
+    except TypeError:
+        raise TypeError(f"report: path must be a str or os.PathLike, "
+                        f"got {type(path).__name__}") from None
+    step = _integer("step", step)
+    if not active:
+        return
+    _emit("checkpoint", step=step, path=path, source="report")
+
+
+# ---------------------------------------------------------------- values
+
+
+def _scalar(name: str, value) -> numbers.Real:
+    if not isinstance(value, numbers.Real) and hasattr(value, "item"):
+        try:
+            value = value.item()  # a 0-d tensor or a numpy scalar (a tensor syncs here)
+        except (ValueError, RuntimeError, TypeError):
+            raise TypeError(f"report: {name} must be a number, got a {type(value).__name__} "
+                            f"of more than one element") from None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"report: {name} must be a number, got {type(value).__name__}")
+    return value
+
+
+def _real(name: str, value) -> float:
+    return float(_scalar(name, value))
+
+
+def _integer(name: str, value) -> int:
+    value = _scalar(name, value)
+    if isinstance(value, numbers.Integral) or float(value).is_integer():
+        return int(value)
+    raise TypeError(f"report: {name} must be a whole number, got {value!r}")
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _emit(type: str, **fields) -> None:
+    """One line, one write() to an O_APPEND descriptor: engine.events.EventWriter's format,
+    so lines never interleave with the supervisor's."""
+    global _fd, _quiet
+    if _quiet or _path is None:
+        return
+    event = {"v": SCHEMA_VERSION, "t": round(time.time(), 3), "type": type,
+             "attempt": _attempt, **fields}
+    try:
+        if _fd is None:
+            # CLOEXEC: processes the script starts do not hold the run's file open.
+            _fd = os.open(_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        os.write(_fd, (json.dumps(event, separators=(",", ":")) + "\n").encode())
+    except OSError:
+        _quiet = True  # never fail the user's training because of cockpit
+
+
+# ---------------------------------------------------------------- fault injection
+
+
+def _fire(step: int) -> None:
+    """Fire every fault due at `step`, each once, as engine.faults.Injector does."""
+    global _poison_loss
+    from engine import faults
+
+    for spec, kind, at in [p for p in _pending if p[2] <= step]:
+        _pending.remove((spec, kind, at))
+        if kind == "openmp" and faults.openmp_duplicate_allowed():
+            continue  # the real check lets the duplicate runtime through
+        _emit("fault_injected", spec=spec, kind=kind, step=step)
+        if kind == "nan":
+            _poison_loss = True
+        elif kind == "oom":
+            if _device.startswith("cuda"):
+                # What CUDA raises: torch.OutOfMemoryError (a RuntimeError), if torch is loaded.
+                torch = sys.modules.get("torch")
+                error = getattr(torch, "OutOfMemoryError", RuntimeError)
+                raise error(faults.CUDA_OOM)
+            # MPS raises a plain RuntimeError (MPSAllocator.mm); so does the CPU allocator.
+            raise RuntimeError(faults.MPS_OOM if _device.startswith("mps") else faults.CPU_OOM)
+        elif kind == "backend":
+            if _device.startswith("cuda"):
+                raise RuntimeError(faults.CUDA_ERROR)
+            print(faults.METAL_ERROR, file=sys.stderr, flush=True)
+            faults._die(signal.SIGABRT)  # Metal's failed command buffer aborts
+        elif kind == "openmp":
+            print(faults.OMP_ERROR, file=sys.stderr, flush=True)
+            faults._die(signal.SIGABRT)  # libomp calls abort() after the hint
+        elif kind == "user-code":
+            raise ValueError("too many values to unpack (expected 2, got 3) "
+                             "[injected user-code fault]")
+
+
+_reset()

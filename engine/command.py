@@ -1,0 +1,247 @@
+"""Command workloads: the user's own, unmodified training command, supervised like any run.
+
+A workload preset names a command instead of a workload:
+
+    command = ["python", "train.py", "--bs", "{batch_size}", "--accum", "{accumulation}",
+               "--device", "{device}", "--out", "{run_dir}/out"]
+    cwd = "~/src/retriever"               # default: the directory cockpit was started in
+    resume = ["--resume", "{checkpoint}"] # appended when an attempt resumes
+    checkpoints = "{run_dir}/out/*.pt"    # where the script writes its checkpoints (newest wins)
+    progress = "auto"                     # read progress from its output ("none": only cockpit.report)
+
+Each attempt fills the placeholders from the device preset as resolved for that attempt and
+from the run (PLACEHOLDERS); a fallback to another preset re-templates the argv, so the next
+attempt gets that preset's batch size and device, and `resume` with the newest checkpoint.
+The argv is never passed through a shell. Torch-free.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import string
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from engine.errors import ConfigError
+from engine.schema import FieldError, setting
+
+if TYPE_CHECKING:
+    from engine.presets import DevicePreset
+
+PLACEHOLDERS = {
+    "device": "the device: cpu, cuda or mps ('auto' resolved for this machine)",
+    "batch_size": "the micro-batch",
+    "accumulation": "micro-batches per optimizer step",
+    "effective_batch": "batch_size x accumulation",
+    "precision": "fp32, bf16 or fp16 ('auto': bf16 on CUDA, else fp32)",
+    "threads": "CPU threads (the preset's, else the physical cores)",
+    "run_dir": "the run directory (absolute)",
+    "attempt": "the attempt number, from 1",
+    "checkpoint": "the newest checkpoint (in `resume` only)",
+}
+# Only a resume knows its checkpoint; the glob that finds it cannot depend on it either.
+_RESUME_ONLY = ("checkpoint",)
+# What a checkpoint glob may name: it is filled before any attempt's device is known.
+_GLOB_PLACEHOLDERS = ("run_dir",)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CommandSpec:
+    """A workload that is the user's own training command."""
+
+    command: tuple[str, ...] = setting(doc="the program and its arguments, with {placeholders}")
+    cwd: str = setting("", "working directory ('~' expanded); '' = where cockpit was started")
+    resume: tuple[str, ...] = setting([], "arguments appended when an attempt resumes, e.g. "
+                                          "[\"--resume\", \"{checkpoint}\"]")
+    checkpoints: str = setting("", "glob of the checkpoints the script writes (newest wins), "
+                                   "e.g. \"{run_dir}/out/*.pt\"; relative to cwd")
+    progress: Literal["auto", "none"] = setting(
+        "auto", "'auto': read tqdm bars, step lines, key=value pairs and HF log dicts from its "
+                "output; 'none': only what it reports through cockpit.report")
+    progress_regex: str = setting("", "your own regex for progress lines, tried first; named "
+                                      "groups step, total, loss, lr, epoch, others are metrics")
+    total_steps: int = setting(0, "steps in the whole run, for the ETA when the output does not "
+                                  "say; 0 = from the output", min=0)
+    stop_grace_s: float = setting(30.0, "a stop sends SIGINT, then SIGTERM after this long, "
+                                        "then SIGKILL after as long again", above=0.0)
+
+    def __post_init__(self):
+        if not self.command:
+            raise FieldError("command", "is empty; expected the program and its arguments, "
+                                        "e.g. [\"python\", \"train.py\"]")
+        for key, args, allowed in (("command", self.command, _not(_RESUME_ONLY)),
+                                   ("resume", self.resume, tuple(PLACEHOLDERS)),
+                                   ("checkpoints", (self.checkpoints,), _GLOB_PLACEHOLDERS)):
+            for arg in args:
+                for name in placeholders(arg, key):
+                    if name not in allowed:
+                        raise FieldError(key, _unknown(name, arg, allowed))
+        if "{" in self.command[0]:
+            raise FieldError("command", f"the program {self.command[0]!r} has a placeholder; "
+                                        "expected a fixed program name or path")
+        if self.progress_regex:
+            from engine.progress import compile_regex
+
+            try:
+                compile_regex(self.progress_regex)
+            except ValueError as e:
+                raise FieldError("progress_regex", str(e)) from None
+
+
+def _not(excluded: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(n for n in PLACEHOLDERS if n not in excluded)
+
+
+def _unknown(name: str, arg: str, allowed: tuple[str, ...]) -> str:
+    if name in PLACEHOLDERS:
+        where = "`resume`" if name in _RESUME_ONLY else "`command` and `resume`"
+        return f"{{{name}}} in {arg!r} is only known in {where}"
+    return (f"unknown placeholder {{{name}}} in {arg!r}; expected one of "
+            + ", ".join("{" + n + "}" for n in allowed) + " (write {{ and }} for literal braces)")
+
+
+def placeholders(arg: str, key: str) -> list[str]:
+    """The placeholder names in one argument; FieldError for a malformed one."""
+    try:
+        parsed = list(string.Formatter().parse(arg))
+    except ValueError as e:
+        raise FieldError(key, f"{arg!r}: {e} (write {{{{ and }}}} for literal braces)") from None
+    names = []
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if not re.fullmatch(r"[a-z_]+", name) or spec or conversion:
+            raise FieldError(key, f"{arg!r}: '{{{name}{'!' + conversion if conversion else ''}"
+                                  f"{':' + spec if spec else ''}}}' is not a placeholder; expected "
+                                  "a bare name such as {batch_size}")
+        names.append(name)
+    return names
+
+
+def fill(args: tuple[str, ...] | list[str], values: dict[str, str]) -> list[str]:
+    """The arguments with their placeholders replaced (checked when the preset was read)."""
+    return [arg.format_map(values) for arg in args]
+
+
+# ---------------------------------------------------------------- one attempt's values
+
+
+def resolve_device(device: str) -> str:
+    """'auto' as this machine's best device, read without torch: CUDA where the NVIDIA driver
+    lists a GPU, MPS on Apple Silicon, else the CPU (the probe's default list, first)."""
+    if device != "auto":
+        return device
+    from engine.probe.candidates import available_devices
+
+    return available_devices()[0]
+
+
+def values(preset: "DevicePreset", run_dir: Path, attempt: int,
+           checkpoint: Path | None = None) -> dict[str, str]:
+    """What the placeholders stand for in this attempt."""
+    import psutil
+
+    device = resolve_device(preset.device)
+    precision = preset.precision
+    if precision == "auto":
+        precision = "bf16" if device == "cuda" else "fp32"
+    threads = preset.threads or psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    return {"device": device, "batch_size": str(preset.batch_size),
+            "accumulation": str(preset.accumulation), "effective_batch": str(preset.effective_batch),
+            "precision": precision, "threads": str(threads), "run_dir": str(Path(run_dir).resolve()),
+            "attempt": str(attempt), "checkpoint": str(checkpoint) if checkpoint else ""}
+
+
+def samples_per_step(spec: CommandSpec, preset: "DevicePreset") -> int:
+    """Samples in one of the script's steps, as far as its arguments tell: the effective batch
+    when it takes both the micro-batch and the accumulation (or {effective_batch}), the
+    micro-batch when it takes only that, else 1 (its batch is its own: samples/s is then
+    steps/s, unless it reports samples through cockpit.report)."""
+    used = {n for arg in spec.command for n in placeholders(arg, "command")}
+    if "effective_batch" in used or {"batch_size", "accumulation"} <= used:
+        return preset.effective_batch
+    return preset.batch_size if "batch_size" in used else 1
+
+
+def checkpoint_glob(spec: CommandSpec, run_dir: Path) -> str | None:
+    if not spec.checkpoints:
+        return None
+    pattern = os.path.expanduser(spec.checkpoints.format(run_dir=str(Path(run_dir).resolve())))
+    return pattern if os.path.isabs(pattern) else os.path.join(spec.cwd or os.getcwd(), pattern)
+
+
+def newest_checkpoint(spec: CommandSpec, run_dir: Path, reported: list[str] = (),
+                      since: float | None = None, before: float | None = None) -> Path | None:
+    """The newest file among the glob's matches and the checkpoints the script reported
+    (cockpit.report) that still exist, by modification time; only files written from `since`
+    (a run's start: a glob outside the run directory may match an older run's files) and
+    before `before` (when the loss went bad), both time.time()."""
+    found = []
+    if (pattern := checkpoint_glob(spec, run_dir)) is not None:
+        found += glob.glob(pattern, recursive=True)
+    found += [p for p in reported if p]
+    stamped = []
+    for p in set(found):
+        try:
+            if os.path.isfile(p):
+                mtime = os.stat(p).st_mtime
+                if (since is None or mtime >= since - 1) and (before is None or mtime < before):
+                    stamped.append((mtime, p))
+        except OSError:
+            continue  # gone between listing and looking
+    return Path(max(stamped)[1]) if stamped else None
+
+
+# ---------------------------------------------------------------- checks that need this machine
+
+
+def resolved(spec: CommandSpec) -> CommandSpec:
+    """The spec with its working directory made absolute (where cockpit was started when
+    the preset gives none), so a detached supervisor and every resume run it in the same place."""
+    import dataclasses
+
+    cwd = os.path.abspath(os.path.expanduser(spec.cwd)) if spec.cwd else os.getcwd()
+    return dataclasses.replace(spec, cwd=cwd)
+
+
+def check(spec: CommandSpec, where: str, env: dict[str, str] | None = None) -> None:
+    """What only this machine can say: the working directory exists and the program is found
+    (on PATH, or as a path relative to the working directory)."""
+    cwd = spec.cwd or os.getcwd()
+    if not os.path.isdir(cwd):
+        raise ConfigError(where, "cwd", f"{cwd!r} is not a directory; expected an existing "
+                                        "directory to run the command in")
+    program = spec.command[0]
+    if os.sep in program or (os.altsep and os.altsep in program):
+        path = os.path.join(cwd, os.path.expanduser(program))
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            raise ConfigError(where, "command", f"{program!r} is not an executable file (looked "
+                                                f"in {cwd}); expected a program to run")
+        return
+    search = (env or {}).get("PATH", os.environ.get("PATH", os.defpath))
+    if shutil.which(program, path=search) is None:
+        raise ConfigError(where, "command", f"{program!r} was not found on PATH; expected a "
+                                            "program name or path")
+
+
+def check_device(name: str, preset: "DevicePreset", where: str) -> None:
+    """A device preset that a command cannot use: several processes are the command's own
+    business (put torchrun in the command)."""
+    if preset.world_size > 1:
+        raise ConfigError(where, "nproc_per_node", f"device preset {name!r} asks for "
+                          f"{preset.world_size} processes; a command workload runs one command "
+                          "(put torchrun in the command itself); expected 1")
+
+
+def name_for(argv: list[str]) -> str:
+    """A workload name for an ad-hoc command: its script's or program's stem ('train')."""
+    script = next((a for a in argv[1:] if a.endswith(".py") and not a.startswith("-")), None)
+    stem = Path(script or argv[0]).stem
+    if script is None and "-m" in argv[1:-1]:
+        stem = argv[argv.index("-m") + 1].rsplit(".", 1)[-1]
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-._")
+    return cleaned or "command"

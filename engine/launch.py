@@ -1,0 +1,134 @@
+"""An attempt's launch: what the supervisor starts and how it reads it.
+
+One supervisor runs both kinds of workload. Each attempt is a Launch built from the workload
+preset, the device preset as resolved for that attempt and the resume point:
+
+- the built-in trainer (`python -m engine.trainer`, or torchrun for several processes): it
+  writes its own events, finds its own checkpoint and speaks engine.crashes' exit codes;
+- the user's command: its argv templated from the device preset (engine.command), `resume`
+  appended with the newest checkpoint it wrote, progress read from its output
+  (engine.progress) or reported through cockpit.report, its exit codes its own, a stop
+  delivered as Ctrl-C would be (SIGINT to its process group, then SIGTERM, then SIGKILL).
+
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import engine
+from engine import command as commands, faults
+from engine.distributed import launch_prefix
+from engine.presets import DevicePreset
+from engine.progress import OutputParser
+from engine.rundir import RunDir
+from engine.runconfig import RunConfig
+from engine.schema import to_table
+
+_PROJECT_ROOT = str(Path(engine.__file__).resolve().parent.parent)
+# Faults the supervisor delivers to a command as real signals; cockpit.report raises the rest
+# (the out-of-memory and backend texts, a NaN loss, a user-code error) inside the script.
+SIGNAL_FAULTS = ("native-crash", "hang", "slow")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How one attempt is started, read and stopped."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str | None = None
+    is_command: bool = False        # exit codes are the command's own, not engine.crashes'
+    distributed: bool = False       # torchrun: stop signals go to its workers
+    progress: str = "none"          # "auto": parse the output for progress (commands)
+    progress_regex: str = ""
+    samples_per_step: int = 1       # for a command's samples/s (engine.command.samples_per_step)
+    total_steps: int = 0            # the preset's, when the output does not say
+    resume: dict | None = None      # {"path", "step"}: the checkpoint a command resumes from
+    stop_signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGTERM, signal.SIGKILL)
+    stop_grace_s: float | None = None   # escalate to the next stop signal after this long
+    signal_faults: tuple[str, ...] = ()  # faults the supervisor delivers (commands)
+    device: str | None = None       # the device the placeholders named (commands)
+    precision: str | None = None
+
+    def parser(self) -> OutputParser | None:
+        return OutputParser(self.progress_regex or None) if self.progress == "auto" else None
+
+    def describe(self) -> dict:
+        """For the attempt_started event (a command's, so the user sees exactly what ran)."""
+        if not self.is_command:
+            return {}
+        return {"command": self.argv, "command_line": shlex.join(self.argv), "cwd": self.cwd,
+                "resume": self.resume, "device": self.device, "precision": self.precision}
+
+
+def child_env(extra: dict[str, str]) -> dict[str, str]:
+    env = {**os.environ, **extra, "PYTHONUNBUFFERED": "1"}
+    # The trainer imports engine from the same place this process did, installed or not,
+    # and a custom workload's module from the directory this process imported it from (the
+    # children run with -P, so their working directory cannot shadow it).
+    from engine.workloads import custom
+
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (_PROJECT_ROOT, *custom.import_roots(), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def build(run: RunDir, config: RunConfig, attempt: int, name: str, preset: DevicePreset,
+          resume: dict | None = None) -> Launch:
+    """The launch for this attempt; `resume` ({"path", "step"}) is where a command continues."""
+    if config.workload.is_command:
+        return command_launch(run, config, attempt, preset, resume)
+    return trainer_launch(run, attempt, name, preset)
+
+
+def trainer_launch(run: RunDir, attempt: int, name: str, preset: DevicePreset) -> Launch:
+    trainer = ["-m", "engine.trainer", str(run.path), "--attempt", str(attempt),
+               "--preset", name, "--device-json", json_table(preset)]
+    # Several processes: torch.distributed's own launcher, supervised like any attempt.
+    launcher = launch_prefix(preset.nproc_per_node, preset.nnodes, preset.rdzv_endpoint,
+                             run.id, sys.executable)
+    # torchrun starts its workers itself; PYTHONSAFEPATH is -P for them (the working directory
+    # must not shadow engine or the workload).
+    env = child_env({**preset.env, **({"PYTHONSAFEPATH": "1"} if launcher else {})})
+    argv = launcher + trainer if launcher else [sys.executable, "-P", *trainer]
+    return Launch(argv=argv, env=env, distributed=bool(launcher))
+
+
+def command_launch(run: RunDir, config: RunConfig, attempt: int, preset: DevicePreset,
+                   resume: dict | None) -> Launch:
+    spec = config.workload.params
+    checkpoint = Path(resume["path"]) if resume else None
+    values = commands.values(preset, run.path, attempt, checkpoint)
+    argv = commands.fill(spec.command, values)
+    if checkpoint is not None and spec.resume:
+        argv += commands.fill(spec.resume, values)
+    env = {**os.environ, **preset.env, "PYTHONUNBUFFERED": "1",
+           # what cockpit.report reads: where to write, and the faults it raises
+           "COCKPIT_EVENTS": str(run.events_path.resolve()), "COCKPIT_ATTEMPT": str(attempt),
+           "COCKPIT_RUN_DIR": str(run.path.resolve()), "COCKPIT_DEVICE": values["device"],
+           "COCKPIT_INJECT": ",".join(s for s in preset.inject
+                                      if faults.parse(s).kind not in SIGNAL_FAULTS)}
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        if preset.threads and var not in preset.env:  # the preset's own env wins
+            env[var] = str(preset.threads)
+    return Launch(
+        argv=argv, env=env, cwd=spec.cwd or None, is_command=True, progress=spec.progress,
+        progress_regex=spec.progress_regex, samples_per_step=commands.samples_per_step(spec, preset),
+        total_steps=spec.total_steps, resume=resume,
+        stop_signals=(signal.SIGINT, signal.SIGTERM, signal.SIGKILL),
+        stop_grace_s=spec.stop_grace_s,
+        signal_faults=tuple(s for s in preset.inject if faults.parse(s).kind in SIGNAL_FAULTS),
+        device=values["device"], precision=values["precision"])
+
+
+def json_table(preset: DevicePreset) -> str:
+    import json
+
+    return json.dumps(to_table(preset))

@@ -1,0 +1,148 @@
+"""A command's progress as `step` events: what the built-in trainer reports of itself.
+
+The supervisor feeds this tracker what it learns of a command's progress — observations
+parsed from its output (engine.progress) and `progress` events the script wrote through
+cockpit.report — and emits a `step` event per reporting window with the same fields the
+trainer's have: step, total, loss, lr, samples/s and steps/s measured over the window, a
+smoothed rate, the best so far and the ETA. So throughput, plots, the ETA and the slowdown
+detector work the same for both kinds of workload.
+
+Reported values win over parsed ones: once the script has reported a step, parsed steps are
+ignored; once it has reported an eval, parsed evals are. Samples are the reported count, else
+steps x the samples per step that the command's placeholders imply
+(engine.command.samples_per_step).
+Pure: no clock, no I/O; the caller passes times (time.time()).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+REPORT_EVERY_S = 1.0
+SMOOTHING = 0.3  # weight of the newest window in the smoothed rate
+
+
+@dataclass
+class _Window:
+    start_t: float
+    start_step: int
+    start_samples: float
+
+
+@dataclass
+class Tracker:
+    samples_per_step: int
+    total_steps: int = 0                 # the preset's; 0 = what the output says
+    report_every_s: float = REPORT_EVERY_S
+    reported_steps: bool = False         # the script reports its steps itself
+    reported_evals: bool = False
+    step: int | None = None
+    total: int | None = None
+    samples: float | None = None         # reported samples seen, when the script gives them
+    loss: float | None = None
+    lr: float | None = None
+    epoch: float | None = None
+    metrics: dict = field(default_factory=dict)
+    source: str = ""
+    non_finite: dict | None = None       # the first non-finite loss seen: {"step", "message", "t"}
+    _window: _Window | None = None
+    _smoothed: float | None = None       # samples/s
+    _best: float = 0.0
+    _reported_since: bool = False        # new values since the last step event
+
+    # ------------------------------------------------------------ feeding
+
+    def parsed(self, observation, t: float) -> list[tuple[str, dict]]:
+        """One engine.progress.Observation read from the output."""
+        if observation.kind == "eval":
+            if self.reported_evals or not observation.metrics:
+                return []
+            step = observation.step if observation.step is not None else self.step
+            return [("eval", {"step": step, "metrics": dict(observation.metrics),
+                              "source": observation.source})]
+        if self.reported_steps:
+            return []
+        return self._update(t, observation.step, observation.total, observation.loss,
+                            observation.lr, observation.epoch, observation.metrics, None,
+                            observation.source)
+
+    def reported(self, event: dict) -> list[tuple[str, dict]]:
+        """A `progress` event the script wrote (cockpit.report.step)."""
+        self.reported_steps = True
+        return self._update(event["t"], event.get("step"), event.get("total"), event.get("loss"),
+                            None, None, event.get("metrics") or {}, event.get("samples"), "report")
+
+    def saw_reported_eval(self) -> None:
+        self.reported_evals = True
+
+    def _update(self, t, step, total, loss, lr, epoch, metrics, samples, source) -> list[tuple[str, dict]]:
+        if loss is not None:
+            self.loss = float(loss)
+            if not math.isfinite(self.loss) and self.non_finite is None:
+                self.non_finite = {"step": step if step is not None else self.step,
+                                   "message": f"loss {self.loss} ({source or 'output'})", "t": t}
+        self.lr = lr if lr is not None else self.lr
+        self.epoch = epoch if epoch is not None else self.epoch
+        self.metrics.update(metrics or {})
+        self.total = total if total else self.total
+        self.source = source or self.source
+        self._reported_since = True
+        if samples is not None:
+            self.samples = float(samples)
+        if step is None:
+            return []  # values without a step (HF's log dicts) join the current step
+        self.step = int(step)
+        if self._window is None or self.step < self._window.start_step:
+            self._window = _Window(t, self.step, self.samples_seen)  # the first sight, or a restart
+            return []
+        if t - self._window.start_t < self.report_every_s:
+            return []
+        return [("step", self._close_window(t))]
+
+    def flush(self, t: float) -> list[tuple[str, dict]]:
+        """The last, partial window (at the end of an attempt)."""
+        w = self._window
+        if w is None or self.step is None or self.step <= w.start_step or t <= w.start_t:
+            return []
+        return [("step", self._close_window(t))]
+
+    # ------------------------------------------------------------ the step event
+
+    @property
+    def samples_seen(self) -> float:
+        if self.samples is not None:
+            return self.samples
+        return (self.step or 0) * self.samples_per_step
+
+    @property
+    def total_known(self) -> int | None:
+        return self.total_steps or self.total or None
+
+    def _close_window(self, t: float) -> dict:
+        w = self._window
+        elapsed = max(t - w.start_t, 1e-9)
+        steps_per_s = (self.step - w.start_step) / elapsed
+        samples_per_s = max(0.0, self.samples_seen - w.start_samples) / elapsed
+        self._smoothed = samples_per_s if self._smoothed is None else \
+            (1 - SMOOTHING) * self._smoothed + SMOOTHING * samples_per_s
+        self._best = max(self._best, samples_per_s)
+        total = self.total_known
+        eta = None
+        if total and self._smoothed and self.samples_seen and self.step:
+            samples_per_step = self.samples_seen / self.step
+            eta = max(0, total - self.step) * samples_per_step / self._smoothed
+        event = {"step": self.step, "total": total, "samples_seen": int(self.samples_seen),
+                 "epoch": self.epoch, "loss": self.loss, "lr": self.lr,
+                 "samples_per_s": round(samples_per_s, 3), "steps_per_s": round(steps_per_s, 4),
+                 "window_s": round(elapsed, 4), "eta_s": None if eta is None else round(eta, 1),
+                 "smoothed_samples_per_s": round(self._smoothed, 3),
+                 "best_samples_per_s": round(self._best, 3), "source": self.source}
+        if self.metrics:
+            event["metrics"] = {k: v for k, v in self.metrics.items() if _finite_number(v)}
+        self._window = _Window(t, self.step, self.samples_seen)
+        return event
+
+
+def _finite_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

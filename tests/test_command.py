@@ -1,0 +1,319 @@
+"""Command workloads: the user's own script, supervised like a built-in workload.
+
+End to end through the real CLI (`cockpit run -- ...`, `cockpit --no-ui -w PRESET`) with
+examples/command/train.py, a plain PyTorch script that knows nothing of cockpit, and tiny
+scripts written here for the ways a script ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, child_env, cockpit_cmd, user_preset
+from engine import command, launch, runconfig
+from engine.crashes import AttemptEnd, classify
+from engine.errors import ConfigError
+from engine.rundir import RunDir, list_runs
+
+TRAIN = str(ROOT / "examples" / "command" / "train.py")
+REPORTED = str(ROOT / "examples" / "command" / "train_reported.py")
+PY = sys.executable
+
+
+def cockpit(*args: str, timeout: float = 180, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(cockpit_cmd(*args), capture_output=True, text=True, env=child_env(),
+                          timeout=timeout, cwd=cwd)
+
+
+def events(run: RunDir, kind: str) -> list[dict]:
+    return [e for e in run.events() if e["type"] == kind]
+
+
+def only_run() -> RunDir:
+    (run,) = list_runs()
+    return run
+
+
+def ladder(home: Path) -> None:
+    """Two CPU presets: 'first' (batch 16) falls back to 'second' (batch 8)."""
+    user_preset(home, "devices", "first", 'device = "cpu"\nbatch_size = 16\naccumulation = 2\n'
+                                          'threads = 1\nfallback = ["second"]\n')
+    user_preset(home, "devices", "second", 'device = "cpu"\nbatch_size = 8\naccumulation = 4\nthreads = 1\n')
+
+
+def script(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "script.py"
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+# ---------------------------------------------------------------- presets and placeholders
+
+
+def test_placeholders_are_filled_per_attempt_from_its_preset(home, tmp_path):
+    ladder(home)
+    config = runconfig.resolve_command(
+        [PY, TRAIN, "--bs", "{batch_size}", "--accum", "{accumulation}", "--device", "{device}",
+         "--out", "{run_dir}/out", "--tag", "a{attempt}-{precision}-{effective_batch}"],
+        "train", "first", ["command.resume=['--resume', '{checkpoint}']", f"command.cwd={tmp_path}"])
+    run = RunDir.create(config)
+    first = launch.build(run, config, 1, "first", config.device)
+    assert first.argv[2:] == ["--bs", "16", "--accum", "2", "--device", "cpu",
+                              "--out", f"{run.path.resolve()}/out", "--tag", "a1-fp32-32"]
+    assert first.cwd == str(tmp_path) and first.env["OMP_NUM_THREADS"] == "1"
+    ckpt = tmp_path / "ckpt-000040.pt"
+    second = launch.build(run, config, 2, "second", config.ladder["second"],
+                          resume={"path": str(ckpt), "step": 40})
+    assert second.argv[2:6] == ["--bs", "8", "--accum", "4"]
+    assert second.argv[-2:] == ["--resume", str(ckpt)] and "a2-fp32-32" in second.argv
+
+
+def test_newest_checkpoint_is_the_newest_written_in_this_run(tmp_path):
+    spec = command.CommandSpec(command=("python",), cwd=str(tmp_path), checkpoints="out/*.pt")
+    out = tmp_path / "out"
+    out.mkdir()
+    old, mid, new = out / "a.pt", out / "b.pt", out / "c.pt"
+    for i, path in enumerate((old, mid, new)):
+        path.write_text("x")
+        os.utime(path, (1000 + i * 100, 1000 + i * 100))
+    assert command.newest_checkpoint(spec, tmp_path) == new
+    assert command.newest_checkpoint(spec, tmp_path, since=1100) == new
+    assert command.newest_checkpoint(spec, tmp_path, since=1500) is None   # an older run's files
+    assert command.newest_checkpoint(spec, tmp_path, before=1150) == mid   # before the loss went bad
+
+
+@pytest.mark.parametrize("text, key", [
+    ('command = ["python", "train.py", "--bs", "{bs}"]\n', "command"),
+    ('command = []\n', "command"),
+    ('cwd = "/tmp"\n', "command"),
+    ('command = ["python", "train.py", "--resume", "{checkpoint}"]\n', "command"),
+    ('command = ["{device}", "train.py"]\n', "command"),
+    ('command = ["python"]\nresume = ["--from", "{ckpt}"]\n', "resume"),
+    ('command = ["python"]\nprogress_regex = "step (?P<step>\\\\d+"\n', "progress_regex"),
+    ('command = ["python"]\nprogress_regex = "(?P<foo>\\\\d+)"\n', "progress_regex"),
+    ('command = ["python"]\nprogress = "tqdm-ish"\n', "progress"),
+    ('command = ["no-such-program-here"]\n', "command"),
+    ('command = ["python"]\ncwd = "/no/such/dir"\n', "cwd"),
+    ('command = ["python"]\n[train]\nepochs = 2\n', "train"),
+])
+def test_bad_command_presets_are_one_line_naming_file_and_key(home, text, key):
+    path = user_preset(home, "workloads", "mine", text)
+    done = cockpit("--no-ui", "-w", "mine", "-d", "cpu")
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert str(path) in line and f": {key}:" in line and "Traceback" not in done.stderr
+    assert not (home / "runs").exists() or not list((home / "runs").iterdir())  # nothing written
+
+
+@pytest.mark.parametrize("args, needle", [
+    ([], "command: missing"),
+    (["--", "no-such-program-here", "x"], "command: 'no-such-program-here' was not found on PATH"),
+    (["--", PY, "t.py", "--bs", "{batch}"], "unknown placeholder {batch}"),
+    (["--set", "command.cwd=/no/such/dir", "--", PY, "t.py"], "cwd: '/no/such/dir' is not a directory"),
+    (["--set", "params.n=3", "--", PY, "t.py"], "unknown section 'params'; expected one of device, command"),
+    (["-d", "no-such-preset", "--", PY, "t.py"], "device preset 'no-such-preset'"),
+])
+def test_bad_cockpit_run_input_is_exit_2_and_writes_nothing(home, args, needle):
+    done = cockpit("run", *args)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert needle in done.stderr and "Traceback" not in done.stderr
+    assert not (home / "runs").exists() or not list((home / "runs").iterdir())
+
+
+def test_a_command_cannot_ask_for_several_processes(home):
+    user_preset(home, "devices", "ddp", 'device = "cpu"\nnproc_per_node = 2\n')
+    done = cockpit("run", "-d", "ddp", "--", PY, "t.py")
+    assert done.returncode == 2 and "nproc_per_node" in done.stderr and "torchrun" in done.stderr
+
+
+def test_save_writes_a_workload_preset_once(home, tmp_path):
+    args = ["run", "-d", "cpu", "--save", "mine", "--set", "command.checkpoints={run_dir}/out/*.pt",
+            "--", PY, TRAIN, "--bs", "{batch_size}"]
+    done = cockpit(*args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "cockpit --no-ui -w mine -d cpu" in done.stdout
+    saved = home / "config" / "presets" / "workloads" / "mine.toml"
+    preset = runconfig.resolve("mine", "cpu")
+    assert preset.workload.params.command == (PY, TRAIN, "--bs", "{batch_size}")
+    assert preset.workload.params.cwd == str(tmp_path) and "checkpoints" in saved.read_text()
+    before = saved.read_bytes()
+    again = cockpit(*args)
+    assert again.returncode == 2 and "already exists" in again.stderr
+    assert saved.read_bytes() == before
+    assert not (home / "runs").exists()  # saving runs nothing
+
+
+# ---------------------------------------------------------------- how a command ends
+
+
+def test_classification_of_a_command_end():
+    oom = classify(AttemptEnd(exit_code=1, signal=None, command=True, tail=textwrap.dedent("""\
+        Traceback (most recent call last):
+          File "train.py", line 3, in <module>
+        RuntimeError: MPS backend out of memory (MPS allocated: 17.80 GB)""")))
+    assert oom.kind == "oom"
+    bug = classify(AttemptEnd(exit_code=1, signal=None, command=True, last_step=7, tail=textwrap.dedent("""\
+        Traceback (most recent call last):
+          File "train.py", line 3, in <module>
+            a, b = x
+        ValueError: too many values to unpack""")))
+    assert bug.kind == "user-code" and "raised ValueError after step 7" in bug.sentence
+    usage = classify(AttemptEnd(exit_code=2, signal=None, command=True,
+                                tail="usage: train.py [-h] [--bs BS]\ntrain.py: error: unrecognized arguments: --accum 4"))
+    assert usage.kind == "config" and "unrecognized arguments" in usage.evidence["message"]
+    # a command's exit codes are its own: 3 is not the trainer's 'stopped', 4 not 'numerical'
+    assert classify(AttemptEnd(exit_code=3, signal=None, command=True)).kind == "unknown"
+    assert classify(AttemptEnd(exit_code=130, signal=None, command=True, stop_requested=True)).kind == "stopped"
+    assert classify(AttemptEnd(exit_code=None, signal="SIGABRT", command=True)).sentence.startswith("The command died")
+
+
+def test_a_script_that_raises_stops_as_user_code(home, tmp_path):
+    ladder(home)
+    path = script(tmp_path, """\
+        import sys
+        for step in range(1, 4):
+            print(f"step {step}/10 loss={1.0 / step}", flush=True)
+        rows = [(1, 2, 3)]
+        a, b = rows[0]
+    """)
+    done = cockpit("run", "-d", "first", "--", PY, path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    run = only_run()
+    (crash,) = events(run, "crash")
+    assert crash["kind"] == "user-code" and "ValueError" in crash["sentence"]
+    assert not events(run, "fallback") and "ValueError: too many values to unpack" in done.stdout
+
+
+def test_a_script_that_prints_the_mps_oom_text_is_oom_and_gets_half_the_batch(home, tmp_path):
+    ladder(home)
+    path = script(tmp_path, """\
+        import sys
+        bs = int(sys.argv[1])
+        if bs > 8:
+            print("RuntimeError: MPS backend out of memory (MPS allocated: 17.80 GB, other "
+                  "allocations: 1.23 GB, max allowed: 18.13 GB).", file=sys.stderr)
+            sys.exit(1)
+        print(f"step 1/1 loss=0.5 bs={bs}")
+    """)
+    done = cockpit("run", "-d", "first", "--", PY, path, "{batch_size}", "{accumulation}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = only_run()
+    (crash,) = events(run, "crash")
+    (move,) = events(run, "fallback")
+    assert crash["kind"] == "oom" and move["action"] == "halve-batch"
+    started = events(run, "attempt_started")
+    assert started[1]["command"][-2:] == ["8", "4"]  # half the micro-batch, twice the accumulation
+
+
+# ---------------------------------------------------------------- the examples, end to end
+
+
+def test_zero_touch_script_gives_steps_with_loss_and_eta(home):
+    done = cockpit("run", "-d", "cpu", "--json", "--set", "accumulation=2", "--", PY, TRAIN, "--bs", "{batch_size}",
+                   "--accum", "{accumulation}", "--out", "{run_dir}/out", "--steps", "300",
+                   "--step-delay", "0.005")
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    steps = [e for e in lines if e["type"] == "step"]
+    assert len(steps) >= 2 and steps[-1]["step"] == steps[-1]["total"] == 300
+    assert all(e["loss"] is not None and e["samples_per_s"] > 0 for e in steps)
+    assert any(e["eta_s"] is not None for e in steps)
+    assert steps[-1]["loss"] < steps[0]["loss"]
+    (started,) = [e for e in lines if e["type"] == "attempt_started"]
+    assert started["command"][2:6] == ["--bs", "8", "--accum", "2"]  # the cpu preset's micro-batch
+    run = only_run()
+    assert run.attempt_log(1).read_bytes().count(b"\r") > 2  # tqdm's redraws kept in the log
+    assert [e["outcome"] for e in events(run, "attempt_ended")] == ["finished"]
+
+
+def test_native_crash_resumes_on_the_next_preset_from_the_newest_checkpoint(home):
+    ladder(home)
+    done = cockpit("run", "-d", "first", "--inject", "native-crash@120",
+                   "--set", "command.resume=['--resume', '{checkpoint}']",
+                   "--set", "command.checkpoints={run_dir}/out/*.pt",
+                   "--", PY, TRAIN, "--bs", "{batch_size}", "--accum", "{accumulation}",
+                   "--out", "{run_dir}/out", "--steps", "200", "--ckpt-every", "50",
+                   "--step-delay", "0.01")
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = only_run()
+    (crash,) = events(run, "crash")
+    assert crash["kind"] == "native-crash" and crash["evidence"]["signal"] == "SIGABRT"
+    (move,) = events(run, "fallback")
+    assert move["to_preset"] == "second" and move["resume"]["path"].endswith("ckpt-000100.pt")
+    second = events(run, "attempt_started")[1]
+    assert second["command"][2:6] == ["--bs", "8", "--accum", "4"]
+    assert second["command"][-2:] == ["--resume", move["resume"]["path"]]
+    log = run.attempt_log(2).read_text()
+    assert "resumed from" in log and "at step 100" in log
+    steps = [e["step"] for e in events(run, "step") if e["attempt"] == 2]
+    assert steps and min(steps) > 100 and steps[-1] == 200
+    assert "fallback: attempt 2 on second" in done.stdout
+
+
+def test_runs_stop_ends_a_command_gracefully(home):
+    done = cockpit("run", "-d", "cpu", "--detach", "--", PY, TRAIN, "--out", "{run_dir}/out",
+                   "--steps", "100000", "--step-delay", "0.01")
+    assert done.returncode == 0, done.stderr
+    run = only_run()
+    deadline = time.monotonic() + 120
+    while not events(run, "step") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert events(run, "step"), run.attempt_log(1).read_text()
+    stop = cockpit("runs", "stop", run.id)
+    assert stop.returncode == 0 and "SIGINT" in stop.stdout
+    while run.supervisor_pid() is not None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    (end,) = events(run, "run_finished")
+    assert end["status"] == "stopped"
+    assert list((run.path / "out").glob("ckpt-*.pt"))  # the script saved on Ctrl-C, as it does
+    assert "exit 130" in events(run, "attempt_ended")[0]["exit"]
+
+
+def test_reported_progress_wins_and_evals_arrive(home):
+    done = cockpit("run", "-d", "cpu", "--", PY, REPORTED, "--out", "{run_dir}/out", "--steps", "200",
+                   "--step-delay", "0.005")
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = only_run()
+    steps = events(run, "step")
+    assert steps and {e["source"] for e in steps} == {"report"}
+    assert steps[-1]["step"] == 200 and steps[-1]["loss"] < steps[0]["loss"]
+    # the script's own start line is parsed before it first reports; its reported eval follows
+    (evaluation,) = [e for e in events(run, "eval") if e.get("source") == "report"]
+    assert "val_loss" in evaluation["metrics"] and evaluation["step"] == 200
+    assert [e["source"] for e in events(run, "checkpoint")].count("report") >= 2
+
+
+def test_reporter_faults_oom_and_nan_take_their_rules(home):
+    ladder(home)
+    done = cockpit("run", "-d", "first", "--inject", "oom@30", "--inject", "nan@60",
+                   "--set", "command.checkpoints={run_dir}/out/*.pt",
+                   "--set", "command.resume=['--resume', '{checkpoint}']",
+                   "--", PY, REPORTED, "--bs", "{batch_size}", "--out", "{run_dir}/out",
+                   "--steps", "120", "--ckpt-every", "20", "--step-delay", "0.005")
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = only_run()
+    kinds = [(e["kind"], e["attempt"]) for e in events(run, "crash")]
+    assert kinds == [("oom", 1), ("numerical", 2)]
+    moves = events(run, "fallback")
+    assert [m["action"] for m in moves] == ["halve-batch", "next"]  # cpu ran fp32: fp32 falls through
+    # the numerical attempt resumes from a checkpoint written before the loss went bad
+    assert moves[1]["resume"] and int(re.search(r"(\d+)\.pt$", moves[1]["resume"]["path"]).group(1)) <= 60
+
+
+def test_an_injected_hang_is_killed_and_falls_back(home):
+    ladder(home)
+    done = cockpit("run", "-d", "first", "--inject", "hang@50", "--set", "device.hang_timeout_s=3",
+                   "--", PY, TRAIN, "--out", "{run_dir}/out", "--steps", "100", "--step-delay", "0.01")
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = only_run()
+    (crash,) = events(run, "crash")
+    assert crash["kind"] == "hang"
+    assert [e["outcome"] for e in events(run, "attempt_ended")] == ["hang", "finished"]

@@ -1,0 +1,408 @@
+# Fixtures in tests/fixtures/outputs/, stdout+stderr byte-exact (\r and ANSI included):
+#   tqdm_postfix.txt, tqdm_slow.txt, tqdm_nototal.txt: real tqdm 4.70.1 writing to a file
+#     (not a tty), with its clock replaced by a fake one so the rates are stable.
+#   hf_trainer.txt: a real transformers 5.23.0 Trainer run (GPT2Config(n_layer=1, n_embd=32,
+#     n_head=2, vocab_size=64), random token ids, 20 steps, logging every 2, eval every 10).
+#   lightning.txt: a real lightning 2.6.6 run (2-layer MLP, 2 epochs of 10 batches,
+#     TQDMProgressBar, train_loss and val_loss on the bar).
+#   nanogpt.txt, keyvalue.txt: hand-written (generated) in the exact print formats of
+#     nanoGPT's train.py (config echo, `step N: train loss .., val loss ..`,
+#     `iter N: loss .., time ..ms, mfu ..%`) and of a plain logging script.
+from __future__ import annotations
+
+import math
+import random
+import re
+
+import subprocess
+import sys
+
+import pytest
+from conftest import FIXTURES, ROOT, child_env
+
+from engine.progress import MAX_LINE, Observation, OutputParser, compile_regex
+
+OUTPUTS = FIXTURES / "outputs"
+
+
+def read(name: str) -> str:
+    return (OUTPUTS / name).read_bytes().decode("utf-8")
+
+
+def parse(text: str, regex: str | None = None) -> list[Observation]:
+    parser = OutputParser(regex)
+    return parser.feed(text) + parser.flush()
+
+
+def one(line: str, regex: str | None = None) -> Observation:
+    found = parse(line + "\n", regex)
+    assert len(found) == 1, found
+    return found[0]
+
+
+def steps_of(observations) -> list[int]:
+    return [o.step for o in observations if o.kind == "step" and o.step is not None]
+
+
+def assert_increasing(steps):
+    assert steps == sorted(steps), steps
+
+
+# -- fixtures --
+
+@pytest.mark.parametrize("name, last, total", [
+    ("tqdm_postfix.txt", 20, 20), ("tqdm_slow.txt", 12, 12), ("tqdm_nototal.txt", 15, None)])
+def test_tqdm_fixtures(name, last, total):
+    text = read(name)
+    found = parse(text)
+    assert {o.source for o in found} == {"tqdm"} and {o.kind for o in found} == {"step"}
+    assert_increasing(steps_of(found))
+    assert found[-1].step == last and found[-1].total == total
+    printed = [float(v) for v in re.findall(r"loss=([^,\]]+)", text)]
+    assert [o.loss for o in found if o.loss is not None] == printed
+    if printed:
+        assert found[-1].lr == 0.001
+    assert all(o.metrics == {} for o in found)  # the rate is not a metric
+
+
+def test_tqdm_without_total():
+    found = parse(read("tqdm_nototal.txt"))
+    assert steps_of(found)[:3] == [1, 2, 3]  # "0it [00:00, ?it/s]" says nothing
+
+
+def test_hf_trainer_fixture():
+    text = read("hf_trainer.txt")
+    found = parse(text)
+    bar = [o for o in found if o.source == "tqdm"]
+    assert_increasing(steps_of(bar))
+    assert bar[-1].step == 20 and {o.total for o in bar} == {20}  # the eval bar (of 4) is skipped
+    logs = [o for o in found if o.source == "hf" and o.kind == "step"]
+    assert [o.loss for o in logs] == [float(v) for v in re.findall(r"'loss': '([^']+)'", text)]
+    assert len(logs) == 10 and all(o.step is None for o in logs)
+    assert logs[0].lr == 0.000475 and logs[0].epoch == 0.1 and logs[0].metrics == {"grad_norm": 0.85}
+    evals = [o for o in found if o.kind == "eval"]
+    assert [o.epoch for o in evals] == [0.5, 1.0]
+    assert set(evals[0].metrics) == {"eval_loss", "eval_runtime", "eval_samples_per_second",
+                                     "eval_steps_per_second"}
+    assert evals[0].metrics["eval_loss"] == 3.909
+    # the train_runtime summary gives nothing: after the last eval only bar redraws follow
+    after = found[found.index(evals[-1]) + 1:]
+    assert after and all(o.source == "tqdm" for o in after)
+
+
+def test_lightning_fixture():
+    text = read("lightning.txt")
+    found = parse(text)
+    assert {o.source for o in found} == {"tqdm"} and {o.kind for o in found} == {"step"}
+    steps = steps_of(found)
+    assert_increasing(steps)  # validation and sanity-check bars are skipped
+    assert steps[0] == 1 and steps[-1] == 20 and {o.total for o in found} == {None}
+    assert found[-1].epoch == 2.0 and found[-1].loss == 0.191
+    assert found[-1].metrics == {"val_loss": 0.407}  # no v_num
+    epoch_one = [o for o in found if o.step == 13]
+    assert epoch_one and all(o.epoch == pytest.approx(1.3) for o in epoch_one)
+    printed = {float(v) for v in re.findall(r"train_loss=([\d.]+)", text)}
+    assert {o.loss for o in found if o.loss is not None} == printed
+
+
+def test_nanogpt_fixture():
+    text = read("nanogpt.txt")
+    found = parse(text)
+    assert {o.source for o in found} == {"steps"}  # the config echo gives nothing
+    train = [o for o in found if o.kind == "step"]
+    assert steps_of(train) == list(range(0, 501, 10))
+    assert [o.loss for o in train] == [float(v) for v in re.findall(r"iter \d+: loss ([\d.]+)", text)]
+    assert all(o.metrics == {} for o in train)  # `time 45.67ms` and `mfu 5.3%` are not read
+    evals = [o for o in found if o.kind == "eval"]
+    assert [o.step for o in evals] == [0, 250, 500]
+    assert evals[-1].metrics == {"train_loss": 1.489, "val_loss": 1.5845}
+    assert evals[-1].loss is None
+
+
+def test_keyvalue_fixture():
+    found = parse(read("keyvalue.txt"))
+    logged = [o for o in found if o.source == "steps"]
+    assert steps_of(logged) == list(range(10, 101, 10))  # after the logging prefix
+    assert {o.total for o in logged} == {100}
+    assert logged[0].loss == 1.9513 and logged[0].lr == 1e-4
+    assert logged[0].metrics == {"grad_norm": 0.75, "time": 46.0}
+    summaries = [o for o in found if o.source == "keyvalue" and o.kind == "step"]
+    assert [(o.epoch, o.loss, o.metrics) for o in summaries] == [
+        (1.0, 0.973, {"acc": 0.4}), (2.0, 0.5642, {"acc": 0.6})]
+    evals = [o for o in found if o.kind == "eval"]
+    assert [o.metrics for o in evals] == [{"val_loss": 1.073, "val_acc": 0.38},
+                                          {"val_loss": 0.6642, "val_acc": 0.58}]
+    assert len(found) == 14
+
+
+# -- line splitting --
+
+FIXTURE_NAMES = sorted(p.name for p in OUTPUTS.glob("*.txt"))
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_chunks_give_the_same_as_one_feed(name):
+    text = read(name)
+    whole = parse(text)
+    rnd = random.Random(name)
+    for _ in range(3):
+        cuts = sorted(rnd.sample(range(1, len(text)), min(200, len(text) - 1)))
+        parser = OutputParser()
+        found = []
+        for a, b in zip([0, *cuts], [*cuts, len(text)]):
+            found += parser.feed(text[a:b])
+        assert found + parser.flush() == whole
+
+
+def test_one_character_at_a_time():
+    text = read("tqdm_postfix.txt") + read("nanogpt.txt")[-600:]
+    parser = OutputParser()
+    found = [o for ch in text for o in parser.feed(ch)] + parser.flush()
+    assert found == parse(text)
+
+
+def test_carriage_return_ends_a_line():
+    found = parse("step 1 loss=1.5\rstep 2 loss=1.25\r\nstep 3 loss=1\n")
+    assert [(o.step, o.loss) for o in found] == [(1, 1.5), (2, 1.25), (3, 1.0)]
+
+
+def test_partial_line_waits_for_the_rest():
+    parser = OutputParser()
+    assert parser.feed("step 5 loss=0.") == []
+    assert parser.feed("25") == []
+    assert [o.loss for o in parser.feed("\rstep 6 loss=0.5")] == [0.25]
+    assert [o.step for o in parser.flush()] == [6]
+    assert parser.flush() == []
+
+
+def test_ansi_sequences_are_stripped():
+    o = one("\x1b[32mstep 3\x1b[0m: \x1b[1mloss\x1b[0m=\x1b[33m0.5\x1b[0m \x1b]0;title\x07")
+    assert (o.step, o.loss) == (3, 0.5)
+    assert one("\x1b[2K\x1b[1;34m{'loss': 1.5}\x1b[0m").loss == 1.5
+
+
+def test_long_partial_line_is_dropped():
+    parser = OutputParser()
+    assert parser.feed("x" * (MAX_LINE + 1)) == []
+    assert len(parser._partial) <= MAX_LINE
+    for _ in range(5):  # the same line goes on: still bounded, still dropped
+        parser.feed("loss=1 " * 20000)
+        assert len(parser._partial) <= MAX_LINE
+    assert parser.feed(" loss=0.5\nstep 7 loss=0.25\n") == [
+        Observation("step", 7, loss=0.25, source="steps")]
+    assert parse("loss=1 " * 10000 + "\n") == []  # a complete line too long: dropped as well
+    assert len(parse("step 1 " + " " * (MAX_LINE - 10) + "\n")) == 1  # just under: read
+
+
+# -- formats --
+
+def test_unknown_lines_give_nothing():
+    lines = ["", "   ", "Using device: cuda", "Epoch 3", "Saving checkpoint to out/ckpt.pt",
+             "number of parameters: 10.65M", "lr=3e-4", "eval_steps=500", "eval_interval = 250",
+             "Modules in eval mode: 0", "Traceback (most recent call last):", "{'a': 'b'}",
+             "{not a dict}", "Namespace(lr=0.001, eval_iters=200, batch_size=64)",
+             "steps 5 to go", "the loss is low", "Validation DataLoader 0: 100%|█| 4/4 [00:00<00:00]",
+             "  0%|          | 0/? [00:00<?, ?it/s]", "time 45.67ms", "speed=3.2it/s"]
+    assert parse("\n".join(lines) + "\n") == []
+
+
+@pytest.mark.parametrize("line, step, total, loss", [
+    ("step 120/5000 loss=2.31", 120, 5000, 2.31),
+    ("Step 3 of 10: loss: 0.5", 3, 10, 0.5),
+    ("step 42", 42, None, None),
+    ("iter 10: loss 3.1234, time 45.67ms, mfu 12.34%", 10, None, 3.1234),
+    ("Iteration 7 | Loss 1.5e-2", 7, None, 0.015),
+    ("[120/5000] loss=2.31 lr=1e-4", 120, 5000, 2.31),
+    ("[ 12/100 ] train_loss: 0.7", 12, 100, 0.7),
+    ("INFO:__main__:step 9: loss=0.3", 9, None, 0.3),
+    ("[2026-05-09 07:35:25] step 9/10 loss=0.3", 9, 10, 0.3),
+])
+def test_step_lines(line, step, total, loss):
+    o = one(line)
+    assert (o.kind, o.step, o.total, o.loss, o.source) == ("step", step, total, loss, "steps")
+
+
+def test_values_on_a_step_line():
+    o = one("step 5/10 loss=0.5 lr=3e-4 epoch=1.5 acc=90% time=45.67ms tput=3.2it/s "
+            "train/ppl=12 nan_count=nan")
+    assert (o.loss, o.lr, o.epoch) == (0.5, 3e-4, 1.5)
+    assert o.metrics.keys() == {"acc", "time", "train_ppl", "nan_count"}
+    assert o.metrics["acc"] == 90 and o.metrics["time"] == 45.67 and math.isnan(o.metrics["nan_count"])
+
+
+def test_nanogpt_eval_line():
+    o = one("step 250: train loss 2.1000, val loss 2.3000")
+    assert (o.kind, o.step, o.loss, o.metrics) == (
+        "eval", 250, None, {"train_loss": 2.1, "val_loss": 2.3})
+
+
+@pytest.mark.parametrize("line, kind, loss, metrics", [
+    ("loss=0.12 lr=3e-4", "step", 0.12, {}),
+    ("loss: 0.12, acc: 0.9", "step", 0.12, {"acc": 0.9}),
+    ("Epoch [1/5], Step [100/600], Loss: 0.2174", "step", 0.2174, {}),
+    ("train_loss=0.4 val_loss=0.5", "eval", None, {"train_loss": 0.4, "val_loss": 0.5}),
+    ("val_loss: 2.3, val_acc: 0.61", "eval", None, {"val_loss": 2.3, "val_acc": 0.61}),
+    ("Val Loss: 2.3 | Test Acc: 0.5", "eval", None, {"val_loss": 2.3, "test_acc": 0.5}),
+    ("eval/loss=1.5 eval/bleu=20.1", "eval", None, {"eval_loss": 1.5, "eval_bleu": 20.1}),
+    ("validation_loss = 0.7", "eval", None, {"validation_loss": 0.7}),
+    ("loss=nan grad_norm=inf", "step", math.nan, {"grad_norm": math.inf}),
+])
+def test_key_value_lines(line, kind, loss, metrics):
+    o = one(line)
+    assert (o.kind, o.step, o.source, o.metrics) == (kind, None, "keyvalue", metrics)
+    assert o.loss == loss or (math.isnan(loss) and math.isnan(o.loss))
+
+
+def test_key_value_step_key():
+    o = one("global_step=300, loss=1.1")
+    assert (o.step, o.loss) == (300, 1.1)
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("{'loss': 2.3456, 'grad_norm': 1.23, 'learning_rate': 4.5e-05, 'epoch': 0.12}",
+     ("step", 2.3456, 4.5e-05, 0.12, {"grad_norm": 1.23})),
+    ("{'loss': '2.3456', 'grad_norm': '1.23', 'learning_rate': '4.5e-05', 'epoch': '0.12'}",
+     ("step", 2.3456, 4.5e-05, 0.12, {"grad_norm": 1.23})),
+    ("{'loss': np.float64(0.5), 'grad_norm': tensor(3.0, device='cuda:0'), 'epoch': -0.0}",
+     ("step", 0.5, None, 0.0, {"grad_norm": 3.0})),
+    ("{'eval_loss': 2.1, 'eval_runtime': 0.5, 'eval_samples_per_second': 10.0, "
+     "'eval_steps_per_second': 1.0, 'epoch': 1.0}",
+     ("eval", None, None, 1.0, {"eval_loss": 2.1, "eval_runtime": 0.5,
+                                "eval_samples_per_second": 10.0, "eval_steps_per_second": 1.0})),
+    ('{"step": 40, "loss": 0.75, "ok": true, "note": "x"}', ("step", 0.75, None, None, {})),
+])
+def test_hf_dicts(line, expected):
+    o = one(line)
+    assert (o.kind, o.loss, o.lr, o.epoch, o.metrics) == expected
+    assert o.source == "hf"
+
+
+def test_hf_dict_nan_and_inf():
+    o = one("{'loss': nan, 'grad_norm': inf, 'learning_rate': np.float32(-inf), 'epoch': 0.5}")
+    assert math.isnan(o.loss) and o.metrics == {"grad_norm": math.inf} and o.lr == -math.inf
+
+
+def test_hf_summary_gives_nothing():
+    assert parse("{'train_runtime': 12.5, 'train_samples_per_second': 100.0, "
+                 "'train_steps_per_second': 2.0, 'train_loss': 2.5, 'epoch': 3.0}\n") == []
+
+
+def test_hf_dict_is_never_evaluated(tmp_path):
+    marker = tmp_path / "evaluated"
+    line = f"{{'loss': __import__('pathlib').Path({str(marker)!r}).touch()}}"
+    assert parse(line + "\n") == [] and not marker.exists()
+
+
+@pytest.mark.parametrize("line, step, total, loss, epoch", [
+    ("train:  45%|████▌     | 45/100 [00:12<00:15,  3.61it/s, loss=0.123, lr=1e-3]",
+     45, 100, 0.123, None),
+    ("45%|####5     | 45/100 [00:12<00:15,  3.61s/it]", 45, 100, None, None),
+    ("45it [00:12, 3.61it/s, loss=0.5]", 45, None, 0.5, None),
+    ("train: 12batch [01:02:03, 3.61batch/s]", 12, None, None, None),
+    (" 12%|█▏        | 1.20k/10.0k [00:12<01:30, 99.1it/s]", 1200, 10000, None, None),
+    ("Epoch 2:  45%|████▌| 45/100 [00:12<00:15, 3.61it/s, v_num=0, train_loss=0.123]",
+     245, None, 0.123, 2.45),
+    ("Epoch 3: |          | 7/? [00:01<00:00, 6.0it/s, v_num=1, loss=0.5]", None, None, 0.5, 3.0),
+])
+def test_tqdm_lines(line, step, total, loss, epoch):
+    o = one(line)
+    assert (o.kind, o.step, o.total, o.loss, o.epoch, o.source) == (
+        "step", step, total, loss, epoch, "tqdm")
+    assert "v_num" not in o.metrics and all("it" not in k for k in o.metrics)
+
+
+def test_tqdm_bars_that_are_not_training():
+    lines = ["Validation DataLoader 0:  50%|█████     | 1/2 [00:00<00:00, 74.55it/s]",
+             "Sanity Checking DataLoader 0:  50%|█████     | 1/2 [00:00<00:00, 74.55it/s]",
+             "eval: 3it [00:00, 12.0it/s, loss=0.3]",
+             "Epoch 1:   0%|          | 0/10 [00:00<?, ?it/s, v_num=0, train_loss=1.270]",
+             # a bar tqdm draws below another one (the HF Trainer's evaluation bar)
+             "\n  0%|          | 0/4 [00:00<?, ?it/s]\x1b[A"]
+    assert parse("\n".join(lines) + "\n") == []
+
+
+# -- user regex --
+
+def test_user_regex_wins_over_built_in_formats():
+    regex = r"score (?P<loss>\d+)"
+    o = one("iter 7: loss 0.5, score 9", regex)
+    assert (o.source, o.loss, o.step) == ("regex", 9.0, None)
+    assert one("iter 7: loss 0.5", regex).source == "steps"  # no match: built-ins
+
+
+def test_user_regex_groups():
+    regex = (r"^(?P<step>\d+)/(?P<total>\d+) \| loss (?P<loss>\S+) \| lr (?P<lr>\S+)"
+             r"(?: \| ep (?P<epoch>\S+))?(?: \| top1 (?P<top1>\S+))?")
+    o = one("120/500 | loss 0.25 | lr 1e-4 | ep 1.5 | top1 91.2%", regex)
+    assert (o.kind, o.step, o.total, o.loss, o.lr, o.epoch, o.metrics) == (
+        "step", 120, 500, 0.25, 1e-4, 1.5, {"top1": 91.2})
+    o = one("120/500 | loss nan | lr 1e-4", regex)
+    assert math.isnan(o.loss) and o.epoch is None and o.metrics == {}
+
+
+def test_user_regex_eval_metrics():
+    o = one("after 300 steps: val_loss=1.25", r"after (?P<step>\d+) steps: val_loss=(?P<val_loss>\S+)")
+    assert (o.kind, o.step, o.metrics) == ("eval", 300, {"val_loss": 1.25})
+
+
+def test_user_regex_match_without_numbers_gives_nothing():
+    regex = r"step (?P<step>[a-z]+) loss=(?P<loss>[a-z]+)"
+    assert parse("step five loss=x loss=0.5\n", regex) == []  # the line is the regex's
+    assert parse("step five loss=x loss=0.5\n") != []
+
+
+@pytest.mark.parametrize("regex, says", [
+    (r"step (?P<step>\d+", "missing ), unterminated subpattern at position 5"),
+    (r"(?P<1step>\d+)", "bad character in group name"),
+    (r"loss (\S+)", "needs a named group (?P<step>...) or (?P<loss>...)"),
+    (r"(?P<acc>\S+)", "understood names: step, total, loss, lr, epoch"),
+])
+def test_bad_regex(regex, says):
+    with pytest.raises(ValueError) as err:
+        compile_regex(regex)
+    assert says in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(ValueError):
+        OutputParser(regex)
+
+
+def test_compile_regex_returns_a_pattern():
+    assert compile_regex(r"loss=(?P<loss>\S+)").search("loss=1")["loss"] == "1"
+
+
+# -- never raises --
+
+def test_fuzz_random_bytes():
+    rnd = random.Random(1234)
+    for _ in range(200):
+        data = bytes(rnd.randrange(256) for _ in range(rnd.randrange(400)))
+        parser = OutputParser()
+        for chunk in re.findall(rb".{1,37}", data, re.S):
+            assert isinstance(parser.feed(chunk.decode("utf-8", "replace")), list)
+        parser.flush()
+
+
+def test_fuzz_format_fragments():
+    pieces = ["step", "iter ", " 12", "/", "100", "[", "]", "{", "}", "'loss'", ": ", "=", "loss",
+              "val_loss", "nan", "-inf", "1e-3", "%|", "█", "| ", "it/s", "s/it", " [00:12<00:15, ",
+              "Epoch 2: ", ", ", "\r", "\n", "\x1b[A", "\x1b[3", "np.float64(", ")", "v_num=0",
+              "Validation", "?", "k", "train loss ", "(", "'", '"', "\t", "\x00", "é"]
+    rnd = random.Random(99)
+    for _ in range(500):
+        text = "".join(rnd.choice(pieces) for _ in range(rnd.randrange(40)))
+        found = parse(text)
+        assert all(o.kind in ("step", "eval") for o in found)
+        assert all(o.step is None or isinstance(o.step, int) for o in found)
+
+
+def test_odd_inputs():
+    parser = OutputParser(r"(?P<step>\d+)")
+    assert parser.feed(b"step 5 loss=1\n") == [Observation("step", 5, source="regex")]
+    assert parser.feed("") == [] and parser.flush() == []
+    assert parse("step 99999999999999999999999999 loss=1e999\n")[0].loss == math.inf
+    assert parse("{'a': " * 300 + "\n") == []
+
+
+def test_stdlib_only():
+    out = subprocess.run([sys.executable, "-c", "import engine.progress, sys; print(' '.join(sys.modules))"],
+                         capture_output=True, text=True, env=child_env(), check=True, cwd=ROOT)
+    assert not {"torch", "textual", "numpy"} & set(out.stdout.split())
