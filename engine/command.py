@@ -174,6 +174,17 @@ def checkpoint_glob(spec: CommandSpec, run_dir: Path) -> str | None:
     return pattern if os.path.isabs(pattern) else os.path.join(spec.cwd or os.getcwd(), pattern)
 
 
+_STEP_IN_NAME = re.compile(r"(?:step|checkpoint|ckpt|iter)[=_-]?(\d+)", re.IGNORECASE)
+
+
+def step_in_name(path: str | Path) -> int | None:
+    """The step a checkpoint's name says, in the usual conventions (the HF Trainer's
+    checkpoint-500, Lightning's epoch=0-step=100.ckpt, ckpt-000100.pt, iter_2000.pt); None
+    when the name does not say (model.pt): a guess would be worse than nothing."""
+    found = _STEP_IN_NAME.findall(Path(path).name)
+    return int(found[-1]) if found else None
+
+
 def newest_checkpoint(spec: CommandSpec, run_dir: Path, reported: list[str] = (),
                       since: float | None = None, before: float | None = None) -> Path | None:
     """The newest file among the glob's matches and the checkpoints the script reported
@@ -187,7 +198,7 @@ def newest_checkpoint(spec: CommandSpec, run_dir: Path, reported: list[str] = ()
     stamped = []
     for p in set(found):
         try:
-            if os.path.isfile(p):
+            if os.path.exists(p):  # a file, or a directory (the HF Trainer's checkpoint-500/)
                 mtime = os.stat(p).st_mtime
                 if (since is None or mtime >= since - 1) and (before is None or mtime < before):
                     stamped.append((mtime, p))

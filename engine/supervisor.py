@@ -233,7 +233,9 @@ class Supervisor:
                                                list(known), since=self._started, before=before)
             if latest is None:
                 return None
-            return {"step": known.get(str(latest)), "samples_seen": None, "path": str(latest)}
+            step = known.get(str(latest))
+            return {"step": step if step is not None else command.step_in_name(latest),
+                    "samples_seen": None, "path": str(latest)}
         if (latest := checkpoint.latest(self.run.checkpoints)) is None:
             return None
         step, seen = checkpoint.step_of(latest), None
@@ -405,8 +407,9 @@ class Supervisor:
             self._signal_group(signal.SIGCONT)
 
     def _watch_checkpoint_files(self) -> None:
-        """A new file matching the command's checkpoint glob is a checkpoint event (at the
-        step last seen), so resumes and the TUI know of it without the script saying so."""
+        """A new file matching the command's checkpoint glob is a checkpoint event (its step
+        from its name, when the name says), so resumes and the TUI know of it without the
+        script saying so."""
         spec = self.config.workload.params
         if not spec.checkpoints:
             return
@@ -419,9 +422,9 @@ class Supervisor:
             return
         if stamp != self._newest_file:
             self._newest_file = stamp
-            if str(latest) not in self._watch.checkpoints:
+            if str(latest) not in self._all_checkpoints:  # the script did not report it itself
                 self.events.emit("checkpoint", attempt=self._watch.attempt, path=str(latest),
-                                 step=self._tracker.step if self._tracker else None, source="file")
+                                 step=command.step_in_name(latest), source="file")
 
     # ------------------------------------------------------------ hangs and memory
 

@@ -317,3 +317,43 @@ def test_an_injected_hang_is_killed_and_falls_back(home):
     (crash,) = events(run, "crash")
     assert crash["kind"] == "hang"
     assert [e["outcome"] for e in events(run, "attempt_ended")] == ["hang", "finished"]
+
+
+# ---------------------------------------------------------------- the TUI
+
+
+def test_a_command_preset_appears_in_the_launch_screen_and_runs_from_it(home):
+    from cockpit.app import make_app
+    from cockpit.ui.dashboard import DashboardScreen
+    from ui_support import run as run_app, wait_for
+
+    user_preset(home, "devices", "fast", 'device = "cpu"\nbatch_size = 8\naccumulation = 2\nthreads = 1\n')
+    user_preset(home, "workloads", "mine", textwrap.dedent(f"""\
+        description = "the example script, zero-touch"
+        command = ["{PY}", "{TRAIN}", "--bs", "{{batch_size}}", "--out", "{{run_dir}}/out",
+                   "--steps", "150", "--step-delay", "0.005"]
+        cwd = "{ROOT}"
+    """))
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = app.screen
+            names = [o.id for o in screen.query_one("#workloads")._options]
+            screen.query_one("#workloads").highlighted = names.index("mine")
+            screen.query_one("#devices").highlighted = [o.id for o in screen.query_one("#devices")._options].index("fast")
+            await pilot.pause()
+            text = str(screen.query_one("#resolved-text").render())
+            assert "runs as" in text and "--bs 8 --out '<run dir>/out'" in text
+            await pilot.press("r")
+            await pilot.pause()
+            dash = app.screen
+            assert isinstance(dash, DashboardScreen)
+            await wait_for(pilot, lambda: dash.model.finished, timeout=120, what="the run to end")
+            await pilot.pause(0.3)
+            m = dash.model
+            assert m.status == "finished", "\n".join(m.log)
+            assert m.step == m.total == 150 and m.loss is not None and m.attempts[0].device == "cpu"
+            assert any("--bs 8" in line for line in m.log)  # the attempt's command line
+
+    run_app(drive())

@@ -263,7 +263,8 @@ def _eval(m: RunModel, e: dict) -> set[str]:
 
 
 def _checkpoint(m: RunModel, e: dict) -> set[str]:
-    m._say(e, f"checkpoint at step {e.get('step')} ({e.get('path', '')})")
+    at = f" at step {e['step']}" if e.get("step") is not None else ""
+    m._say(e, f"checkpoint{at} ({e.get('path', '')})")
     return {"log"}
 
 
