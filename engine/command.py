@@ -122,6 +122,14 @@ def placeholders(arg: str, key: str) -> list[str]:
     return names
 
 
+def display(args) -> str:
+    """An argv as a person reads it: quoted only where a word has spaces or quotes
+    (shlex.join would quote every {placeholder})."""
+    import shlex
+
+    return " ".join(shlex.quote(a) if not a or re.search(r"[\s'\"\\]", a) else a for a in args)
+
+
 def fill(args: tuple[str, ...] | list[str], values: dict[str, str]) -> list[str]:
     """The arguments with their placeholders replaced (checked when the preset was read)."""
     return [arg.format_map(values) for arg in args]
@@ -154,6 +162,12 @@ def values(preset: "DevicePreset", run_dir: Path, attempt: int,
             "accumulation": str(preset.accumulation), "effective_batch": str(preset.effective_batch),
             "precision": precision, "threads": str(threads), "run_dir": str(Path(run_dir).resolve()),
             "attempt": str(attempt), "checkpoint": str(checkpoint) if checkpoint else ""}
+
+
+def fixed_settings(spec: CommandSpec) -> frozenset[str]:
+    """Device preset settings this command cannot feel: those whose placeholder its argv lacks."""
+    used = {n for arg in spec.command for n in placeholders(arg, "command")}
+    return frozenset(k for k in ("batch_size", "precision") if k not in used)
 
 
 def samples_per_step(spec: CommandSpec, preset: "DevicePreset") -> int:

@@ -84,8 +84,10 @@ def rule_for(preset: "DevicePreset", kind: str) -> str:
 
 
 def decide(verdict: Verdict, current: Step, ladder: Ladder, attempts: int, max_attempts: int,
-           precision_used: str | None = None) -> Decision:
-    """The next attempt after `verdict`, or a decision to stop."""
+           precision_used: str | None = None, fixed: frozenset[str] = frozenset()) -> Decision:
+    """The next attempt after `verdict`, or a decision to stop. `fixed` names the settings the
+    workload cannot change (a command that takes no {batch_size}): a rule that would change
+    only those moves to the next preset instead of retrying the same thing."""
     action = rule_for(current.preset, verdict.kind)
     why = f"{verdict.kind} -> {action} (rule)"
     if action != "stop" and attempts >= max_attempts:
@@ -99,6 +101,10 @@ def decide(verdict: Verdict, current: Step, ladder: Ladder, attempts: int, max_a
             return _to(action, why, current, Step(current.name, dataclasses.replace(
                 preset, env={**preset.env, **fix})))
         why += "; the environment fix is already in place, so the next preset"
+    elif action == "fp32" and "precision" in fixed:
+        why += "; the command takes no {precision}, so the next preset"
+    elif action == "halve-batch" and "batch_size" in fixed:
+        why += "; the command takes no {batch_size}, so the next preset"
     elif action == "fp32":
         if (precision_used or preset.precision) != "fp32":
             return _to(action, why, current, Step(current.name, dataclasses.replace(preset, precision="fp32")))

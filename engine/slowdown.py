@@ -87,13 +87,30 @@ def advice(ctx: Context) -> list[dict]:
         where = "needs macOS 14 or later" if kind == "mps" else "needs an Ampere or newer GPU"
         out.append({"text": f"precision fp32 -> bf16 ({where}): activations in 16 bits instead of 32",
                     "set": ["device.precision=bf16"]})
+    out = [tip for tip in out if _takes(ctx, tip["set"])]
     if not out:
-        out.append({"text": "no memory setting left to lower in this preset: use a smaller model "
-                            "or a machine with more memory", "set": []})
+        what = ("your command takes none of the preset's memory settings: give it {batch_size} "
+                "and {accumulation}, or lower its own" if ctx.workload == "command" else
+                "no memory setting left to lower in this preset: use a smaller model "
+                "or a machine with more memory")
+        out.append({"text": what, "set": []})
     if preset.on_slowdown == "warn" and preset.fallback:
         out.append({"text": f"or fall back on its own next time (next preset: {preset.fallback[0]})",
                     "set": ["device.on_slowdown=fallback"]})
     return out
+
+
+def _takes(ctx: Context, settings: list[str]) -> bool:
+    """A command changes only through the placeholders in its arguments: advice to set
+    device.batch_size is no use to a script that takes no {batch_size}."""
+    if ctx.workload != "command" or not hasattr(ctx.params, "command"):
+        return True
+    from engine.command import placeholders
+
+    used = {n for arg in ctx.params.command for n in placeholders(arg, "command")}
+    keys = {item.partition("=")[0].removeprefix("device.") for item in settings}
+    return all(k in used for k in keys if k in ("batch_size", "accumulation", "precision",
+                                                 "grad_checkpointing", "compile"))
 
 
 def _rate(n: float) -> str:

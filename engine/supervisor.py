@@ -209,8 +209,10 @@ class Supervisor:
                 return {"finished": "finished", "stopped": "stopped"}.get(verdict.kind, "failed"), results
             if self.stop_requests:
                 return "stopped", results
+            fixed = command.fixed_settings(self.config.workload.params) \
+                if self.config.workload.is_command else frozenset()
             decision = fallback.decide(verdict, current, ladder, attempt, start.preset.max_attempts,
-                                       precision_used=result.watch.precision)
+                                       precision_used=result.watch.precision, fixed=fixed)
             if decision.next is None:
                 self.events.emit("run_failed", reason=decision.why, kind=verdict.kind)
                 return "failed", results

@@ -357,3 +357,19 @@ def test_a_command_preset_appears_in_the_launch_screen_and_runs_from_it(home):
             assert any("--bs 8" in line for line in m.log)  # the attempt's command line
 
     run_app(drive())
+
+
+def test_a_rule_that_changes_what_the_command_does_not_take_moves_on(home):
+    from engine import fallback
+    from engine.crashes import Verdict
+    from engine.presets import DevicePreset
+
+    first = fallback.Step("first", DevicePreset(device="cpu", batch_size=16, fallback=("second",)))
+    ladder_ = fallback.Ladder(first, {"second": DevicePreset(device="cpu", batch_size=8)})
+    oom = Verdict("oom", "out of memory")
+    spec = command.CommandSpec(command=("python", "train.py"))          # takes no {batch_size}
+    moved = fallback.decide(oom, first, ladder_, 1, 5, fixed=command.fixed_settings(spec))
+    assert moved.next.name == "second" and "takes no {batch_size}" in moved.why
+    spec = command.CommandSpec(command=("python", "train.py", "--bs", "{batch_size}"))
+    halved = fallback.decide(oom, first, ladder_, 1, 5, fixed=command.fixed_settings(spec))
+    assert halved.action == "halve-batch" and halved.next.preset.batch_size == 8

@@ -174,7 +174,8 @@ def test_compile_is_refused_when_auto_lands_on_mps(monkeypatch, home):
 
 
 def test_bf16_autocast_on_cpu_trains(home):
-    run = new_run("precision=bf16")
+    # a report every step: with TINY's 0.01 s window, 8 fast steps can fall in a single window
+    run = new_run("precision=bf16", "train.report_every_s=1e-9")
     trainer = trainer_for(run)
     assert trainer.resolved.autocast_dtype == torch.bfloat16
     trainer.fit()

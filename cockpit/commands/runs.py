@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shlex
 
 from cockpit.commands.train import follow as follow_run
 from cockpit.headless import duration
-from engine import supervisor
+from engine import command, supervisor
 from engine.numbers import rate
 from engine.rundir import find_run, list_runs, summarize
 
@@ -43,7 +42,7 @@ def show(args: argparse.Namespace) -> int:
     print(f"run       {s.id}\npath      {run.path}\nstatus    {s.status}")
     print(f"workload  {s.workload}\ndevice    {s.device_preset}")
     if s.command:
-        print(f"command   {shlex.join(s.command)}")
+        print(f"command   {command.display(s.command)}")
     print(f"progress  step {s.step}/{s.total_steps or '?'}, {s.samples_seen:,} samples")
     if s.loss is not None:
         print(f"loss      {s.loss:.4g}")

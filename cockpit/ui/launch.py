@@ -56,12 +56,13 @@ def config_text(config: RunConfig) -> Text:
         text.append(f"\n{w.description}", style="dim")
     if w.is_command:
         spec = w.params
-        text.append("\ncommand " + shlex.join(spec.command), style="bold")
+        text.append("\ncommand " + command.display(spec.command), style="bold")
         filled = {**command.values(d, Path("."), 1), "run_dir": "<run dir>"}
-        text.append("\nruns as " + shlex.join(command.fill(spec.command, filled)))
+        text.append("\nruns as " + command.display(command.fill(spec.command, filled)))
         text.append(f"\ncwd     {spec.cwd}")
         if spec.resume or spec.checkpoints:
-            text.append(f"\nresume  {shlex.join(spec.resume) or '-'} from {spec.checkpoints or 'reported checkpoints'}")
+            text.append(f"\nresume  {command.display(spec.resume) or '-'} from "
+                        f"{spec.checkpoints or 'reported checkpoints'}")
         text.append(f"\nprogress {spec.progress}" + (f", regex {spec.progress_regex}" if spec.progress_regex else ""))
     else:
         _workload_lines(text, table)

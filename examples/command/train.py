@@ -114,10 +114,10 @@ def load_checkpoint(path: str | Path, model, optimizer, gen: torch.Generator) ->
     return int(state["step"])
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def setup(args: argparse.Namespace):
+    """Data, model, optimizer and batch sampler, resumed from --resume when given; prints the
+    held-out loss it starts from ("step N: val_loss X", a line cockpit reads as an eval)."""
     device = torch.device(args.device)
-    out = Path(args.out)
     x, y, x_val, y_val = make_data(args.seed)
     model = make_model(args.seed).to(device)
     optimizer = make_optimizer(model, args.lr)
@@ -126,8 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume:
         start = load_checkpoint(args.resume, model, optimizer, gen)
         print(f"resumed from {args.resume} at step {start}", flush=True)
-    # Held-out loss before and after: "step N: val_loss X", a line cockpit reads as an eval.
     print(f"step {start}: val_loss {evaluate(model, x_val, y_val, device):.4f}", flush=True)
+    return device, (x, y, x_val, y_val), model, optimizer, gen, start
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    out = Path(args.out)
+    device, (x, y, x_val, y_val), model, optimizer, gen, start = setup(args)
 
     step, loss = start, None
     bar = tqdm(range(start, args.steps), initial=start, total=args.steps)

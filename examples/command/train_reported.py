@@ -12,29 +12,17 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 from cockpit import report
 # train.py's pieces, unchanged (this file's directory is on sys.path when run as a script)
-from train import (evaluate, load_checkpoint, make_data, make_model, make_optimizer,
-                   parse_args, sampler, save_checkpoint, train_step)
+from train import evaluate, parse_args, save_checkpoint, setup, train_step
 
 REPORT_EVERY = 10  # .item() waits for the device: report at the logging interval, not every step
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    device = torch.device(args.device)
     out = Path(args.out)
-    x, y, x_val, y_val = make_data(args.seed)
-    model = make_model(args.seed).to(device)
-    optimizer = make_optimizer(model, args.lr)
-    gen = sampler(args.seed)
-    start = 0
-    if args.resume:
-        start = load_checkpoint(args.resume, model, optimizer, gen)
-        print(f"resumed from {args.resume} at step {start}", flush=True)
-    print(f"step {start}: val_loss {evaluate(model, x_val, y_val, device):.4f}", flush=True)
+    device, (x, y, x_val, y_val), model, optimizer, gen, start = setup(args)
 
     step, loss = start, None
     try:
