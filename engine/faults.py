@@ -27,6 +27,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 KINDS = ("native-crash", "oom", "backend", "openmp", "nan", "hang", "user-code", "slow")
+# What a supervisor delivers to a command from outside, as real signals (`deliver`); the
+# other kinds are raised inside a command by cockpit.report, inside the trainer by Injector.
+SIGNAL_KINDS = ("native-crash", "hang", "slow")
+SLOW_PERIOD_S = 0.4  # `slow` from outside: the process stopped three quarters of each period
 
 MPS_OOM = ("MPS backend out of memory (MPS allocated: 17.80 GB, other allocations: 1.23 GB, max "
            "allowed: 18.13 GB). Tried to allocate 256.00 MB on private pool. Use "
@@ -143,6 +147,30 @@ class Injector:
     def _user_code(self) -> None:
         raise ValueError("too many values to unpack (expected 2, got 3) "
                          "[injected user-code fault]")
+
+
+def deliver(fault: Fault, pid: int) -> bool:
+    """A signal fault, for real, to the process `pid` leads (its own session): SIGABRT to it
+    for native-crash (as Metal's abort), SIGSTOP to its group for hang (a process that
+    answers nothing but SIGKILL). True for slow: the caller then calls `throttle` as it polls."""
+    try:
+        if fault.kind == "native-crash":
+            os.kill(pid, signal.SIGABRT)
+        elif fault.kind == "hang":
+            os.killpg(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        pass
+    return fault.kind == "slow"
+
+
+def throttle(pid: int, now: float) -> None:
+    """The `slow` fault from outside: the group runs a quarter of each SLOW_PERIOD_S (steps
+    four times longer, what swapping looks like from the loop); `now` is a monotonic clock."""
+    running = (now % SLOW_PERIOD_S) < SLOW_PERIOD_S / 4
+    try:
+        os.killpg(pid, signal.SIGCONT if running else signal.SIGSTOP)
+    except ProcessLookupError:
+        pass
 
 
 def _die(sig: signal.Signals) -> None:

@@ -19,7 +19,7 @@ import os
 import shlex
 import signal
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import engine
@@ -32,9 +32,6 @@ from engine.runconfig import RunConfig
 from engine.schema import to_table
 
 _PROJECT_ROOT = str(Path(engine.__file__).resolve().parent.parent)
-# Faults the supervisor delivers to a command as real signals; cockpit.report raises the rest
-# (the out-of-memory and backend texts, a NaN loss, a user-code error) inside the script.
-SIGNAL_FAULTS = ("native-crash", "hang", "slow")
 
 
 @dataclass(frozen=True)
@@ -114,7 +111,7 @@ def command_launch(run: RunDir, config: RunConfig, attempt: int, preset: DeviceP
            "COCKPIT_EVENTS": str(run.events_path.resolve()), "COCKPIT_ATTEMPT": str(attempt),
            "COCKPIT_RUN_DIR": str(run.path.resolve()), "COCKPIT_DEVICE": values["device"],
            "COCKPIT_INJECT": ",".join(s for s in preset.inject
-                                      if faults.parse(s).kind not in SIGNAL_FAULTS)}
+                                      if faults.parse(s).kind not in faults.SIGNAL_KINDS)}
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         if preset.threads and var not in preset.env:  # the preset's own env wins
             env[var] = str(preset.threads)
@@ -124,7 +121,7 @@ def command_launch(run: RunDir, config: RunConfig, attempt: int, preset: DeviceP
         total_steps=spec.total_steps, resume=resume,
         stop_signals=(signal.SIGINT, signal.SIGTERM, signal.SIGKILL),
         stop_grace_s=spec.stop_grace_s,
-        signal_faults=tuple(s for s in preset.inject if faults.parse(s).kind in SIGNAL_FAULTS),
+        signal_faults=tuple(s for s in preset.inject if faults.parse(s).kind in faults.SIGNAL_KINDS),
         device=values["device"], precision=values["precision"])
 
 

@@ -28,7 +28,6 @@ script (cockpit.report) becomes step events through engine.tracker.
 
 from __future__ import annotations
 
-import codecs
 import dataclasses
 import os
 import signal
@@ -43,6 +42,7 @@ from typing import Callable
 import psutil
 
 from engine import checkpoint, command, fallback, faults, launch as launches
+from engine.attempt_log import TAIL_LINES, OutputFollower, log_tail
 from engine.crashes import AttemptEnd, Verdict, classify, last_line, torchrun_root_cause
 from engine.events import EventFollower, EventWriter
 from engine.fallback import Decision, Ladder, Step
@@ -53,15 +53,12 @@ from engine.sysmon import SystemSampler
 from engine.schema import to_table
 from engine.tracker import Tracker
 
-TAIL_LINES = 40
 MEMORY_EVERY_S = 1.0
 SLOWDOWN_SETTINGS: dict = {}  # SlowdownDetector keyword overrides (tests shorten its windows)
 HANG_GAP_FACTOR = 10
 # Until the trainer says it is ready (torch imported, data built, model on the device), a
 # slow start is not a hang: building a 500k-vector bank takes minutes on a laptop.
 STARTUP_TIMEOUT_S = 600.0
-OUTPUT_CHUNK = 1 << 20   # bytes of a command's output read per poll, at most
-SLOW_PERIOD_S = 0.4      # the `slow` fault on a command: stopped 3/4 of each period
 
 
 @dataclass
@@ -127,16 +124,6 @@ class AttemptResult:
         return self.verdict.kind
 
 
-def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - 16384))
-            data = f.read()
-    except OSError:
-        return ""
-    return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
-
-
 class Supervisor:
     def __init__(self, run: RunDir, on_events: Callable[[list[dict]], None] | None = None,
                  poll_s: float = 0.1):
@@ -161,7 +148,7 @@ class Supervisor:
         self._stop_stage = 0
         self._stop_sent = 0.0
         # a command's output and progress
-        self._output: _OutputFollower | None = None
+        self._output: OutputFollower | None = None
         self._parser = None
         self._tracker: Tracker | None = None
         self._faults: list[faults.Fault] = []   # due signal faults (commands)
@@ -298,7 +285,7 @@ class Supervisor:
 
     def _begin_attempt(self, launch: Launch, log_path: Path, preset) -> None:
         self._stop_stage, self._stop_sent, self._slowed = 0, 0.0, False
-        self._output = _OutputFollower(log_path)
+        self._output = OutputFollower(log_path)
         self._parser = launch.parser()
         self._tracker = Tracker(launch.samples_per_step, launch.total_steps) if launch.is_command else None
         self._faults = [faults.parse(s) for s in launch.signal_faults]
@@ -382,25 +369,16 @@ class Supervisor:
             self._escalate_stop()
 
     def _deliver_faults(self, step: int) -> None:
-        """The signal faults due at this step, delivered for real: SIGABRT for native-crash
-        (as Metal's abort), SIGSTOP for hang (a process that answers nothing but SIGKILL),
-        a stop/continue duty cycle for slow (steps four times longer)."""
+        """The signal faults due at this step, delivered for real (engine.faults.deliver)."""
         for fault in [f for f in self._faults if f.step <= step]:
             self._faults.remove(fault)
             self.events.emit("fault_injected", attempt=self._watch.attempt, spec=fault.spec,
                              kind=fault.kind, step=step, by="supervisor")
-            if fault.kind == "native-crash":
-                _kill(self._proc.pid, signal.SIGABRT)
-            elif fault.kind == "hang":
-                self._signal_group(signal.SIGSTOP)
-            elif fault.kind == "slow":
-                self._slowed = True
+            self._slowed |= faults.deliver(fault, self._proc.pid)
 
     def _throttle(self) -> None:
-        if not self._slowed or self._proc is None:
-            return
-        running = (time.monotonic() % SLOW_PERIOD_S) < SLOW_PERIOD_S / 4
-        self._signal_group(signal.SIGCONT if running else signal.SIGSTOP)
+        if self._slowed and self._proc is not None:
+            faults.throttle(self._proc.pid, time.monotonic())
 
     def _release(self) -> None:
         """End the `slow` fault's throttling (before a stop: the command must run to obey it)."""
@@ -571,26 +549,6 @@ def _kill(pid: int, sig: signal.Signals) -> None:
         os.kill(pid, sig)
     except ProcessLookupError:
         pass
-
-
-class _OutputFollower:
-    """Reads what was appended to an attempt's log since the last call, as text (a UTF-8
-    sequence split between two reads is decoded whole)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.offset = 0
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    def read(self) -> str:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read(OUTPUT_CHUNK)
-        except OSError:
-            return ""
-        self.offset += len(data)
-        return self._decoder.decode(data) if data else ""
 
 
 def run_summary(results: list[AttemptResult]) -> dict:

@@ -20,7 +20,6 @@ import pytest
 from conftest import ROOT, child_env, cockpit_cmd, user_preset
 from engine import command, launch, runconfig
 from engine.crashes import AttemptEnd, classify
-from engine.errors import ConfigError
 from engine.rundir import RunDir, list_runs
 
 TRAIN = str(ROOT / "examples" / "command" / "train.py")
@@ -373,3 +372,13 @@ def test_a_rule_that_changes_what_the_command_does_not_take_moves_on(home):
     spec = command.CommandSpec(command=("python", "train.py", "--bs", "{batch_size}"))
     halved = fallback.decide(oom, first, ladder_, 1, 5, fixed=command.fixed_settings(spec))
     assert halved.action == "halve-batch" and halved.next.preset.batch_size == 8
+
+
+def test_an_injected_slowdown_really_slows_the_command_and_it_still_finishes(home):
+    done = cockpit("run", "-d", "cpu", "--json", "--inject", "slow@40", "--set", "accumulation=1",
+                   "--", PY, TRAIN, "--out", "{run_dir}/out", "--steps", "120", "--step-delay", "0.005")
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    (fault,) = [e for e in lines if e["type"] == "fault_injected"]
+    assert fault["kind"] == "slow" and fault["by"] == "supervisor"
+    assert [e["outcome"] for e in lines if e["type"] == "attempt_ended"] == ["finished"]

@@ -174,7 +174,7 @@ def _progress(update: dict) -> None:
         _say(f"[{update['index'] + 1}/{update['total']}] {update['label']}: up to {left:.0f} s")
     elif update["type"] == "result":
         r = update["result"]
-        figure = f"{rate(r.samples_per_s)} samples/s" if r.samples_per_s is not None else ""
+        figure = f"{rate(r.samples_per_s)} {r.unit}/s" if r.samples_per_s is not None else ""
         _say(f"      {r.status}" + (f", {figure}" if figure else "") + (f" — {r.note}" if r.note else ""))
 
 
@@ -218,7 +218,7 @@ def run_command(config, candidate, base: str, presets_mode: bool) -> str:
 def _find_batch(args, config, as_json: bool) -> int:
     from engine import presets
     from engine.probe import FINDER_BUDGET_S
-    from engine.probe.batch import find_batch
+    from engine.probe.batch import check, find_batch
 
     if args.max_batch < 1:
         raise ConfigError("--max-batch", None, f"got {args.max_batch}; expected 1 or more")
@@ -227,6 +227,7 @@ def _find_batch(args, config, as_json: bool) -> int:
     limit = parse_size_mb(args.memory_limit) if args.memory_limit else None
     if args.save:
         check_new_preset_name(args.save)
+    check(config, config.device, limit)  # a command: it must take {batch_size}
     name = config.device_preset
     _say(f"finding the largest micro-batch for {config.workload_preset} on device preset {name!r} "
          f"(starting at {config.device.batch_size}, up to {args.max_batch})")

@@ -302,6 +302,9 @@ class ProbeScreen(Screen):
                                 memory_limit_mb=self.memory_limit_mb,
                                 budget_s=self.finder_budget_s, cancel=self.cancel,
                                 on_progress=lambda u: self.post_message(ProbeProgress(u)))
+        except ConfigError as e:  # a command that takes no {batch_size}, say
+            self.post_message(ProbeFinished(None, e.line()))
+            return
         except Exception as e:  # never leave the screen busy: say what went wrong
             self.post_message(ProbeFinished(None, f"the batch finder failed: {type(e).__name__}: {e}"))
             return

@@ -8,6 +8,7 @@ each in its own process (a crash is a result, not the end of the probe), and ran
     candidates.py   what to measure: devices or presets, CPU thread counts
     worker.py       the child process: a real Trainer, warm-up, timed windows, batch trials
     measure.py      runs one worker and watches it: memory, pressure, swap, how it ended
+    command_worker.py  the same for a command workload: the user's script, timed from its output
     speed.py        the probe: budget, ranking, the recommendation in a sentence
     batch.py        the batch finder: the largest micro-batch that fits, and keeps memory calm
     cache.py        results per machine and workload configuration
@@ -22,3 +23,9 @@ PROBE_BUDGET_S = 60.0      # the whole probe, wall time
 FINDER_BUDGET_S = 90.0     # the whole batch search
 MAX_BATCH = 4096           # the largest micro-batch the finder tries
 TRIAL_S = 1.5              # timed seconds per batch trial
+
+# How a candidate is timed, by the trainer's worker and a command's alike.
+WARMUP_SHARE = 0.25      # of the time left once it is ready (a command: at its first step)
+WINDOWS = 8              # timed windows aimed for in the time left after warm-up
+MIN_WINDOW_S = 0.25
+TRIAL_MIN_STEPS = 1      # timed steps per batch trial (at least), after the first step

@@ -18,6 +18,12 @@ does not), then bisect between the largest that fits and the smallest that does 
 multiples of 8, until they are within an eighth of each other. One worker runs trials while
 they fit; a trial that does not fit ends its worker (its memory may be wrecked, the machine
 may be swapping), and the next trial starts a fresh one.
+
+A command workload (engine.probe.command_worker) is sized through its `{batch_size}`: each
+trial is a fresh run of the command at that size with `{accumulation}` 1, timed for the
+trial's time after its first step and judged alike. Its GPU memory is not visible from here
+(no torch in its process from our side), so on CUDA a command's batch is judged by whether it
+runs out of memory (and by the machine's memory), not by the 90% headroom.
 """
 
 from __future__ import annotations
@@ -31,10 +37,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from engine import command as commands
+from engine.errors import ConfigError
 from engine.numbers import rate
 from engine.presets import DevicePreset
 from engine.probe import FINDER_BUDGET_S, MAX_BATCH, TRIAL_S
-from engine.probe.measure import POLL_S, PRESSURE_RANK, SAMPLE_EVERY_S, Worker
+from engine.probe.measure import POLL_S, PRESSURE_RANK, SAMPLE_EVERY_S, Worker, start_worker
 from engine.runconfig import RunConfig
 from engine.sysmon import SystemSampler
 
@@ -174,6 +182,7 @@ def find_batch(config: RunConfig, preset_name: str, preset: DevicePreset, *,
                budget_s: float = FINDER_BUDGET_S, trial_s: float = TRIAL_S,
                on_progress: Callable[[dict], None] | None = None,
                cancel: threading.Event | None = None) -> BatchResult:
+    check(config, preset, memory_limit_mb)
     tell = on_progress or (lambda update: None)
     started = time.time()
     deadline = started + budget_s
@@ -189,7 +198,7 @@ def find_batch(config: RunConfig, preset_name: str, preset: DevicePreset, *,
         try:
             while batch is not None and not (cancel and cancel.is_set()):
                 if worker is None or not worker.alive:
-                    worker = Worker(config, preset, Path(scratch), batches=True, trial_s=trial_s)
+                    worker = start_worker(config, preset, Path(scratch), batches=True, trial_s=trial_s)
                 tell({"type": "trial", "batch": batch})
                 last = next((t for t in reversed(trials) if t.fits and t.samples_per_s), None)
                 expected_step_s = batch / last.samples_per_s if last else None
@@ -229,6 +238,21 @@ def find_batch(config: RunConfig, preset_name: str, preset: DevicePreset, *,
                    memory_limit_mb, out_of_time, round(time.time() - started, 1))
 
 
+def check(config: RunConfig, preset: DevicePreset, memory_limit_mb: float | None) -> None:
+    """ConfigError for what the finder cannot do here: a command it can size only through
+    its {batch_size}, and its GPU memory it cannot see."""
+    if not config.workload.is_command:
+        return
+    used = {n for arg in config.workload.params.command for n in commands.placeholders(arg, "command")}
+    if not used & {"batch_size", "effective_batch"}:
+        raise ConfigError("--find-batch", None, f"varies the command's {{batch_size}}, and the command of "
+                          f"{config.workload_preset!r} takes none; expected {{batch_size}} in its arguments")
+    if memory_limit_mb and commands.resolve_device(preset.device) == "cuda":
+        raise ConfigError("--memory-limit", None, "a command's GPU memory is not visible to cockpit, so "
+                          "a limit on CUDA cannot be checked; expected none (the finder judges a "
+                          "command on CUDA by whether it runs out of memory)")
+
+
 def _settled(system: SystemSampler, baseline: str | None, deadline: float,
              cancel: threading.Event | None) -> bool:
     """Wait (up to SETTLE_S) for memory pressure to fall back to where it was before the
@@ -255,7 +279,12 @@ def _trial(worker: Worker, batch: int, baseline: str | None, memory_limit_mb: fl
     allowance = max(20.0, 3 * (2 * (expected_step_s or 0.0) + trial_s))
     if worker.preset.compile:
         allowance += COMPILE_ALLOWANCE_S
-    give_up = time.time() + allowance if worker.of_type("trainer_ready") else math.inf
+    if worker.of_type("trainer_ready"):
+        give_up = time.time() + allowance
+    elif worker.startup_s is not None:  # a command starts afresh for each trial: its start-up again
+        give_up = time.time() + allowance + 2 * worker.startup_s
+    else:
+        give_up = math.inf
     start = end = None
     while sent and worker.alive and time.time() < min(give_up, deadline):
         if cancel and cancel.is_set():
@@ -275,6 +304,12 @@ def _trial(worker: Worker, batch: int, baseline: str | None, memory_limit_mb: fl
         time.sleep(POLL_S)
     time.sleep(SAMPLE_EVERY_S)  # one more memory sample, after the trial's peak
     worker.poll()
+    # What came with the last output of a process that just ended (a command that finished)
+    for e in worker.of_type("batch_trial"):
+        if e["batch"] == batch and e["phase"] == "start":
+            start = start or e["_received"]
+        elif e["batch"] == batch and e["phase"] == "end":
+            end = end or e
     reading = worker.memory(since=start or began)
     crash = why_not = None
     if end is None:
@@ -344,6 +379,9 @@ def _result(config: RunConfig, preset_name: str, preset: DevicePreset, device: s
                          f"samples/s against {rate(best.samples_per_s or 0)}).")
         if out_of_time and bad:
             sentence += " (The finder ran out of time before narrowing it down: raise --budget.)"
+    if config.workload.is_command and device == "cuda" and not fatal:
+        sentence += (" (A command's GPU memory is not visible to cockpit: on CUDA its trials are "
+                     "judged by whether it ran out of memory, with no headroom kept.)")
     return BatchResult(workload_preset=config.workload_preset, preset=preset_name, device=device,
                        base_batch=preset.batch_size, base_accumulation=preset.accumulation,
                        trials=trials, found=good, smallest_misfit=bad, micro_batch=micro,

@@ -4,7 +4,8 @@
 accumulation, precision ...) with only the device changed. `--presets a,b` compares whole
 presets as they are. On the CPU the thread count matters as much as the device (torch's
 default is every logical core, which is not always the fastest), so a CPU candidate is
-tried with 1 thread, the physical cores and the logical cores.
+tried with 1 thread, the physical cores and the logical cores (a command gets them through
+OMP_NUM_THREADS and its {threads}).
 """
 
 from __future__ import annotations
@@ -84,13 +85,23 @@ def build(workload: WorkloadPreset, *, devices: list[str], preset_names: list[st
                               "measures one process, expected 1 (probe per GPU, then scale)")
         # A fault that fires in every attempt fires in the probe too (tests, rehearsals).
         preset = dataclasses.replace(preset, fallback=(), on_slowdown="warn")
-        if preset.device == "cpu" and threads:
+        if preset.device == "cpu" and threads and not _threads_fixed(workload, preset):
             counts = thread_counts() if not preset.threads else sorted({preset.threads, *thread_counts()})
             out += [Candidate(f"{label} ({t} thread{'s' * (t > 1)})", name,
                               dataclasses.replace(preset, threads=t)) for t in counts]
         else:
             out.append(Candidate(label, name, preset))
     return out
+
+
+def _threads_fixed(workload: WorkloadPreset, preset: DevicePreset) -> bool:
+    """A command whose preset sets OMP_NUM_THREADS itself and whose arguments take no
+    {threads}: the thread count cannot reach it, so one candidate is enough."""
+    if not workload.is_command or "OMP_NUM_THREADS" not in preset.env:
+        return False
+    from engine.command import placeholders
+
+    return not any("threads" in placeholders(arg, "command") for arg in workload.params.command)
 
 
 def _resolve(workload: WorkloadPreset, device_name: str, overrides: list[str]) -> DevicePreset:

@@ -4,6 +4,10 @@ The readings come from the same SystemSampler the supervisor uses, taken here in
 parent (a worker stuck in a page fault is still measured), four times a second because a
 probe is short. How a worker ended is classified by engine.crashes like any attempt's; a
 worker the probe itself ended (time up, batch too big) is not a crash.
+
+`Worker` runs the probe's trainer (engine.probe.worker); a command workload's worker
+(engine.probe.command_worker.CommandWorker) differs only in what it spawns and when, and in
+how it reads its events: from the command's output. `start_worker` picks the one.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from engine.attempt_log import log_tail
 from engine.crashes import AttemptEnd, Verdict, classify
 from engine.events import EventFollower
 from engine.launch import child_env
@@ -27,7 +32,6 @@ from engine.probe import TRIAL_S
 from engine.rundir import RunDir
 from engine.runconfig import RunConfig
 from engine.schema import to_table
-from engine.supervisor import log_tail
 from engine.sysmon import LEVELS, SystemSampler
 
 SAMPLE_EVERY_S = 0.25
@@ -106,46 +110,70 @@ class Worker:
     events: list[dict] = field(default_factory=list)
     samples: list[tuple[float, dict]] = field(default_factory=list)
 
+    is_command = False       # CommandWorker: the user's own command instead of a trainer
+    startup_s = None         # a command's: its last start-up (spawn to first step), seconds
+    basis = ""               # a command's: how its samples/s was derived, in words
+    unit = "samples"         # what its rates count ("steps": a command that takes no batch size)
+
     def __post_init__(self):
         workload = self.config.workload
         train = replace(workload.train, **PROBE_TRAIN)
-        config = replace(self.config, device=self.preset, ladder={},
-                         workload=replace(workload, train=train))
-        self.run = RunDir.create(config, root=self.scratch)
+        self._config = replace(self.config, device=self.preset, ladder={},
+                               workload=replace(workload, train=train))
+        self._new_run()
+        self.proc: subprocess.Popen | None = None
+        self.started = time.monotonic()  # created; `went` when its turn came (speed mode)
+        self.went: float | None = None
+        self._sampler: SystemSampler | None = None
+        self._sampled = 0.0
+        self._ended_by: str | None = None
+        self._start()
+
+    def _new_run(self) -> None:
+        """A scratch run directory: where the worker's events and log go."""
+        self.run = RunDir.create(self._config, root=self.scratch)
         self.log_path = self.run.attempt_log(1)
+        self._follower = EventFollower(self.run.events_path)
+
+    def _start(self) -> None:
+        """The trainer worker is spawned at once: it imports torch while the others do."""
         command = [sys.executable, "-P", "-m", "engine.probe.worker", str(self.run.path),
                    "--preset-json", json.dumps(to_table(self.preset))]
         if self.batches:
             command += ["--batches", "--trial-s", str(self.trial_s)]
+        self._spawn(command, child_env(dict(self.preset.env)), stdin=subprocess.PIPE)
+
+    def _spawn(self, argv: list[str], env: dict[str, str], cwd: str | None = None,
+               stdin=subprocess.DEVNULL) -> None:
+        """Start the process in its own session (so the whole group can be ended), its
+        output into the log; memory is sampled from its process tree."""
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                command, stdin=subprocess.PIPE,
-                stdout=log, stderr=subprocess.STDOUT, env=child_env(dict(self.preset.env)),
-                start_new_session=True, text=True)
-        self.started = time.monotonic()  # spawned; `went` when its turn came (speed mode)
-        self.went: float | None = None
+            self.proc = subprocess.Popen(argv, cwd=cwd, stdin=stdin, stdout=log,
+                                         stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True, text=True)
         self._sampler = SystemSampler(self.proc.pid)
         self._sampled = 0.0
-        self._follower = EventFollower(self.run.events_path)
-        self._ended_by: str | None = None
 
     # ------------------------------------------------------------ watching
 
     def poll(self) -> list[dict]:
         """New events since the last call; takes a memory sample when one is due."""
         now = time.monotonic()
-        if now - self._sampled >= SAMPLE_EVERY_S and self.proc.poll() is None:
+        if now - self._sampled >= SAMPLE_EVERY_S and self.alive:
             self._sampled = now
             self.samples.append((now, self._sampler.sample()))
-        new = self._follower.poll()
+        new = self._new_events()
         for e in new:
             e["_received"] = now
         self.events += new
         return new
 
+    def _new_events(self) -> list[dict]:
+        return self._follower.poll()
+
     @property
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return self.proc is not None and self.proc.poll() is None
 
     def memory(self, since: float = 0.0, until: float = math.inf) -> MemoryReading:
         return read_memory([(t, s) for t, s in self.samples if since <= t <= until])
@@ -177,10 +205,13 @@ class Worker:
     def kill(self, why: str) -> None:
         if self.alive:
             self._ended_by = why
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            self._signal_group(signal.SIGKILL)
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def wait(self, deadline: float, on_events=None, cancel: threading.Event | None = None) -> WorkerEnd:
         """Watch until the worker exits, `deadline` (time.time()) passes or `cancel` is set,
@@ -198,6 +229,7 @@ class Worker:
 
     def end(self) -> WorkerEnd:
         code = self.proc.wait()
+        self._signal_group(signal.SIGKILL)  # what it left behind (DataLoader workers)
         if self.proc.stdin:
             try:
                 self.proc.stdin.close()
@@ -209,13 +241,26 @@ class Worker:
         if self._ended_by:
             return WorkerEnd(None, self._ended_by, None, sig, tail)
         config_error = next((e["message"] for e in self.of_type("config_error")), None)
+        verdict = classify(self._attempt_end(None if sig else code, sig, tail))
+        return WorkerEnd(verdict, None, None if sig else code, sig, tail, config_error)
+
+    def _attempt_end(self, code: int | None, sig: str | None, tail: str) -> AttemptEnd:
+        """What engine.crashes needs to know of how it ended."""
         steps = [e["step"] for e in self.events if e["type"] in ("step", "probe_warmup")]
         last = self.samples[-1][1] if self.samples else None
-        verdict = classify(AttemptEnd(
-            exit_code=None if sig else code, signal=sig, tail=tail,
+        return AttemptEnd(
+            exit_code=code, signal=sig, tail=tail,
             exception=next(iter(self.of_type("exception")), None),
             numerical=next(iter(self.of_type("numerical")), None),
             last_step=max(steps) if steps else None,
             memory_percent=100.0 * last["system_used"] / last["system_total"] if last else None,
-            device=next((e.get("device") for e in self.of_type("trainer_ready")), None)))
-        return WorkerEnd(verdict, None, None if sig else code, sig, tail, config_error)
+            device=next((e.get("device") for e in self.of_type("trainer_ready")), None))
+
+
+def start_worker(config: RunConfig, preset: DevicePreset, scratch: Path, **kwargs) -> Worker:
+    """The probe's worker for this workload: the trainer, or the user's own command."""
+    if config.workload.is_command:
+        from engine.probe.command_worker import CommandWorker
+
+        return CommandWorker(config, preset, scratch, **kwargs)
+    return Worker(config, preset, scratch, **kwargs)

@@ -19,7 +19,7 @@ from typing import Callable
 from engine.numbers import rate
 from engine.probe import PROBE_BUDGET_S, cache
 from engine.probe.candidates import Candidate
-from engine.probe.measure import POLL_S, Worker, WorkerEnd
+from engine.probe.measure import POLL_S, Worker, WorkerEnd, start_worker
 from engine.runconfig import RunConfig
 
 FINISH_MARGIN_S = 2.5    # ranking, the cache write and printing, after the last worker
@@ -54,6 +54,8 @@ class CandidateResult:
     crash: dict | None = None          # kind, sentence, evidence
     note: str = ""
     seconds: float = 0.0
+    basis: str = ""                    # a command's: how its samples/s was derived, in words
+    unit: str = "samples"              # "steps": a command that takes no {batch_size}
 
     @property
     def trained(self) -> bool:
@@ -125,9 +127,10 @@ def probe(config: RunConfig, candidates: list[Candidate], budget_s: float = PROB
     with tempfile.TemporaryDirectory(prefix="cockpit-probe-") as scratch:
         # Every worker starts now, so their imports (seconds each, cold) overlap; then they
         # are measured one at a time, with nothing else running.
-        workers = [Worker(config, c.preset, Path(scratch)) for c in candidates]
+        workers = [start_worker(config, c.preset, Path(scratch)) for c in candidates]
         try:
-            tell({"type": "importing", "total": len(candidates)})
+            if not config.workload.is_command:  # a command starts from scratch at its turn
+                tell({"type": "importing", "total": len(candidates)})
             while not all(w.imported for w in workers) and time.time() < started + budget_s / 2 \
                     and not (cancel and cancel.is_set()):
                 for w in workers:
@@ -168,6 +171,9 @@ def candidate_result(candidate: Candidate, worker: Worker, ended: WorkerEnd) -> 
     if ready:
         result.device, result.precision = ready["device"], ready["precision"]
         result.threads, result.startup_s = ready.get("threads"), ready.get("startup_s")
+    result.basis, result.unit = worker.basis, worker.unit
+    # A command's warm-up readings are windows of its steps after the first, not single steps.
+    what = "window" if worker.is_command else "step"
     done = next(iter(worker.of_type("probe_done")), None)
     steps = worker.of_type("step")
     warmup = worker.of_type("probe_warmup")
@@ -188,10 +194,12 @@ def candidate_result(candidate: Candidate, worker: Worker, ended: WorkerEnd) -> 
     elif len(warmup) >= 2:
         later = warmup[1:]  # the first step pays one-time costs
         result.samples_per_s = sum(e["samples"] for e in later) / max(1e-9, sum(e["seconds"] for e in later))
-        result.status, result.note = "rough", f"from {len(later)} warm-up step(s); no timed window fitted"
+        result.status, result.note = "rough", f"from {len(later)} warm-up {what}(s); no timed window fitted"
     elif warmup:
         result.samples_per_s = warmup[0]["samples"] / max(1e-9, warmup[0]["seconds"])
-        result.status, result.note = "rough", "from its first step only (one-time costs included)"
+        result.status, result.note = "rough", ("from its first window of steps only (early steps "
+                                               "may be slower)" if worker.is_command else
+                                               "from its first step only (one-time costs included)")
 
     if ended.config_error or (ended.verdict and ended.verdict.kind == "config"):
         result.status = "unavailable"
@@ -204,7 +212,9 @@ def candidate_result(candidate: Candidate, worker: Worker, ended: WorkerEnd) -> 
         result.note = ended.verdict.sentence
     elif result.samples_per_s is None:
         result.status = "too-slow"
-        if ready is None:
+        if worker.is_command:
+            result.note = _command_too_slow(ready, result.seconds)
+        elif ready is None:
             result.note = (f"not ready to train after {result.seconds:.0f} s (start-up: data, model, "
                            "device); a larger --budget gives it time")
         else:
@@ -214,6 +224,17 @@ def candidate_result(candidate: Candidate, worker: Worker, ended: WorkerEnd) -> 
         if preset.compile:
             result.note += "; compile=true: compiling counts here, a larger --budget gives it time"
     return result
+
+
+def _command_too_slow(ready: dict | None, seconds: float) -> str:
+    """Why a command gave no figure: the probe sees only the progress it prints or reports."""
+    if ready is None:
+        return (f"no training step seen in {seconds:.0f} s: its start-up (imports, data, model) "
+                "counts here, and the probe reads only the progress it prints (tqdm, step lines, "
+                "key=value, HF logs) or reports (cockpit.report); a larger --budget gives it time")
+    return (f"its first step came after {ready['startup_s']:.0f} s and no window of steps "
+            "followed in its time: it may print its progress too rarely; a larger --budget, a "
+            "shorter logging interval or cockpit.report helps")
 
 
 # ---------------------------------------------------------------- ranking
@@ -251,7 +272,8 @@ def recommend(workload: str, ranked: list[CandidateResult]) -> tuple[str | None,
     if not trained:
         return None, f"No candidate trained {workload}: " + "; ".join(failures) + "."
     best = trained[0]
-    at = f"for {workload} at batch {best.batch_text}"
+    # A command that takes no {batch_size} is measured in steps/s: its batch is its own.
+    at = f"for {workload}" + ("" if best.unit == "steps" else f" at batch {best.batch_text}")
     others = [r for r in trained[1:] if r.device_kind != best.device_kind] or trained[1:]
     if not others:
         sentence = f"{best.label} is the only candidate that trained {at}"
@@ -259,7 +281,8 @@ def recommend(workload: str, ranked: list[CandidateResult]) -> tuple[str | None,
         other = others[0]
         ratio = best.samples_per_s / max(other.samples_per_s, 1e-12)
         times = f"{ratio:.2f}x" if ratio < 2 else f"{ratio:.1f}x"
-        batch = "" if other.batch_text == best.batch_text else f" (at batch {other.batch_text})"
+        batch = "" if other.batch_text == best.batch_text or other.unit == "steps" \
+            else f" (at batch {other.batch_text})"
         if overlap(best, other):
             sentence = (f"{best.label} and {other.label}{batch} are within measurement noise of each "
                         f"other {at} ({times}); {best.label} measured faster")
@@ -269,6 +292,8 @@ def recommend(workload: str, ranked: list[CandidateResult]) -> tuple[str | None,
             sentence += f" ({other.label}'s figure is rough: {other.note})"
     if best.status == "rough":
         sentence += f" (rough: {best.note})"
+    if best.basis:
+        sentence += f" (a command: {best.basis})"
     compared = [best, *others[:1]]
     sentence += "".join(f"; {r.label} was {r.note}" for r in compared if r.note.startswith("unsteady"))
     if failures:

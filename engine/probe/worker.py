@@ -39,15 +39,11 @@ import torch
 from engine import device as devices, presets
 from engine.crashes import EXIT_FINISHED
 from engine.events import EventWriter
-from engine.probe import TRIAL_S
+from engine.probe import MIN_WINDOW_S, TRIAL_MIN_STEPS, TRIAL_S, WARMUP_SHARE, WINDOWS
 from engine.rundir import RunDir
 from engine.trainer import NonFiniteLoss, StopRequest, Trainer, report_failure
 
-WARMUP_SHARE = 0.25      # of the time left once the model is ready
 WARMUP_MIN_STEPS = 2
-WINDOWS = 8              # timed windows aimed for in the time left after warm-up
-MIN_WINDOW_S = 0.25
-TRIAL_MIN_STEPS = 1      # timed steps per batch trial (at least), after one warm-up step
 
 
 def _synced_step(trainer: Trainer) -> float:
