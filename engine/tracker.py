@@ -49,7 +49,6 @@ class Tracker:
     _window: _Window | None = None
     _smoothed: float | None = None       # samples/s
     _best: float = 0.0
-    _reported_since: bool = False        # new values since the last step event
 
     # ------------------------------------------------------------ feeding
 
@@ -86,8 +85,8 @@ class Tracker:
         self.epoch = epoch if epoch is not None else self.epoch
         self.metrics.update(metrics or {})
         self.total = total if total else self.total
-        self.source = source or self.source
-        self._reported_since = True
+        if step is not None:  # where the steps come from (a loss-only line does not say)
+            self.source = source or self.source
         if samples is not None:
             self.samples = float(samples)
         if step is None:
