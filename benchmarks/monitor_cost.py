@@ -1,7 +1,7 @@
 """What does the system sampler cost? Target: < 1% of one core at 1 Hz.
 
 Starts a live stand-in trainer (a child holding 100 MB, with a few children of its own, as
-DataLoader workers would be), samples it with engine.sysmon.SystemSampler for --seconds at
+DataLoader workers would be), samples it with engine.monitor.sysmon.SystemSampler for --seconds at
 --hz, and prints this process's CPU time per sample (time.process_time around each sample:
 user + system, the /proc reads' kernel time included) and the whole loop's CPU from
 getrusage (sleeps and wake-ups included), each as % of one core at 1 Hz.

@@ -25,11 +25,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from engine import device as devices, runconfig, workloads  # noqa: E402
-from engine.data import SampleOrder  # noqa: E402
-from engine.events import EventWriter  # noqa: E402
-from engine.rundir import RunDir  # noqa: E402
-from engine.trainer import Trainer  # noqa: E402
+from engine import runconfig, workloads  # noqa: E402
+from engine.train import device as devices
+from engine.train.data import SampleOrder  # noqa: E402
+from engine.run.events import EventWriter  # noqa: E402
+from engine.run.rundir import RunDir  # noqa: E402
+from engine.train.trainer import Trainer  # noqa: E402
 
 
 def config_for(args) -> runconfig.RunConfig:

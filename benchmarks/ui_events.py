@@ -71,7 +71,7 @@ def _writer(path: Path, body: list[dict], rate: float, seconds: float, written: 
 
 async def _measure_rate(root: Path, rate: float, seconds: float) -> dict:
     from cockpit.app import make_app
-    from engine.rundir import RunDir
+    from engine.run.rundir import RunDir
 
     run = _prepare(root, f"rate-{int(rate)}")
     app = make_app(attach=False)
@@ -104,7 +104,7 @@ async def _measure_rate(root: Path, rate: float, seconds: float) -> dict:
 
 async def _measure_cpu(root: Path, seconds: float) -> dict:
     from cockpit.app import make_app
-    from engine.rundir import RunDir
+    from engine.run.rundir import RunDir
 
     run = _prepare(root, "normal")
     body = [e for e in _body() if e["type"] in ("step", "memory")]

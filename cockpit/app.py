@@ -18,8 +18,8 @@ from cockpit.ui.help import HelpScreen
 from cockpit.ui.launch import LaunchScreen
 from cockpit.ui.quit import QuitScreen
 from cockpit.ui.runs import RunsScreen, live_runs
-from engine import supervisor
-from engine.rundir import RunDir
+from engine.run import supervisor
+from engine.run.rundir import RunDir
 
 
 class CockpitApp(App):

@@ -6,7 +6,7 @@ import json
 import sys
 from typing import TextIO
 
-from engine.fallback import describe_change
+from engine.run.fallback import describe_change
 from engine.numbers import rate
 
 

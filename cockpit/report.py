@@ -51,7 +51,7 @@ import time
 
 __all__ = ["step", "eval", "checkpoint", "active"]
 
-SCHEMA_VERSION = 1  # engine.events.SCHEMA_VERSION; not imported, to keep this module light
+SCHEMA_VERSION = 1  # engine.run.events.SCHEMA_VERSION; not imported, to keep this module light
 
 # The kinds raised from inside the process; native-crash, hang and slow are delivered by the
 # supervisor with real signals, from outside.
@@ -90,7 +90,7 @@ def _reset() -> None:
 
 
 def _parse_inject(text: str) -> list[tuple[str, str, int]]:
-    """The in-process faults of 'kind@step[+],...', as engine.faults.parse reads them (parsed
+    """The in-process faults of 'kind@step[+],...', as engine.run.faults.parse reads them (parsed
     here by hand: importing this module must not import engine)."""
     pending = []
     for spec in (s.strip() for s in text.split(",")):
@@ -176,7 +176,7 @@ def _integer(name: str, value) -> int:
 
 
 def _emit(type: str, **fields) -> None:
-    """One line, one write() to an O_APPEND descriptor: engine.events.EventWriter's format,
+    """One line, one write() to an O_APPEND descriptor: engine.run.events.EventWriter's format,
     so lines never interleave with the supervisor's."""
     global _fd, _quiet
     if _quiet or _path is None:
@@ -196,9 +196,9 @@ def _emit(type: str, **fields) -> None:
 
 
 def _fire(step: int) -> None:
-    """Fire every fault due at `step`, each once, as engine.faults.Injector does."""
+    """Fire every fault due at `step`, each once, as engine.run.faults.Injector does."""
     global _poison_loss
-    from engine import faults
+    from engine.run import faults
 
     for spec, kind, at in [p for p in _pending if p[2] <= step]:
         _pending.remove((spec, kind, at))

@@ -1,16 +1,15 @@
 """cockpit's engine: presets, training, supervision and the run directory.
 
-It never imports a UI; the TUI and the headless CLI are front ends over these modules:
-    engine.presets     read, validate and save workload and device presets
-    engine.runconfig   a run's resolved configuration (presets + --set overrides)
-    engine.rundir      the run directory, run listing and summaries (the reader API)
-    engine.events      events.jsonl: writer, reader, follower
-    engine.supervisor  runs attempts as child processes, foreground or detached
-    engine.launch      one attempt's launch: the built-in trainer or the user's command
-    engine.trainer     one attempt of a built-in or protocol workload: the training loop
-    engine.command     command workloads: the user's own script, its placeholders, checkpoints
-    engine.progress    a command's progress read from its output (tqdm, step lines, HF dicts)
-    engine.tracker     that progress (or cockpit.report's) as step events with rates and ETA
+It never imports a UI; the TUI and the headless CLI are front ends over it. By concern:
+    engine.presets, engine.schema, engine.runconfig
+                       presets read and checked; a run's resolved configuration
+    engine.run         the supervisor, an attempt's launch, crashes, fallback rules, fault
+                       injection, events and the run directory (the reader API)
+    engine.train       one attempt of the built-in trainer: loop, checkpoints, data order, device
+    engine.command     the user's own command: placeholders, progress from its output, tracker
+    engine.monitor     the system sampler and the slowdown detector
+    engine.probe       which device is fastest here; the largest batch that fits
+    engine.workloads   the built-in workloads and the protocol for your own
 
 Process model: the front end (TUI worker thread, `cockpit --no-ui`, `cockpit run`) starts a
 supervisor, in the foreground or detached; the supervisor runs one attempt at a time as a

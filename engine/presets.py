@@ -19,10 +19,11 @@ from typing import Any, Literal, Mapping
 
 import tomli_w
 
-from engine import faults, paths
-from engine.crashes import CRASH_KINDS
+from engine import paths
+from engine.run import faults
+from engine.run.crashes import CRASH_KINDS
 from engine.errors import ConfigError
-from engine.fallback import ACTIONS, ENV_FIXES
+from engine.run.fallback import ACTIONS, ENV_FIXES
 from engine.schema import FieldError, from_table, setting, to_table, unknown_key
 
 KINDS = ("workloads", "devices")

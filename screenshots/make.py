@@ -81,7 +81,7 @@ async def editor_error(app, pilot) -> None:
 
 
 async def open_run(app, pilot, name: str) -> None:
-    from engine.rundir import find_run
+    from engine.run.rundir import find_run
 
     dash = app.open_run(find_run(name))
     while not dash.model.samples_series.points()[0] and not dash.ended:

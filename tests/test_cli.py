@@ -11,8 +11,8 @@ import time
 import pytest
 
 from conftest import TINY, child_env, cockpit_cmd, user_preset
-from engine.checkpoint import checkpoint_files
-from engine.rundir import list_runs, summarize
+from engine.train.checkpoint import checkpoint_files
+from engine.run.rundir import list_runs, summarize
 
 
 def sets(*overrides: str) -> list[str]:

@@ -8,9 +8,9 @@ import torch
 
 from engine import presets, runconfig
 from engine.errors import ConfigError
-from engine.events import EventWriter
-from engine.rundir import RunDir
-from engine.trainer import Trainer
+from engine.run.events import EventWriter
+from engine.run.rundir import RunDir
+from engine.train.trainer import Trainer
 from engine.workloads import build
 from engine.workloads.clip import COLOURS, SHAPES
 from engine.workloads.clip.workload import COLS, RGB, ROWS

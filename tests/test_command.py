@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, child_env, cockpit_cmd, user_preset
-from engine import command, launch, runconfig
-from engine.crashes import AttemptEnd, classify
-from engine.rundir import RunDir, list_runs
+from engine import command, runconfig
+from engine.run import launch
+from engine.run.crashes import AttemptEnd, classify
+from engine.run.rundir import RunDir, list_runs
 
 TRAIN = str(ROOT / "examples" / "command" / "train.py")
 REPORTED = str(ROOT / "examples" / "command" / "train_reported.py")
@@ -359,8 +360,8 @@ def test_a_command_preset_appears_in_the_launch_screen_and_runs_from_it(home):
 
 
 def test_a_rule_that_changes_what_the_command_does_not_take_moves_on(home):
-    from engine import fallback
-    from engine.crashes import Verdict
+    from engine.run import fallback
+    from engine.run.crashes import Verdict
     from engine.presets import DevicePreset
 
     first = fallback.Step("first", DevicePreset(device="cpu", batch_size=16, fallback=("second",)))

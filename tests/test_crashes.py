@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine import faults
-from engine.crashes import AttemptEnd, classify
-from engine.fallback import Ladder, Step, decide
+from engine.run import faults
+from engine.run.crashes import AttemptEnd, classify
+from engine.run.fallback import Ladder, Step, decide
 from engine.presets import DevicePreset
 
 

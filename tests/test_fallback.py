@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from conftest import TINY, child_env, cockpit_cmd, user_preset
-from engine import checkpoint, runconfig
-from engine.rundir import RunDir, list_runs
-from engine.supervisor import Supervisor
+from engine import runconfig
+from engine.train import checkpoint
+from engine.run.rundir import RunDir, list_runs
+from engine.run.supervisor import Supervisor
 
 # Checkpoint every step, so a resume loses nothing and weights can be compared exactly.
 FAST = TINY + ["train.checkpoint_every_steps=1", "train.epochs=3", "params.samples=128"]

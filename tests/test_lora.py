@@ -7,10 +7,11 @@ import random
 import pytest
 import torch
 
-from engine import checkpoint, runconfig
+from engine import runconfig
+from engine.train import checkpoint
 from engine.errors import ConfigError
-from engine.rundir import RunDir
-from engine.sampling import continue_prompt
+from engine.run.rundir import RunDir
+from engine.train.sampling import continue_prompt
 from test_trm import CPU, TRM_TINY, trained_run, trainer_for
 
 ARCH = [o for o in TRM_TINY if o.split("=")[0] in (

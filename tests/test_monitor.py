@@ -5,10 +5,11 @@ from __future__ import annotations
 
 
 from conftest import TINY, user_preset
-from engine import runconfig, supervisor as supervisor_module
-from engine.rundir import RunDir
-from engine.supervisor import Supervisor
-from engine.sysmon import SystemSampler
+from engine import runconfig
+from engine.run import supervisor as supervisor_module
+from engine.run.rundir import RunDir
+from engine.run.supervisor import Supervisor
+from engine.monitor.sysmon import SystemSampler
 
 # About three seconds of steady training: enough reporting windows to judge an ETA.
 STEADY = TINY + ["params.n=256", "params.products=16", "params.samples=2048", "train.epochs=8",

@@ -16,8 +16,8 @@ from engine import runconfig
 from engine.probe import batch as finder, cache, candidates, measure
 from engine.probe.measure import MemoryReading
 from engine.probe.speed import CandidateResult, probe, recommend
-from engine.rundir import RunDir
-from engine.supervisor import Supervisor
+from engine.run.rundir import RunDir
+from engine.run.supervisor import Supervisor
 
 MATMUL = ["params.n=64", "params.products=8", "params.samples=4096", "params.eval_samples=64"]
 # A TRM small enough for CPU trials whose memory grows steeply with the batch (activations).

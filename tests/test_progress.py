@@ -20,7 +20,7 @@ import sys
 import pytest
 from conftest import FIXTURES, ROOT, child_env
 
-from engine.progress import MAX_LINE, Observation, OutputParser, compile_regex
+from engine.command.progress import MAX_LINE, Observation, OutputParser, compile_regex
 
 OUTPUTS = FIXTURES / "outputs"
 
@@ -403,6 +403,6 @@ def test_odd_inputs():
 
 
 def test_stdlib_only():
-    out = subprocess.run([sys.executable, "-c", "import engine.progress, sys; print(' '.join(sys.modules))"],
+    out = subprocess.run([sys.executable, "-c", "import engine.command.progress, sys; print(' '.join(sys.modules))"],
                          capture_output=True, text=True, env=child_env(), check=True, cwd=ROOT)
     assert not {"torch", "textual", "numpy"} & set(out.stdout.split())

@@ -13,8 +13,8 @@ import pytest
 
 from cockpit import report
 from conftest import ROOT, child_env
-from engine import faults
-from engine.events import read_events
+from engine.run import faults
+from engine.run.events import read_events
 
 ENV = ("COCKPIT_EVENTS", "COCKPIT_ATTEMPT", "COCKPIT_DEVICE", "COCKPIT_INJECT", "RANK")
 

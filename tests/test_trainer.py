@@ -6,12 +6,13 @@ import pytest
 import torch
 
 from conftest import TINY
-from engine import checkpoint, device, runconfig
-from engine.data import SampleOrder
+from engine import runconfig
+from engine.train import checkpoint, device
+from engine.train.data import SampleOrder
 from engine.errors import ConfigError
-from engine.events import EventWriter
-from engine.rundir import RunDir
-from engine.trainer import Trainer
+from engine.run.events import EventWriter
+from engine.run.rundir import RunDir
+from engine.train.trainer import Trainer
 
 
 def new_run(*overrides: str) -> RunDir:

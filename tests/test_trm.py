@@ -12,10 +12,10 @@ import torch
 from conftest import ROOT, child_env, cockpit_cmd
 from engine import runconfig
 from engine.errors import ConfigError
-from engine.events import EventWriter
-from engine.rundir import RunDir
-from engine.sampling import continue_prompt
-from engine.trainer import Trainer
+from engine.run.events import EventWriter
+from engine.run.rundir import RunDir
+from engine.train.sampling import continue_prompt
+from engine.train.trainer import Trainer
 from engine.workloads.trm import corpus
 
 # ~45k parameters, 32-byte windows of 60 kB of the standard library: 60 steps take ~2 s.

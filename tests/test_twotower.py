@@ -12,10 +12,10 @@ import torch
 from conftest import user_preset
 from engine import presets, runconfig
 from engine.errors import ConfigError
-from engine.events import EventWriter
-from engine.rundir import RunDir
+from engine.run.events import EventWriter
+from engine.run.rundir import RunDir
 from engine.schema import FieldError
-from engine.trainer import Trainer
+from engine.train.trainer import Trainer
 from engine.workloads.twotower import Params, negatives_at, parse_schedule, data, mining
 from engine.workloads.twotower.workload import TwoTowerWorkload
 

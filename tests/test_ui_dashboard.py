@@ -14,8 +14,8 @@ from cockpit.app import make_app
 from cockpit.ui.dashboard import DashboardScreen
 from cockpit.ui.model import LOG_LINES, MAX_POINTS
 from conftest import TINY
-from engine.events import read_events
-from engine.rundir import RunDir, list_runs
+from engine.run.events import read_events
+from engine.run.rundir import RunDir, list_runs
 from ui_support import copy_run, run, wait_for
 
 

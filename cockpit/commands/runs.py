@@ -8,9 +8,10 @@ import json
 
 from cockpit.commands.train import follow as follow_run
 from cockpit.headless import duration
-from engine import command, supervisor
+from engine import command
+from engine.run import supervisor
 from engine.numbers import rate
-from engine.rundir import find_run, list_runs, summarize
+from engine.run.rundir import find_run, list_runs, summarize
 
 
 def _rate(value: float | None) -> str:

@@ -1,7 +1,7 @@
 """`cockpit sample RUN --prompt TEXT [--tokens N] [--temperature T] [--seed S]`.
 
 Prints the continuation alone on stdout (so a script can use it) and which checkpoint wrote
-it on stderr. The generation itself is engine.sampling's.
+it on stderr. The generation itself is engine.train.sampling's.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.rundir import find_run
-    from engine.sampling import continue_prompt
+    from engine.run.rundir import find_run
+    from engine.train.sampling import continue_prompt
 
     found = find_run(args.run)
     out = continue_prompt(found, args.prompt, tokens=args.tokens, temperature=args.temperature,

@@ -11,8 +11,8 @@ import time
 from cockpit.headless import HeadlessPrinter, duration
 from engine import command, presets, runconfig
 from engine.errors import ConfigError
-from engine.events import EventFollower
-from engine.rundir import RunDir, RunSummary, summarize
+from engine.run.events import EventFollower
+from engine.run.rundir import RunDir, RunSummary, summarize
 
 EXIT_BY_STATUS = {"finished": 0, "stopped": 130}
 EXIT_BAD_INPUT = 2
@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     # Everything the user gave is checked before anything is written.
     config = runconfig.resolve(args.workload, args.device, _overrides(args))
     if not config.workload.is_command:  # a command resolves its own device
-        from engine import device
+        from engine.train import device
 
         device.resolve(config.device, where=f"device preset {config.device_preset!r}")
     return start(config, args)
@@ -71,7 +71,7 @@ def start(config, args: argparse.Namespace) -> int:
     """Make the run directory and supervise the run, in the foreground or detached."""
     run_dir = RunDir.create(config)
 
-    from engine import supervisor
+    from engine.run import supervisor
 
     if args.detach:
         supervisor.start_detached(run_dir)

@@ -29,9 +29,10 @@ from cockpit.ui.model import RunModel, rate_text
 from cockpit.ui.widgets.attempts import AttemptsPanel
 from cockpit.ui.widgets.memory import MemoryPanel
 from cockpit.ui.widgets.plots import SeriesPlot
-from engine import presets, supervisor
+from engine import presets
+from engine.run import supervisor
 from engine.errors import ConfigError
-from engine.rundir import RunDir
+from engine.run.rundir import RunDir
 
 FRAME_S = 0.1
 PLOT_S = 1.0   # the plots are the costly part of a frame (~20 ms each); once a second is plenty

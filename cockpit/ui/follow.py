@@ -1,6 +1,6 @@
 """Following a run from the dashboard's worker thread.
 
-The supervisor is its own process (engine.supervisor.start_detached): quitting the UI or an
+The supervisor is its own process (engine.run.supervisor.start_detached): quitting the UI or an
 SSH hangup leaves the run alive. The thread only reads events.jsonl and hands batches to
 `post` -- the screen's post_message, the one thread-safe way into Textual. Polling every
 POLL_S is the coalescing: at most ten batches a second, however fast events are written.
@@ -14,9 +14,9 @@ from typing import Callable
 
 from textual.message import Message
 
-from engine import supervisor
-from engine.events import EventFollower
-from engine.rundir import RunDir
+from engine.run import supervisor
+from engine.run.events import EventFollower
+from engine.run.rundir import RunDir
 
 POLL_S = 0.1
 

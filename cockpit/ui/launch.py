@@ -22,7 +22,7 @@ from cockpit.ui.runs import live_runs
 from engine import command, presets, runconfig
 from engine.errors import ConfigError
 from engine.probe import cache
-from engine.rundir import RunDir
+from engine.run.rundir import RunDir
 from engine.runconfig import RunConfig
 
 

@@ -8,7 +8,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from engine.rundir import RunDir
+from engine.run.rundir import RunDir
 
 
 class QuitScreen(ModalScreen[str | None]):

@@ -15,10 +15,10 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from cockpit.headless import duration
-from engine import supervisor
+from engine.run import supervisor
 from engine.errors import ConfigError
 from engine.numbers import rate
-from engine.rundir import RunDir, RunSummary, list_runs, summarize
+from engine.run.rundir import RunDir, RunSummary, list_runs, summarize
 
 STATUS_STYLE = {"running": "bold cyan", "finished": "green", "stopped": "yellow",
                 "failed": "bold red", "lost": "red", "created": "dim"}

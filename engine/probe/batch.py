@@ -44,7 +44,7 @@ from engine.presets import DevicePreset
 from engine.probe import FINDER_BUDGET_S, MAX_BATCH, TRIAL_S
 from engine.probe.measure import POLL_S, PRESSURE_RANK, SAMPLE_EVERY_S, Worker, start_worker
 from engine.runconfig import RunConfig
-from engine.sysmon import SystemSampler
+from engine.monitor.sysmon import SystemSampler
 
 SWAP_FLAT_BYTES = 64 * 2**20
 DEVICE_HEADROOM = 0.9

@@ -1,13 +1,13 @@
 """The probe's worker for a command workload: the user's own script, timed from outside.
 
 A command cannot be preloaded (its imports are its own business), so it counts as imported
-at once and is spawned when its turn comes (`go`), from engine.launch.command_launch in the
+at once and is spawned when its turn comes (`go`), from engine.run.launch.command_launch in the
 worker's scratch run directory (attempt 1, no resume): the argv, environment and working
 directory a run's first attempt would get, with the candidate's placeholders filled in.
 
 While it runs, `poll()` follows its output as the supervisor does (an OutputParser over the
 log, `progress` events that cockpit.report writes to the scratch events file) and feeds an
-engine.tracker.Tracker, whose windows give samples/s: steps x the samples per step its
+engine.command.tracker.Tracker, whose windows give samples/s: steps x the samples per step its
 placeholders imply (engine.command.samples_per_step), or the samples it reported. From
 that it makes the events the trainer's worker gives, so the probe reads both alike:
 
@@ -33,14 +33,15 @@ import shlex
 import signal
 import time
 
-from engine import command as commands, faults
-from engine.attempt_log import OutputFollower, log_tail
-from engine.crashes import AttemptEnd, Verdict
-from engine.launch import command_launch
+from engine import command as commands
+from engine.run import faults
+from engine.run.attempt_log import OutputFollower, log_tail
+from engine.run.crashes import AttemptEnd, Verdict
+from engine.run.launch import command_launch
 from engine.presets import DevicePreset
 from engine.probe import MIN_WINDOW_S, TRIAL_MIN_STEPS, WARMUP_SHARE, WINDOWS
 from engine.probe.measure import Worker, WorkerEnd
-from engine.tracker import Tracker
+from engine.command.tracker import Tracker
 
 SOURCES = {"tqdm": "its tqdm bar", "steps": "its step lines", "keyvalue": "its key=value lines",
            "hf": "its Hugging Face log lines", "regex": "its output (your progress_regex)"}

@@ -2,7 +2,7 @@
 
 The readings come from the same SystemSampler the supervisor uses, taken here in the
 parent (a worker stuck in a page fault is still measured), four times a second because a
-probe is short. How a worker ended is classified by engine.crashes like any attempt's; a
+probe is short. How a worker ended is classified by engine.run.crashes like any attempt's; a
 worker the probe itself ended (time up, batch too big) is not a crash.
 
 `Worker` runs the probe's trainer (engine.probe.worker); a command workload's worker
@@ -23,16 +23,16 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from engine.attempt_log import log_tail
-from engine.crashes import AttemptEnd, Verdict, classify
-from engine.events import EventFollower
-from engine.launch import child_env
+from engine.run.attempt_log import log_tail
+from engine.run.crashes import AttemptEnd, Verdict, classify
+from engine.run.events import EventFollower
+from engine.run.launch import child_env
 from engine.presets import DevicePreset
 from engine.probe import TRIAL_S
-from engine.rundir import RunDir
+from engine.run.rundir import RunDir
 from engine.runconfig import RunConfig
 from engine.schema import to_table
-from engine.sysmon import LEVELS, SystemSampler
+from engine.monitor.sysmon import LEVELS, SystemSampler
 
 SAMPLE_EVERY_S = 0.25
 POLL_S = 0.05
@@ -245,7 +245,7 @@ class Worker:
         return WorkerEnd(verdict, None, None if sig else code, sig, tail, config_error)
 
     def _attempt_end(self, code: int | None, sig: str | None, tail: str) -> AttemptEnd:
-        """What engine.crashes needs to know of how it ended."""
+        """What engine.run.crashes needs to know of how it ended."""
         steps = [e["step"] for e in self.events if e["type"] in ("step", "probe_warmup")]
         last = self.samples[-1][1] if self.samples else None
         return AttemptEnd(

@@ -7,7 +7,7 @@ the same for every candidate), says `worker_started`, and waits for its turn on 
 probe starts every candidate's worker at once so that these imports overlap, then measures
 one candidate at a time.
 
-Then it builds exactly what a run builds (engine.trainer.Trainer: the workload, the model on
+Then it builds exactly what a run builds (engine.train.trainer.Trainer: the workload, the model on
 the device, autocast, accumulation, the optimizer) and trains with the trainer's own step,
 so a probe's samples/s is what a run would report, minus evals and checkpoints.
 
@@ -21,7 +21,7 @@ Batch mode (stdin: one micro-batch size per line, then `done`): a short trial of
 (accumulation 1), answered with `batch_trial` events; the parent decides from its memory
 readings whether the batch fits and sends the next size, or kills the process.
 
-A crash is left to happen: the parent classifies it like any attempt's (engine.crashes).
+A crash is left to happen: the parent classifies it like any attempt's (engine.run.crashes).
 """
 
 from __future__ import annotations
@@ -36,12 +36,13 @@ from pathlib import Path
 import psutil
 import torch
 
-from engine import device as devices, presets
-from engine.crashes import EXIT_FINISHED
-from engine.events import EventWriter
+from engine import presets
+from engine.train import device as devices
+from engine.run.crashes import EXIT_FINISHED
+from engine.run.events import EventWriter
 from engine.probe import MIN_WINDOW_S, TRIAL_MIN_STEPS, TRIAL_S, WARMUP_SHARE, WINDOWS
-from engine.rundir import RunDir
-from engine.trainer import NonFiniteLoss, StopRequest, Trainer, report_failure
+from engine.run.rundir import RunDir
+from engine.train.trainer import NonFiniteLoss, StopRequest, Trainer, report_failure
 
 WARMUP_MIN_STEPS = 2
 

@@ -1,6 +1,6 @@
 """The trainer: one process, one attempt.
 
-    python -m engine.trainer RUN_DIR --attempt N --preset NAME --device-json '{...}'
+    python -m engine.train.trainer RUN_DIR --attempt N --preset NAME --device-json '{...}'
 
 It resolves the device once, resumes from the run's latest checkpoint (by samples seen, so
 a different batch size or accumulation continues at the same sample), trains until the
@@ -8,7 +8,7 @@ schedule is done or it is asked to stop (SIGTERM/SIGINT: finish the step, checkp
 exit), and reports through events.jsonl. The loss stays on the device and is read once per
 reporting window: that read is the only host-device sync in the loop.
 
-Failures are reported for the supervisor to classify (engine.crashes): a Python exception
+Failures are reported for the supervisor to classify (engine.run.crashes): a Python exception
 becomes an `exception` event and exit 1; a non-finite loss a `numerical` event and exit 4
 (no checkpoint is ever written from a non-finite state); a native crash leaves only its
 signal and, through faulthandler, the Python stack it happened in.
@@ -33,15 +33,16 @@ from pathlib import Path
 
 import torch
 
-from engine import checkpoint, device as devices, presets, workloads
-from engine.crashes import EXIT_CONFIG, EXIT_FAILED, EXIT_FINISHED, EXIT_NUMERICAL, EXIT_STOPPED
-from engine.data import SampleOrder
-from engine.distributed import World
+from engine import presets, workloads
+from engine.train import checkpoint, device as devices
+from engine.run.crashes import EXIT_CONFIG, EXIT_FAILED, EXIT_FINISHED, EXIT_NUMERICAL, EXIT_STOPPED
+from engine.train.data import SampleOrder
+from engine.train.distributed import World
 from engine.errors import ConfigError
-from engine.events import EventWriter
-from engine.faults import Injector
+from engine.run.events import EventWriter
+from engine.run.faults import Injector
 from engine.presets import DevicePreset
-from engine.rundir import RunDir
+from engine.run.rundir import RunDir
 from engine.schema import to_table
 
 
@@ -379,7 +380,7 @@ def _rank() -> int:
 
 
 def report_failure(events: EventWriter, error: Exception, step: int | None) -> int:
-    """Say why this process is failing, the way engine.crashes classifies it (an event and the
+    """Say why this process is failing, the way engine.run.crashes classifies it (an event and the
     log), and return its exit code. Shared by the trainer and the probe's worker."""
     if isinstance(error, ConfigError):
         print(error.line(), file=sys.stderr, flush=True)
@@ -398,7 +399,7 @@ def report_failure(events: EventWriter, error: Exception, step: int | None) -> i
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.trainer")
+    parser = argparse.ArgumentParser(prog="python -m engine.train.trainer")
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--attempt", type=int, required=True)
     parser.add_argument("--preset", required=True)

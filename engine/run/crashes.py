@@ -18,7 +18,7 @@ CLEAN = ("finished", "stopped", "config")
 CRASH_KINDS = ("oom", "backend", "native-crash", "openmp", "numerical", "hang", "killed",
                "user-code", "slowdown", "unknown")
 
-# Exit codes the trainer uses on purpose (engine.trainer).
+# Exit codes the trainer uses on purpose (engine.train.trainer).
 EXIT_FINISHED, EXIT_FAILED, EXIT_CONFIG, EXIT_STOPPED, EXIT_NUMERICAL = 0, 1, 2, 3, 4
 
 _OOM = re.compile(r"MPS backend out of memory|CUDA out of memory|OutOfMemoryError|"

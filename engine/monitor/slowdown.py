@@ -2,7 +2,7 @@
 
 Note 003: a run that fits in unified memory only by swapping does not crash, it crawls
 (226 s/it instead of 40-80). The supervisor feeds this detector the trainer's step windows
-and its own memory samples (engine.sysmon); when smoothed throughput stays below `ratio` of
+and its own memory samples (engine.monitor.sysmon); when smoothed throughput stays below `ratio` of
 its best for `sustain_s` seconds AND the memory evidence is there -- swap-in above a floor
 or pressure warn/critical -- it returns one `warning` event's fields, with advice built from
 the workload's parameters and the device preset. Slow without memory evidence (an eval, a

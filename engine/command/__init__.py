@@ -84,7 +84,7 @@ class CommandSpec:
             raise FieldError("command", f"the program {self.command[0]!r} has a placeholder; "
                                         "expected a fixed program name or path")
         if self.progress_regex:
-            from engine.progress import compile_regex
+            from engine.command.progress import compile_regex
 
             try:
                 compile_regex(self.progress_regex)

@@ -2,7 +2,7 @@
 
     <runs>/<run id>/
         run.toml          resolved configuration (workload, device, ladder, overrides)
-        events.jsonl      append-only events (engine.events)
+        events.jsonl      append-only events (engine.run.events)
         checkpoints/      step-<n>.pt, the last K kept
         attempt-<n>.log   the trainer's stdout and stderr, one file per attempt
         supervisor.pid    pid of the supervising process while it runs
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from engine import paths, presets
 from engine.errors import ConfigError
-from engine.events import read_events
+from engine.run.events import read_events
 from engine.runconfig import RunConfig
 
 

@@ -1,7 +1,7 @@
 """An attempt's log (attempt-N.log): its child's stdout and stderr, as written.
 
 The supervisor and the probe read it two ways: the tail, as evidence of how an attempt ended
-(engine.crashes), and as it grows, for a command's progress and as a sign of life.
+(engine.run.crashes), and as it grows, for a command's progress and as a sign of life.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Several processes, one run: torch.distributed's own launcher (torchrun) and DDP.
 
 The supervisor launches an attempt through `python -m torch.distributed.run` when the device
-preset asks for more than one process; every worker runs engine.trainer, which finds its
+preset asks for more than one process; every worker runs engine.train.trainer, which finds its
 rank here. Rank 0 writes the run's events and checkpoints; the other ranks write heartbeats.
 A step's global group of samples is split across ranks so that the averaged gradient is the
 one a single process would compute over the same samples: a resume, or a fallback to one
@@ -17,7 +17,7 @@ from typing import Any
 
 def launch_prefix(nproc_per_node: int, nnodes: int, rdzv_endpoint: str, run_id: str,
                   python: str) -> list[str]:
-    """The torchrun command in front of `-m engine.trainer ...`; [] for one process."""
+    """The torchrun command in front of `-m engine.train.trainer ...`; [] for one process."""
     if nproc_per_node * nnodes == 1:
         return []
     command = [python, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}",

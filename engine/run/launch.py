@@ -3,11 +3,11 @@
 One supervisor runs both kinds of workload. Each attempt is a Launch built from the workload
 preset, the device preset as resolved for that attempt and the resume point:
 
-- the built-in trainer (`python -m engine.trainer`, or torchrun for several processes): it
-  writes its own events, finds its own checkpoint and speaks engine.crashes' exit codes;
+- the built-in trainer (`python -m engine.train.trainer`, or torchrun for several processes): it
+  writes its own events, finds its own checkpoint and speaks engine.run.crashes' exit codes;
 - the user's command: its argv templated from the device preset (engine.command), `resume`
   appended with the newest checkpoint it wrote, progress read from its output
-  (engine.progress) or reported through cockpit.report, its exit codes its own, a stop
+  (engine.command.progress) or reported through cockpit.report, its exit codes its own, a stop
   delivered as Ctrl-C would be (SIGINT to its process group, then SIGTERM, then SIGKILL).
 
 Torch-free.
@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import engine
-from engine import command as commands, faults
-from engine.distributed import launch_prefix
+from engine import command as commands
+from engine.run import faults
+from engine.train.distributed import launch_prefix
 from engine.presets import DevicePreset
-from engine.progress import OutputParser
-from engine.rundir import RunDir
+from engine.command.progress import OutputParser
+from engine.run.rundir import RunDir
 from engine.runconfig import RunConfig
 from engine.schema import to_table
 
@@ -41,7 +42,7 @@ class Launch:
     argv: list[str]
     env: dict[str, str]
     cwd: str | None = None
-    is_command: bool = False        # exit codes are the command's own, not engine.crashes'
+    is_command: bool = False        # exit codes are the command's own, not engine.run.crashes'
     distributed: bool = False       # torchrun: stop signals go to its workers
     progress: str = "none"          # "auto": parse the output for progress (commands)
     progress_regex: str = ""
@@ -86,7 +87,7 @@ def build(run: RunDir, config: RunConfig, attempt: int, name: str, preset: Devic
 
 
 def trainer_launch(run: RunDir, attempt: int, name: str, preset: DevicePreset) -> Launch:
-    trainer = ["-m", "engine.trainer", str(run.path), "--attempt", str(attempt),
+    trainer = ["-m", "engine.train.trainer", str(run.path), "--attempt", str(attempt),
                "--preset", name, "--device-json", json_table(preset)]
     # Several processes: torch.distributed's own launcher, supervised like any attempt.
     launcher = launch_prefix(preset.nproc_per_node, preset.nnodes, preset.rdzv_endpoint,

@@ -23,7 +23,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from engine.crashes import Verdict
+from engine.run.crashes import Verdict
 
 if TYPE_CHECKING:
     from engine.presets import DevicePreset

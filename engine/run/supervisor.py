@@ -1,15 +1,15 @@
 """The supervisor: owns a run's attempts, each in its own process.
 
-An attempt is a launch (engine.launch): the built-in trainer, or the user's own command with
+An attempt is a launch (engine.run.launch): the built-in trainer, or the user's own command with
 its argv templated from the attempt's device preset. Everything below holds for both; where
 they differ (how progress is read, how a stop is delivered) the launch says how.
 
 A native crash (SIGABRT from Metal, SIGSEGV) kills only the trainer; the supervisor
 records how the attempt ended (exit code or signal, the log's tail, the trainer's own
-events), classifies it (engine.crashes), and applies the device preset's rules
-(engine.fallback): the next attempt resumes from the last checkpoint on a safer preset, or
+events), classifies it (engine.run.crashes), and applies the device preset's rules
+(engine.run.fallback): the next attempt resumes from the last checkpoint on a safer preset, or
 the run ends. It runs in the foreground under `cockpit --no-ui`, or detached in its own
-session (`python -m engine.supervisor RUN_DIR`) so that a run outlives its terminal.
+session (`python -m engine.run.supervisor RUN_DIR`) so that a run outlives its terminal.
 
 It also watches for hangs: a trainer that writes no event for max(hang_timeout_s, 10 x the
 slowest interval seen) gets a SIGTERM (a slow step could still checkpoint and exit), then
@@ -22,8 +22,8 @@ gives it (SIGINT to its process group), then SIGTERM and SIGKILL, each after its
 grace period or at the next request.
 
 A command's output is followed as it is written to attempt-N.log: any output is a sign of
-life for the hang watch, and progress read from it (engine.progress) or reported by the
-script (cockpit.report) becomes step events through engine.tracker.
+life for the hang watch, and progress read from it (engine.command.progress) or reported by the
+script (cockpit.report) becomes step events through engine.command.tracker.
 """
 
 from __future__ import annotations
@@ -41,17 +41,19 @@ from typing import Callable
 
 import psutil
 
-from engine import checkpoint, command, fallback, faults, launch as launches
-from engine.attempt_log import TAIL_LINES, OutputFollower, log_tail
-from engine.crashes import AttemptEnd, Verdict, classify, last_line, torchrun_root_cause
-from engine.events import EventFollower, EventWriter
-from engine.fallback import Decision, Ladder, Step
-from engine.launch import Launch, child_env
-from engine.rundir import RunDir
-from engine.slowdown import Context, SlowdownDetector
-from engine.sysmon import SystemSampler
+from engine import command
+from engine.run import fallback, faults, launch as launches
+from engine.train import checkpoint
+from engine.run.attempt_log import TAIL_LINES, OutputFollower, log_tail
+from engine.run.crashes import AttemptEnd, Verdict, classify, last_line, torchrun_root_cause
+from engine.run.events import EventFollower, EventWriter
+from engine.run.fallback import Decision, Ladder, Step
+from engine.run.launch import Launch, child_env
+from engine.run.rundir import RunDir
+from engine.monitor.slowdown import Context, SlowdownDetector
+from engine.monitor.sysmon import SystemSampler
 from engine.schema import to_table
-from engine.tracker import Tracker
+from engine.command.tracker import Tracker
 
 MEMORY_EVERY_S = 1.0
 SLOWDOWN_SETTINGS: dict = {}  # SlowdownDetector keyword overrides (tests shorten its windows)
@@ -369,7 +371,7 @@ class Supervisor:
             self._escalate_stop()
 
     def _deliver_faults(self, step: int) -> None:
-        """The signal faults due at this step, delivered for real (engine.faults.deliver)."""
+        """The signal faults due at this step, delivered for real (engine.run.faults.deliver)."""
         for fault in [f for f in self._faults if f.step <= step]:
             self._faults.remove(fault)
             self.events.emit("fault_injected", attempt=self._watch.attempt, spec=fault.spec,
@@ -573,7 +575,7 @@ def run_summary(results: list[AttemptResult]) -> dict:
 def start_detached(run: RunDir) -> int:
     """Start a supervisor for the run in its own session; returns its pid at once."""
     with open(run.supervisor_log, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-P", "-m", "engine.supervisor", str(run.path)],
+        proc = subprocess.Popen([sys.executable, "-P", "-m", "engine.run.supervisor", str(run.path)],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 env=child_env({}), start_new_session=True)
     run.pid_path.write_text(f"{proc.pid}\n")
@@ -592,7 +594,7 @@ def request_stop(run: RunDir) -> bool:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m engine.supervisor RUN_DIR", file=sys.stderr)
+        print("usage: python -m engine.run.supervisor RUN_DIR", file=sys.stderr)
         return 2
     status = Supervisor(RunDir(Path(argv[0]))).supervise()
     return {"finished": 0, "stopped": 130}.get(status, 1)

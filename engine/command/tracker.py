@@ -1,7 +1,7 @@
 """A command's progress as `step` events: what the built-in trainer reports of itself.
 
 The supervisor feeds this tracker what it learns of a command's progress — observations
-parsed from its output (engine.progress) and `progress` events the script wrote through
+parsed from its output (engine.command.progress) and `progress` events the script wrote through
 cockpit.report — and emits a `step` event per reporting window with the same fields the
 trainer's have: step, total, loss, lr, samples/s and steps/s measured over the window, a
 smoothed rate, the best so far and the ETA. So throughput, plots, the ETA and the slowdown
@@ -53,7 +53,7 @@ class Tracker:
     # ------------------------------------------------------------ feeding
 
     def parsed(self, observation, t: float) -> list[tuple[str, dict]]:
-        """One engine.progress.Observation read from the output."""
+        """One engine.command.progress.Observation read from the output."""
         if observation.kind == "eval":
             if self.reported_evals or not observation.metrics:
                 return []

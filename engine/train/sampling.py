@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine import checkpoint, workloads
+from engine import workloads
+from engine.train import checkpoint
 from engine.errors import ConfigError
-from engine.rundir import RunDir
+from engine.run.rundir import RunDir
 
 
 @dataclass(frozen=True)
