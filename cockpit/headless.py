@@ -67,7 +67,8 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
             line += f"/{e['total']} ({100 * e['step'] / e['total']:.0f}%)"
         if e.get("loss") is not None:
             line += f"  loss {e['loss']:.4g}"
-        line += f"  {rate(e['samples_per_s'])} samples/s"
+        if e.get("samples_per_s") is not None:
+            line += f"  {rate(e['samples_per_s'])} samples/s"
         if "gflop_s" in e:
             line += f"  {e['gflop_s']:,.1f} GFLOP/s"
         if e.get("eta_s") is not None:

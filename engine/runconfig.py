@@ -120,8 +120,8 @@ def resolve(workload_name: str, device_name: str, overrides: list[str] | None = 
 def resolve_command(argv: list[str], name: str, device_name: str,
                     overrides: list[str] | None = None) -> RunConfig:
     """An ad-hoc command (`cockpit run -- CMD...`) as a run, checked like a command preset."""
-    workload = presets.workload_from_table({"command": list(argv)}, "command")
-    return _resolve(workload, name, "command", device_name, overrides)
+    workload = presets.workload_from_table({"command": list(argv)}, "cockpit run")
+    return _resolve(workload, name, "cockpit run", device_name, overrides)
 
 
 def _resolve(workload: WorkloadPreset, workload_name: str, where: str, device_name: str,

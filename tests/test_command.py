@@ -383,3 +383,64 @@ def test_an_injected_slowdown_really_slows_the_command_and_it_still_finishes(hom
     (fault,) = [e for e in lines if e["type"] == "fault_injected"]
     assert fault["kind"] == "slow" and fault["by"] == "supervisor"
     assert [e["outcome"] for e in lines if e["type"] == "attempt_ended"] == ["finished"]
+
+
+# ---------------------------------------------------------------- edges a review found
+
+
+def test_odd_scripts_end_in_a_verdict_never_a_supervisor_traceback(home, tmp_path):
+    fast = script(tmp_path, """\
+        for step in range(1, 101):
+            print(f"step {step}/100 loss={1 / step}")
+    """)
+    done = cockpit("run", "-d", "cpu", "--inject", "native-crash@50", "--", PY, fast)
+    assert done.returncode == 0 and "Traceback" not in done.stderr  # the fault came due after it ended
+    huge = tmp_path / "huge.py"
+    huge.write_text('print("step " + "9" * 400 + "/10 loss=1.0", flush=True)\n')
+    done = cockpit("run", "-d", "cpu", "--", PY, str(huge))
+    assert done.returncode == 0 and "Traceback" not in done.stderr
+    nan = tmp_path / "nan.py"
+    nan.write_text('print("step 2/10 loss=nan", flush=True)\nraise SystemExit(1)\n')
+    done = cockpit("run", "-d", "cpu", "--json", "--", PY, str(nan))
+    crashes = [json.loads(line) for line in done.stdout.splitlines() if '"type": "crash"' in line]
+    assert done.returncode == 1 and [c["kind"] for c in crashes] == ["numerical"]
+
+
+def test_a_nan_run_resumes_from_a_checkpoint_written_before_the_loss_went_bad(home, tmp_path):
+    ladder(home)
+    path = script(tmp_path, """\
+        import os, sys, time
+        out, resume = sys.argv[1], sys.argv[2:]
+        os.makedirs(out, exist_ok=True)
+        if resume:
+            print(f"resumed from {resume[-1]}", flush=True)
+            print("step 40/40 loss=0.1", flush=True)
+            raise SystemExit(0)
+        for step in range(1, 31):
+            loss = "nan" if step == 30 else 1 / step
+            print(f"step {step}/40 loss={loss}", flush=True)
+            if step % 10 == 0:  # it saves after printing, the NaN step's weights too
+                open(os.path.join(out, f"ckpt-{step:04d}.pt"), "w").write("x")
+            time.sleep(0.05)
+        time.sleep(30)
+    """)
+    done = cockpit("run", "-d", "first", "--set", "command.checkpoints={run_dir}/out/*.pt",
+                   "--set", "command.resume=['--resume', '{checkpoint}']",
+                   "--", PY, path, "{run_dir}/out")
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = only_run()
+    (move,) = events(run, "fallback")
+    assert move["reason"] == "numerical" and move["resume"]["path"].endswith("ckpt-0020.pt")
+
+
+def test_what_a_command_run_cannot_take_is_refused_in_one_line(home):
+    done = cockpit("run", "--save", "mine", "--set", "device.batch_size=4", "--", PY, TRAIN)
+    assert done.returncode == 2 and "--save" in done.stderr and "Traceback" not in done.stderr
+    assert not (home / "config").exists()
+
+
+def test_an_in_script_fault_on_a_script_that_never_reports_is_a_warning(home):
+    done = cockpit("run", "-d", "cpu", "--set", "accumulation=1", "--inject", "oom@10", "--",
+                   PY, TRAIN, "--steps", "30", "--out", "{run_dir}/out")
+    assert done.returncode == 0
+    assert "warning: fault oom@10 was not injected" in done.stdout

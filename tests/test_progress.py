@@ -406,3 +406,14 @@ def test_stdlib_only():
     out = subprocess.run([sys.executable, "-c", "import engine.command.progress, sys; print(' '.join(sys.modules))"],
                          capture_output=True, text=True, env=child_env(), check=True, cwd=ROOT)
     assert not {"torch", "textual", "numpy"} & set(out.stdout.split())
+
+
+def test_bars_around_training_and_qualified_values_are_not_steps_or_losses():
+    parser = OutputParser()
+    lines = ["Map: 100%|██████████| 1000/1000 [00:01<00:00, 900.00 examples/s]",
+             "Loading checkpoint shards: 100%|██████████| 2/2 [00:01<00:00,  1.20it/s]",
+             "Resolving data files: 100%|██████████| 18/18 [00:00<00:00, 10.00it/s]",
+             "best loss: inf"]
+    assert parser.feed("\n".join(lines) + "\n") == []
+    (obs,) = parser.feed("Epoch 1: train loss 0.5, best loss inf\n")
+    assert obs.loss == 0.5

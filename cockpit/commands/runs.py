@@ -51,7 +51,8 @@ def show(args: argparse.Namespace) -> int:
     for k, v in s.metrics.items():
         print(f"eval      {k} {v:.4g}" if isinstance(v, float) else f"eval      {k} {v}")
     for a in s.attempts:
-        print(f"attempt {a.attempt}: {a.preset} on {a.device}, {a.outcome} ({a.exit}), last step {a.last_step}")
+        ended = f" ({a.exit})" if a.exit else ""
+        print(f"attempt {a.attempt}: {a.preset} on {a.device}, {a.outcome}{ended}, last step {a.last_step}")
         if a.crash:
             print(f"          {a.crash}")
     if s.steps_lost:

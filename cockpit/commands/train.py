@@ -44,6 +44,16 @@ def run_command(args: argparse.Namespace) -> int:
     if not argv:
         raise ConfigError("command", None, "missing; expected cockpit run [options] -- CMD ARGS... "
                                            "(e.g. cockpit run -- python train.py --bs {batch_size})")
+    for arg in argv:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError("command", None, f"argument {arg!r} is not valid UTF-8; expected "
+                                               "text (run.toml records the command)") from None
+    if args.save and (args.inject or any(not s.startswith("command.") for s in args.set)):
+        raise ConfigError("--save", None, "writes the command and its command.* settings only; "
+                                          "device settings and --inject belong to a device preset "
+                                          "(-d) or to the run, expected them left out")
     name = args.name or command.name_for(argv)
     if not presets.NAME_PATTERN.match(name):
         raise ConfigError("--name", None, f"got {name!r}; expected letters, digits, '.', '_', '-'")

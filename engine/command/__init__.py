@@ -164,10 +164,14 @@ def values(preset: "DevicePreset", run_dir: Path, attempt: int,
             "attempt": str(attempt), "checkpoint": str(checkpoint) if checkpoint else ""}
 
 
+def used(spec: CommandSpec) -> frozenset[str]:
+    """The placeholders its argv takes: what of a device preset the command can feel."""
+    return frozenset(n for arg in spec.command for n in placeholders(arg, "command"))
+
+
 def fixed_settings(spec: CommandSpec) -> frozenset[str]:
     """Device preset settings this command cannot feel: those whose placeholder its argv lacks."""
-    used = {n for arg in spec.command for n in placeholders(arg, "command")}
-    return frozenset(k for k in ("batch_size", "precision") if k not in used)
+    return frozenset(k for k in ("batch_size", "precision") if k not in used(spec))
 
 
 def samples_per_step(spec: CommandSpec, preset: "DevicePreset") -> int:
@@ -175,10 +179,10 @@ def samples_per_step(spec: CommandSpec, preset: "DevicePreset") -> int:
     when it takes both the micro-batch and the accumulation (or {effective_batch}), the
     micro-batch when it takes only that, else 1 (its batch is its own: samples/s is then
     steps/s, unless it reports samples through cockpit.report)."""
-    used = {n for arg in spec.command for n in placeholders(arg, "command")}
-    if "effective_batch" in used or {"batch_size", "accumulation"} <= used:
+    takes = used(spec)
+    if "effective_batch" in takes or {"batch_size", "accumulation"} <= takes:
         return preset.effective_batch
-    return preset.batch_size if "batch_size" in used else 1
+    return preset.batch_size if "batch_size" in takes else 1
 
 
 def checkpoint_glob(spec: CommandSpec, run_dir: Path) -> str | None:
@@ -200,7 +204,8 @@ def step_in_name(path: str | Path) -> int | None:
 
 
 def newest_checkpoint(spec: CommandSpec, run_dir: Path, reported: list[str] = (),
-                      since: float | None = None, before: float | None = None) -> Path | None:
+                      since: float | None = None, before: float | None = None,
+                      exclude: set[str] = frozenset()) -> Path | None:
     """The newest file among the glob's matches and the checkpoints the script reported
     (cockpit.report) that still exist, by modification time; only files written from `since`
     (a run's start: a glob outside the run directory may match an older run's files) and
@@ -210,7 +215,7 @@ def newest_checkpoint(spec: CommandSpec, run_dir: Path, reported: list[str] = ()
         found += glob.glob(pattern, recursive=True)
     found += [p for p in reported if p]
     stamped = []
-    for p in set(found):
+    for p in set(found) - set(exclude):
         try:
             if os.path.exists(p):  # a file, or a directory (the HF Trainer's checkpoint-500/)
                 mtime = os.stat(p).st_mtime

@@ -88,6 +88,9 @@ _NAME = (r"(?:train|val|valid|validation|eval|test)\s+(?:loss|acc|accuracy|ppl|p
          r"|[A-Za-z_][\w/]*")
 _PAIR = re.compile(rf"(?<![\w/.\-])(?P<name>{_NAME})\s*[:=]\s*(?P<value>{_NUMBER}){_UNIT}(?![\w.])",
                    re.IGNORECASE)
+# A name after a qualifier is a summary, not the current value: `best loss: inf`.
+_QUALIFIED = re.compile(r"(?:best|min|minimum|max|maximum|lowest|highest|prev|previous|"
+                        r"target|init|initial)[\s_]+$", re.IGNORECASE)
 _SPACED = re.compile(r"(?<![\w/.\-])(?P<name>train loss|val loss|train_loss|val_loss|"
                      rf"learning_rate|loss|lr)\s+(?P<value>{_NUMBER}){_UNIT}(?![\w.])",
                      re.IGNORECASE)
@@ -101,6 +104,11 @@ _TQDM_COUNT = re.compile(rf"(?:(?P<desc>.*?):\s*)?(?P<n>{_COUNT})[A-Za-z]*\s*"
 _EPOCH_DESC = re.compile(r"epoch\s+(\d+)(?:\s*/\s*\d+)?", re.IGNORECASE)
 _EVAL_DESC = re.compile(r"(?:val|valid|validation|validating|eval|evaluation|evaluating|"
                         r"test|testing|sanity|predict|predicting)\b", re.IGNORECASE)
+# Bars of the work around training, not training steps: datasets' `Map: 1000/1000`,
+# `Resolving data files`, `Loading checkpoint shards`, downloads, tokenisation.
+_PREP_DESC = re.compile(r"(?:map|filter|tokeniz|tokenis|load|download|fetch|resolv|generat|"
+                        r"preprocess|process|prepar|build|convert|extract|shard|saving|writing|"
+                        r"reading|copying|uploading)", re.IGNORECASE)
 
 # A logging prefix may come first: `2026-05-09 07:35:25,101 INFO `, `INFO:__main__:`.
 _LOG_PREFIX = (r"(?:[\[(]?\d{4}-\d\d-\d\d[ T][\d:.,]+[\])]?\s*(?:[-|:]\s*)?)?"
@@ -240,7 +248,7 @@ def _tqdm_bar(line: str, nested: bool = False) -> list[Observation] | None:
     if not m:
         return None
     desc = (m["desc"] or "").strip()
-    if nested or _EVAL_DESC.match(desc):
+    if nested or _EVAL_DESC.match(desc) or _PREP_DESC.match(desc):
         return []
     n = _count(m["n"])
     total = _count(m.groupdict().get("total"))
@@ -309,6 +317,8 @@ def _pairs(text: str) -> dict[str, float]:
         for m in pattern.finditer(text):
             if "/" in (m["unit"] or ""):  # a rate: 3.2it/s
                 continue
+            if _QUALIFIED.search(text[max(0, m.start() - 12):m.start()]):
+                continue  # `best loss: inf` is not the loss
             found.append((m.start(), _normalise(m["name"]), float(m["value"])))
     values: dict[str, float] = {}
     for _, name, value in sorted(found, key=lambda f: f[0]):

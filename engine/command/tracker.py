@@ -48,7 +48,9 @@ class Tracker:
     non_finite: dict | None = None       # the first non-finite loss seen: {"step", "message", "t"}
     _window: _Window | None = None
     _smoothed: float | None = None       # samples/s
+    _last_finite_t: float | None = None  # when a finite loss was last seen
     _best: float = 0.0
+    _windows: int = 0                    # step events made
 
     # ------------------------------------------------------------ feeding
 
@@ -76,11 +78,18 @@ class Tracker:
         self.reported_evals = True
 
     def _update(self, t, step, total, loss, lr, epoch, metrics, samples, source) -> list[tuple[str, dict]]:
+        if not all(_plausible(v) for v in (step, total, samples)):
+            return []  # `step 1e400`, 400 digits: not a count any script reaches
         if loss is not None:
             self.loss = float(loss)
-            if not math.isfinite(self.loss) and self.non_finite is None:
+            if math.isfinite(self.loss):
+                self._last_finite_t = t
+            elif self.non_finite is None:
+                # `t`: the last time the loss was seen finite (a checkpoint written after it
+                # may hold the bad weights); the time it was read can be a poll later
                 self.non_finite = {"step": step if step is not None else self.step,
-                                   "message": f"loss {self.loss} ({source or 'output'})", "t": t}
+                                   "message": f"loss {self.loss} ({source or 'output'})",
+                                   "t": self._last_finite_t}
         self.lr = lr if lr is not None else self.lr
         self.epoch = epoch if epoch is not None else self.epoch
         self.metrics.update(metrics or {})
@@ -100,11 +109,20 @@ class Tracker:
         return [("step", self._close_window(t))]
 
     def flush(self, t: float) -> list[tuple[str, dict]]:
-        """The last, partial window (at the end of an attempt)."""
+        """The last, partial window (at the end of an attempt); a run too short for a window
+        still says where it got to (with no rate: one sighting measures nothing)."""
         w = self._window
-        if w is None or self.step is None or self.step <= w.start_step or t <= w.start_t:
+        if w is None or self.step is None:
             return []
-        return [("step", self._close_window(t))]
+        if self.step > w.start_step and t > w.start_t:
+            return [("step", self._close_window(t))]
+        if self._windows:
+            return []  # its last window already said it
+        return [("step", {"step": self.step, "total": self.total_known,
+                          "samples_seen": int(self.samples_seen), "epoch": self.epoch,
+                          "loss": self.loss, "lr": self.lr, "samples_per_s": None,
+                          "steps_per_s": None, "window_s": None, "eta_s": None,
+                          "source": self.source})]
 
     # ------------------------------------------------------------ the step event
 
@@ -126,6 +144,7 @@ class Tracker:
         self._smoothed = samples_per_s if self._smoothed is None else \
             (1 - SMOOTHING) * self._smoothed + SMOOTHING * samples_per_s
         self._best = max(self._best, samples_per_s)
+        self._windows += 1
         total = self.total_known
         eta = None
         if total and self._smoothed and self.samples_seen and self.step:
@@ -141,6 +160,14 @@ class Tracker:
             event["metrics"] = {k: v for k, v in self.metrics.items() if _finite_number(v)}
         self._window = _Window(t, self.step, self.samples_seen)
         return event
+
+
+def _plausible(count) -> bool:
+    """A step, total or sample count a script could print (or None)."""
+    try:
+        return count is None or 0 <= float(count) < 1e15
+    except (TypeError, ValueError, OverflowError):
+        return False
 
 
 def _finite_number(value) -> bool:

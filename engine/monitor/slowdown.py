@@ -105,11 +105,11 @@ def _takes(ctx: Context, settings: list[str]) -> bool:
     device.batch_size is no use to a script that takes no {batch_size}."""
     if ctx.workload != "command" or not hasattr(ctx.params, "command"):
         return True
-    from engine.command import placeholders
+    from engine import command
 
-    used = {n for arg in ctx.params.command for n in placeholders(arg, "command")}
+    takes = command.used(ctx.params)
     keys = {item.partition("=")[0].removeprefix("device.") for item in settings}
-    return all(k in used for k in keys if k in ("batch_size", "accumulation", "precision",
+    return all(k in takes for k in keys if k in ("batch_size", "accumulation", "precision",
                                                  "grad_checkpointing", "compile"))
 
 

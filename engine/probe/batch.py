@@ -243,8 +243,7 @@ def check(config: RunConfig, preset: DevicePreset, memory_limit_mb: float | None
     its {batch_size}, and its GPU memory it cannot see."""
     if not config.workload.is_command:
         return
-    used = {n for arg in config.workload.params.command for n in commands.placeholders(arg, "command")}
-    if not used & {"batch_size", "effective_batch"}:
+    if not commands.used(config.workload.params) & {"batch_size", "effective_batch"}:
         raise ConfigError("--find-batch", None, f"varies the command's {{batch_size}}, and the command of "
                           f"{config.workload_preset!r} takes none; expected {{batch_size}} in its arguments")
     if memory_limit_mb and commands.resolve_device(preset.device) == "cuda":

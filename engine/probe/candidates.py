@@ -99,9 +99,9 @@ def _threads_fixed(workload: WorkloadPreset, preset: DevicePreset) -> bool:
     {threads}: the thread count cannot reach it, so one candidate is enough."""
     if not workload.is_command or "OMP_NUM_THREADS" not in preset.env:
         return False
-    from engine.command import placeholders
+    from engine import command
 
-    return not any("threads" in placeholders(arg, "command") for arg in workload.params.command)
+    return "threads" not in command.used(workload.params)
 
 
 def _resolve(workload: WorkloadPreset, device_name: str, overrides: list[str]) -> DevicePreset:

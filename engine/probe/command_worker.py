@@ -257,9 +257,7 @@ class CommandWorker(Worker):
         return f"samples/s = its steps/s, {source}, x its {{batch_size}}"
 
     def _takes(self, *names: str) -> bool:
-        spec = self.config.workload.params
-        used = {n for arg in spec.command for n in commands.placeholders(arg, "command")}
-        return bool(used & set(names))
+        return bool(commands.used(self.config.workload.params) & set(names))
 
     def end(self) -> WorkerEnd:
         if self.proc is None:  # its turn never came, or its program could not be started

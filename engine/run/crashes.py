@@ -32,8 +32,8 @@ _BACKEND = re.compile(r"Placeholder storage has not been allocated on MPS device
                       r"NCCL error|device-side assert")
 _TRACEBACK = "Traceback (most recent call last)"
 # argparse's refusal (exit 2): a command's arguments, as the preset templated them, are wrong.
-_USAGE = re.compile(r"^usage: .*$|: error: (?:unrecognized arguments|argument |the following arguments)",
-                    re.MULTILINE)
+_USAGE = re.compile(r"^usage: .*$|: error: (?:unrecognized arguments|argument |the following arguments)"
+                    r"|can't open file .*No such file or directory", re.MULTILINE)
 _CRASH_SIGNALS = ("SIGABRT", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGTRAP")
 
 SENTENCES = {
@@ -108,7 +108,8 @@ def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
         sentence = SENTENCES[kind].format(where=where, signal=sig, code=code, **words)
         if end.command:
             sentence = sentence.replace("The trainer", "The command").replace(
-                "The workload code", "The command")
+                "The workload code", "The command").replace(
+                "and left no explanation", "with no traceback or error message cockpit knows")
         return Verdict(kind, sentence, ev)
 
     if end.command:

@@ -218,15 +218,17 @@ class Supervisor:
         run, and, after a non-finite loss, before the loss went bad (a script that saves on
         the way out would otherwise resume from the garbage)."""
         if self.config.workload.is_command:
-            before = (result.watch.numerical or {}).get("t")
-            known = self._all_checkpoints
-            latest = command.newest_checkpoint(self.config.workload.params, self.run.path,
-                                               list(known), since=self._started, before=before)
-            if latest is None:
-                return None
-            step = known.get(str(latest))
-            return {"step": step if step is not None else command.step_in_name(latest),
-                    "samples_seen": None, "path": str(latest)}
+            bad = result.watch.numerical or {}
+            known, excluded = self._all_checkpoints, set()
+            while (latest := command.newest_checkpoint(
+                    self.config.workload.params, self.run.path, list(known), since=self._started,
+                    before=bad.get("t"), exclude=excluded)) is not None:
+                step = known.get(str(latest))
+                step = step if step is not None else command.step_in_name(latest)
+                if bad.get("step") is None or step is None or step < bad["step"]:
+                    return {"step": step, "samples_seen": None, "path": str(latest)}
+                excluded.add(str(latest))  # written at or after the step whose loss went bad
+            return None
         if (latest := checkpoint.latest(self.run.checkpoints)) is None:
             return None
         step, seen = checkpoint.step_of(latest), None
@@ -268,17 +270,23 @@ class Supervisor:
         self._pid = self._proc.pid
         self._sampler = SystemSampler(self._proc.pid)
         hung_for = None
-        while self._proc.poll() is None:
-            self._forward_stop()
-            self._pump()
-            self._read_output()
-            self._sample_memory(attempt)
-            self._throttle()
-            if hung_for is None and (quiet := time.monotonic() - watch.last_progress) > \
-                    self._hang_timeout(preset, started=watch.ready):
-                hung_for = quiet
-                self._end_hung_trainer(preset)
-            time.sleep(self.poll_s)
+        try:
+            while self._proc.poll() is None:
+                self._forward_stop()
+                self._pump()
+                self._read_output()
+                self._sample_memory(attempt)
+                self._throttle()
+                if hung_for is None and (quiet := time.monotonic() - watch.last_progress) > \
+                        self._hang_timeout(preset, started=watch.ready):
+                    hung_for = quiet
+                    self._end_hung_trainer(preset)
+                time.sleep(self.poll_s)
+        except BaseException:
+            # The supervisor itself failed (a bug, or KeyboardInterrupt in a thread's host):
+            # the attempt must not train on unsupervised.
+            self._signal_group(signal.SIGKILL)
+            raise
         code = self._proc.returncode
         if launch.is_command:
             self._signal_group(signal.SIGKILL)  # what it left behind (its DataLoader workers)
@@ -320,6 +328,7 @@ class Supervisor:
                 stop_requested=bool(self.stop_requests), hung_for_s=hung_for,
                 memory_percent=self._memory_percent, device=watch.device, slowdown=watch.slowdown,
                 command=launch.is_command))
+        self._unfired_faults(launch)
         result = AttemptResult(attempt, Step(name, preset), verdict, None if sig else code, sig, tail, watch)
         if verdict.crashed:
             self.events.emit("crash", attempt=attempt, preset=name, kind=verdict.kind,
@@ -335,8 +344,11 @@ class Supervisor:
     # ------------------------------------------------------------ a command's progress
 
     def _read_output(self, final: bool = False) -> None:
-        """New output since the last poll: a sign of life, and progress when it is parsed."""
+        """New output since the last poll: a sign of life, and progress when it is parsed.
+        At the end of an attempt (`final`) it reads to the end of the log."""
         text = self._output.read() if self._output else ""
+        while final and self._output and (more := self._output.read()):
+            text += more
         now = time.monotonic()
         if text and self._proc is not None:
             gap = self._watch.touch(now)
@@ -361,17 +373,34 @@ class Supervisor:
         for kind, fields in produced:
             self.events.emit(kind, attempt=attempt, **fields)
         tracker, watch = self._tracker, self._watch
-        if tracker and tracker.non_finite and watch.numerical is None and self._proc is not None:
+        if tracker and tracker.non_finite and watch.numerical is None:
             # A NaN loss trains garbage for hours with every monitor green: end the attempt
             # without the graceful stop (a script saving on Ctrl-C would save the garbage).
             bad = tracker.non_finite
-            watch.numerical = {"step": bad["step"], "message": bad["message"], "t": bad["t"]}
+            watch.numerical = dict(bad)
             self.events.emit("numerical", attempt=attempt, step=bad["step"], message=bad["message"])
-            self._stop_stage = 1
-            self._escalate_stop()
+            if self._proc is not None:
+                self._stop_stage = 1
+                self._escalate_stop()
+
+    def _unfired_faults(self, launch: Launch) -> None:
+        """A fault that cockpit.report raises inside the script cannot fire in a script that
+        never calls report.step: say so rather than let the rehearsal pass in silence."""
+        if not launch.is_command or self._tracker.reported_steps:
+            return
+        reached = self._watch.last_step or 0
+        for spec in filter(None, launch.env.get("COCKPIT_INJECT", "").split(",")):
+            if faults.parse(spec).step <= reached and spec not in self._watch.fired:
+                self.events.emit("warning", attempt=self._watch.attempt, kind="fault-not-fired",
+                                 message=f"fault {spec} was not injected: cockpit.report.step raises "
+                                         "it inside the script, and this command never calls it "
+                                         "(native-crash, hang and slow work on any command)",
+                                 advice=[], fallback=False)
 
     def _deliver_faults(self, step: int) -> None:
         """The signal faults due at this step, delivered for real (engine.run.faults.deliver)."""
+        if self._proc is None:
+            return  # read after it ended: nothing left to deliver to
         for fault in [f for f in self._faults if f.step <= step]:
             self._faults.remove(fault)
             self.events.emit("fault_injected", attempt=self._watch.attempt, spec=fault.spec,
@@ -444,10 +473,23 @@ class Supervisor:
             pass
 
     def _signal_group(self, sig: signal.Signals) -> None:
-        if self._proc is not None or sig == signal.SIGKILL:
+        """The attempt's process group, and its descendants that left it for a session of
+        their own (torchrun starts every worker with start_new_session)."""
+        if self._proc is None and sig != signal.SIGKILL:
+            return
+        strays = []
+        try:
+            strays = [c for c in psutil.Process(self._pid).children(recursive=True)
+                      if os.getpgid(c.pid) != self._pid]
+        except (psutil.Error, ProcessLookupError):
+            pass  # the leader is gone; its group is still signalled below
+        for target in [None, *strays]:
             try:
-                os.killpg(self._pid, sig)
-            except (ProcessLookupError, PermissionError):
+                if target is None:
+                    os.killpg(self._pid, sig)
+                else:
+                    target.send_signal(sig)
+            except (ProcessLookupError, PermissionError, psutil.Error):
                 pass
 
     def _sample_memory(self, attempt: int) -> None:
@@ -521,7 +563,7 @@ class Supervisor:
                 if e["type"] == "trainer_ready" and self._detector:
                     self._detector.context = dataclasses.replace(
                         self._detector.context, device=e.get("device"), precision=e.get("precision"))
-                elif e["type"] == "step" and self._detector:
+                elif e["type"] == "step" and self._detector and e.get("samples_per_s") is not None:
                     self._on_warning(self._detector.step(e["samples_per_s"], e["t"], e.get("window_s")))
                 elif e["type"] == "progress" and self._tracker is not None:
                     self._emit_progress(self._tracker.reported(e))
