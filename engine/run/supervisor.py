@@ -362,9 +362,10 @@ class Supervisor:
         t = time.time()
         for obs in observations:
             self._emit_progress(self._tracker.parsed(obs, t))
-            if obs.kind == "step" and obs.step is not None and not self._tracker.reported_steps:
-                self._watch.ready = True  # past start-up: the hang watch need not wait for it
-                self._deliver_faults(obs.step)
+            if obs.kind == "step" and not self._tracker.reported_steps:
+                self._watch.ready = True  # training has begun: the start-up allowance is over
+                if obs.step is not None:
+                    self._deliver_faults(obs.step)
         if final:
             self._emit_progress(self._tracker.flush(t))
 
