@@ -320,6 +320,17 @@ def dump_toml(table: dict) -> bytes:
     return tomli_w.dumps(table).encode()
 
 
+def check_new_name(kind: str, name: str, argument: str = "--save") -> None:
+    """A name to save a new preset under: never over one of yours, never shadowing a shipped one."""
+    if not NAME_PATTERN.match(name):
+        raise ConfigError(argument, None, f"got {name!r}; expected letters, digits, '.', '_' and '-'")
+    for ref in list_presets(kind):
+        if ref.name == name:
+            where = "a shipped preset" if ref.shipped else f"your preset at {ref.path}"
+            raise ConfigError(argument, None, f"{name!r} is already {where}, and --save never "
+                                              "replaces a preset that already exists; expected a new name")
+
+
 def save_user_preset(kind: str, name: str, table: dict) -> Path:
     """Validate and save a preset to the user's dir. Shipped presets are never written."""
     if kind not in KINDS:

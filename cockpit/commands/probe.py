@@ -226,7 +226,7 @@ def _find_batch(args, config, as_json: bool) -> int:
         raise ConfigError("--trial-seconds", None, f"got {args.trial_seconds:g}; expected above 0")
     limit = parse_size_mb(args.memory_limit) if args.memory_limit else None
     if args.save:
-        check_new_preset_name(args.save)
+        presets.check_new_name("devices", args.save)  # before anything is measured
     check(config, config.device, limit)  # a command: it must take {batch_size}
     name = config.device_preset
     _say(f"finding the largest micro-batch for {config.workload_preset} on device preset {name!r} "
@@ -268,15 +268,3 @@ def preset_table(config, result) -> dict:
                              f"micro-batch {result.micro_batch} x {result.accumulation} "
                              f"(largest that fits: {result.found})")
     return table
-
-
-def check_new_preset_name(name: str) -> None:
-    """--save never overwrites or shadows a preset: checked before anything is measured."""
-    from engine import presets
-
-    if not presets.NAME_PATTERN.match(name):
-        raise ConfigError("--save", None, f"got {name!r}; expected letters, digits, '.', '_' and '-'")
-    for ref in presets.list_presets("devices"):
-        if ref.name == name:
-            where = "a shipped preset" if ref.shipped else f"your preset at {ref.path}"
-            raise ConfigError("--save", None, f"{name!r} is already {where}; expected a new name")

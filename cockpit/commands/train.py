@@ -65,12 +65,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 def _save(name: str, config) -> int:
     """Write the command as a workload preset (never over an existing one) and say how to run it."""
-    if not presets.NAME_PATTERN.match(name):
-        raise ConfigError("--save", None, f"got {name!r}; expected letters, digits, '.', '_', '-'")
-    existing = [r for r in presets.list_presets("workloads") if r.name == name]
-    if existing:
-        raise ConfigError("--save", None, f"workload preset {name!r} already exists "
-                                          f"({existing[0].path}); expected a new name")
+    presets.check_new_name("workloads", name)
     path = presets.save_user_preset("workloads", name, presets.workload_to_table(config.workload))
     print(f"saved workload preset {name}: {path}")
     print(f"run it: cockpit --no-ui -w {name} -d {config.device_preset}")

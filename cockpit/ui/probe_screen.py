@@ -341,7 +341,7 @@ class ProbeScreen(Screen):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         """The answer to the ask row's question; a bad one is said and the row stays."""
-        from cockpit.commands.probe import check_budget, check_new_preset_name, parse_size_mb, preset_table
+        from cockpit.commands.probe import check_budget, parse_size_mb, preset_table
         from engine import presets
 
         text = event.value.strip()
@@ -359,7 +359,7 @@ class ProbeScreen(Screen):
                 self._done_asking()
                 self.start_finder(limit)
             elif self.asking == "save":
-                check_new_preset_name(text)
+                presets.check_new_name("devices", text)
                 path = presets.save_user_preset("devices", text, preset_table(self.config, self.batch))
                 self._done_asking()
                 self.notify(f"saved {path}")

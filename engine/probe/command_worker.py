@@ -59,12 +59,12 @@ class CommandWorker(Worker):
 
     def _process_state(self) -> None:
         """What one run of the command is followed with."""
-        self._output = self._parser = self._tracker = None
+        self._output = self._tracker = None
         self._spawned = self._ready_at = None
         self._until = self._warm_until = None      # time.time(), speed mode
         self._trial: dict | None = None            # batch mode: {"batch", "t", "step", "samples", "done"}
         self._faults: list[faults.Fault] = []
-        self._slowed = self._flushed = False
+        self._slowed = False
         self._last_live: tuple[float, int, float] | None = None  # (when, step, samples) read while it ran
 
     @property
@@ -110,8 +110,7 @@ class CommandWorker(Worker):
             self.proc, self._unstarted = None, e.strerror or str(e)
             return False
         self._spawned = time.monotonic()
-        self._output = OutputFollower(self.log_path)
-        self._parser = launch.parser()
+        self._output = OutputFollower(self.log_path, launch.parser())
         # No window closes before its first step: then windows of the measurement's length.
         self._tracker = Tracker(launch.samples_per_step, launch.total_steps, report_every_s=float("inf"))
         self._faults = [faults.parse(s) for s in launch.signal_faults]
@@ -132,15 +131,9 @@ class CommandWorker(Worker):
                 out += self._progressed(self._tracker.reported(e), now, t, gone)
             elif e["type"] == "eval" and e.get("source") == "report":
                 self._tracker.saw_reported_eval()
-        while text := self._output.read():
-            for observation in self._parser.feed(text) if self._parser else ():
-                out += self._progressed(self._tracker.parsed(observation, t), now, t, gone)
-            if not gone:
-                break  # the rest at the next poll; a finished process is read to its end
-        if gone and self._parser and not self._flushed:
-            self._flushed = True
-            for observation in self._parser.flush():
-                out += self._progressed(self._tracker.parsed(observation, t), now, t, gone)
+        # read to its end once it is gone: nothing more will be written
+        for observation in self._output.observe(to_end=gone)[1]:
+            out += self._progressed(self._tracker.parsed(observation, t), now, t, gone)
         return out + self._on_time(now, t, gone)
 
     def _progressed(self, produced: list[tuple[str, dict]], now: float, t: float,

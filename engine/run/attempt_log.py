@@ -27,12 +27,27 @@ def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
 
 class OutputFollower:
     """Reads what was appended to an attempt's log since the last call, as text (a UTF-8
-    sequence split between two reads is decoded whole)."""
+    sequence split between two reads is decoded whole), and, given a parser
+    (engine.command.progress.OutputParser), as the progress it says."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, parser=None):
         self.path = path
+        self.parser = parser
         self.offset = 0
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def observe(self, to_end: bool = False) -> tuple[bool, list]:
+        """(whether anything was written, the progress observations in it). `to_end`: the
+        process is gone, so read the rest of the log and the parser's last partial line."""
+        text = self.read()
+        while to_end and (more := self.read()):
+            text += more
+        if self.parser is None:
+            return bool(text), []
+        observations = self.parser.feed(text) if text else []
+        if to_end:
+            observations += self.parser.flush()
+        return bool(text), observations
 
     def read(self) -> str:
         try:

@@ -126,7 +126,7 @@ def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
             return verdict("stopped")
         if code == 2 and _USAGE.search(end.tail or ""):
             return Verdict("config", "The command refused its arguments (as the presets filled "
-                                     "them in).", {**evidence, "message": _last_line(end.tail)})
+                                     "them in).", {**evidence, "message": last_line(end.tail)})
     elif code == EXIT_FINISHED:
         return verdict("finished")
     elif end.slowdown and not end.stop_requested and code == EXIT_STOPPED:
@@ -134,7 +134,7 @@ def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
     elif code == EXIT_STOPPED or (end.stop_requested and sig):
         return verdict("stopped")  # a second stop request kills without a checkpoint
     elif code == EXIT_CONFIG:
-        return verdict("config", _last_line(end.tail) or None)
+        return verdict("config", last_line(end.tail) or None)
     if line := _first_match(_OPENMP, end.tail):
         return verdict("openmp", line)
     if end.hung_for_s is not None:
@@ -151,17 +151,17 @@ def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
         return verdict("backend", line, backend=backend)
     if exc or (code is not None and _TRACEBACK in end.tail):
         raised = exc.get("error") or _raised(end.tail)
-        return verdict("user-code", message or _last_line(end.tail),
+        return verdict("user-code", message or last_line(end.tail),
                        exception=raised or "an exception")
     if sig == "SIGKILL" and end.memory_percent is not None and end.memory_percent >= memory_limit_percent:
         return Verdict("oom", f"The trainer was killed by SIGKILL{where} with system memory "
                               f"{end.memory_percent:.0f}% full: the kernel's out-of-memory killer.",
                        {**evidence, "memory_percent": end.memory_percent})
     if sig in _CRASH_SIGNALS:
-        return verdict("native-crash", _last_line(end.tail) or None)
+        return verdict("native-crash", last_line(end.tail) or None)
     if sig:
         return verdict("killed")
-    return verdict("unknown", _last_line(end.tail) or None)
+    return verdict("unknown", last_line(end.tail) or None)
 
 
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?"
@@ -189,9 +189,5 @@ def _raised(tail: str) -> str | None:
 
 
 def last_line(text: str) -> str:
-    return _last_line(text)
-
-
-def _last_line(text: str) -> str:
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
     return lines[-1] if lines else ""

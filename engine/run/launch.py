@@ -15,6 +15,7 @@ Torch-free.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -88,7 +89,7 @@ def build(run: RunDir, config: RunConfig, attempt: int, name: str, preset: Devic
 
 def trainer_launch(run: RunDir, attempt: int, name: str, preset: DevicePreset) -> Launch:
     trainer = ["-m", "engine.train.trainer", str(run.path), "--attempt", str(attempt),
-               "--preset", name, "--device-json", json_table(preset)]
+               "--preset", name, "--device-json", json.dumps(to_table(preset))]
     # Several processes: torch.distributed's own launcher, supervised like any attempt.
     launcher = launch_prefix(preset.nproc_per_node, preset.nnodes, preset.rdzv_endpoint,
                              run.id, sys.executable)
@@ -124,9 +125,3 @@ def command_launch(run: RunDir, config: RunConfig, attempt: int, preset: DeviceP
         stop_grace_s=spec.stop_grace_s,
         signal_faults=tuple(s for s in preset.inject if faults.parse(s).kind in faults.SIGNAL_KINDS),
         device=values["device"], precision=values["precision"])
-
-
-def json_table(preset: DevicePreset) -> str:
-    import json
-
-    return json.dumps(to_table(preset))

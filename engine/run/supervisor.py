@@ -81,7 +81,6 @@ class AttemptWatch:
     numericals: dict[int, dict] = field(default_factory=dict)   # by rank
     slowdown: dict | None = None   # the warning for which the supervisor stopped it
     ready: bool = False            # past start-up: the trainer said so, or a step was seen
-    checkpoints: dict[str, int | None] = field(default_factory=dict)  # a command's: path -> step
 
     def touch(self, now: float) -> float:
         """A sign of life (an event, a command's output); returns the gap since the last one."""
@@ -94,8 +93,6 @@ class AttemptWatch:
         kind = event["type"]
         if kind in ("step", "progress") and event.get("step") is not None:
             self.last_step, self.ready = event["step"], True
-        elif kind == "checkpoint":
-            self.checkpoints[event["path"]] = event.get("step")
         elif kind == "trainer_ready":
             self.ready = True
             self.precision, self.device = event.get("precision"), event.get("device")
@@ -145,18 +142,16 @@ class Supervisor:
         self._memory_sampled = 0.0
         self._sampler: SystemSampler | None = None
         self._detector: SlowdownDetector | None = None
-        self._last_checkpoint: dict | None = None
+        self._checkpoints: dict[str, dict] = {}   # every checkpoint event of the run, by path
         # the attempt's stop sequence: how many of its launch's stop signals were sent, when
         self._stop_stage = 0
         self._stop_sent = 0.0
         # a command's output and progress
         self._output: OutputFollower | None = None
-        self._parser = None
         self._tracker: Tracker | None = None
         self._faults: list[faults.Fault] = []   # due signal faults (commands)
         self._slowed: bool = False              # the `slow` fault is throttling the command
         self._newest_file: tuple[str, int] | None = None
-        self._all_checkpoints: dict[str, int | None] = {}   # every attempt's: path -> step
         self._pid = 0
 
     # ------------------------------------------------------------ the run
@@ -219,11 +214,11 @@ class Supervisor:
         the way out would otherwise resume from the garbage)."""
         if self.config.workload.is_command:
             bad = result.watch.numerical or {}
-            known, excluded = self._all_checkpoints, set()
+            excluded = set()
             while (latest := command.newest_checkpoint(
-                    self.config.workload.params, self.run.path, list(known), since=self._started,
-                    before=bad.get("t"), exclude=excluded)) is not None:
-                step = known.get(str(latest))
+                    self.config.workload.params, self.run.path, list(self._checkpoints),
+                    since=self._started, before=bad.get("t"), exclude=excluded)) is not None:
+                step = self._checkpoints.get(str(latest), {}).get("step")
                 step = step if step is not None else command.step_in_name(latest)
                 if bad.get("step") is None or step is None or step < bad["step"]:
                     return {"step": step, "samples_seen": None, "path": str(latest)}
@@ -231,10 +226,9 @@ class Supervisor:
             return None
         if (latest := checkpoint.latest(self.run.checkpoints)) is None:
             return None
-        step, seen = checkpoint.step_of(latest), None
-        if self._last_checkpoint and self._last_checkpoint["step"] == step:
-            seen = self._last_checkpoint["samples_seen"]
-        return {"step": step, "samples_seen": seen, "path": str(latest.relative_to(self.run.path))}
+        path = str(latest.relative_to(self.run.path))
+        seen = self._checkpoints.get(path, {}).get("samples_seen")
+        return {"step": checkpoint.step_of(latest), "samples_seen": seen, "path": path}
 
     def _emit_fallback(self, result: AttemptResult, decision: Decision, resume: dict | None) -> None:
         to = decision.next.name + (f" ({fallback.describe_change(decision.changed)})"
@@ -295,8 +289,7 @@ class Supervisor:
 
     def _begin_attempt(self, launch: Launch, log_path: Path, preset) -> None:
         self._stop_stage, self._stop_sent, self._slowed = 0, 0.0, False
-        self._output = OutputFollower(log_path)
-        self._parser = launch.parser()
+        self._output = OutputFollower(log_path, launch.parser())
         self._tracker = Tracker(launch.samples_per_step, launch.total_steps) if launch.is_command else None
         self._faults = [faults.parse(s) for s in launch.signal_faults]
         self._newest_file = None
@@ -346,19 +339,13 @@ class Supervisor:
     def _read_output(self, final: bool = False) -> None:
         """New output since the last poll: a sign of life, and progress when it is parsed.
         At the end of an attempt (`final`) it reads to the end of the log."""
-        text = self._output.read() if self._output else ""
-        while final and self._output and (more := self._output.read()):
-            text += more
-        now = time.monotonic()
-        if text and self._proc is not None:
-            gap = self._watch.touch(now)
+        wrote, observations = self._output.observe(to_end=final)
+        if wrote and self._proc is not None:
+            gap = self._watch.touch(time.monotonic())
             if self._watch.ready:
                 self._slowest_gap = max(self._slowest_gap, gap)
-        if self._parser is None:
+        if self._tracker is None:
             return
-        observations = self._parser.feed(text) if text else []
-        if final:
-            observations += self._parser.flush()
         t = time.time()
         for obs in observations:
             self._emit_progress(self._tracker.parsed(obs, t))
@@ -434,7 +421,7 @@ class Supervisor:
             return
         if stamp != self._newest_file:
             self._newest_file = stamp
-            if str(latest) not in self._all_checkpoints:  # the script did not report it itself
+            if str(latest) not in self._checkpoints:  # the script did not report it itself
                 self.events.emit("checkpoint", attempt=self._watch.attempt, path=str(latest),
                                  step=command.step_in_name(latest), source="file")
 
@@ -573,8 +560,7 @@ class Supervisor:
                 elif e["type"] == "eval" and e.get("source") == "report" and self._tracker is not None:
                     self._tracker.saw_reported_eval()
             if e["type"] == "checkpoint":
-                self._last_checkpoint = e
-                self._all_checkpoints[e["path"]] = e.get("step")
+                self._checkpoints[e["path"]] = e
         if events and self.on_events:
             self.on_events(events)
 
