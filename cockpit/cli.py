@@ -143,6 +143,19 @@ def _open_tui() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # a closed pipe shows here, where it is caught, not at exit
+    except BrokenPipeError:
+        # The reader went away (`cockpit presets list | head -1`): end quietly, the way
+        # Python's docs say: stdout to devnull so the flush at exit cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.runs_dir:
         os.environ["COCKPIT_RUNS_DIR"] = os.path.abspath(args.runs_dir)  # children see it too

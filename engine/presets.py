@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import stat
 import tempfile
 import tomllib
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 Device = Literal["auto", "cpu", "mps", "cuda"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 CachePolicy = Literal["never", "before-mining", "every-epoch"]
+MAX_THREADS = 1024        # more than any machine's cores; torch segfaults at 100000
+MAX_SEED = 2**64 - 1      # torch.manual_seed takes 64 bits
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -66,6 +69,10 @@ class DevicePreset:
                                           "each fires once per run, KIND@STEP+ in every attempt")
 
     def __post_init__(self):
+        if self.threads > MAX_THREADS:
+            raise FieldError("threads", f"got {self.threads}, expected 0 (torch's default) to "
+                                        f"{MAX_THREADS}: threads beyond the cores only slow torch "
+                                        "down, and at counts like this its thread pool crashes")
         if self.device == "mps" and self.compile:
             raise FieldError("compile", "true is refused on MPS: torch.compile's Metal backend is "
                                         "immature and segfaults; expected false")
@@ -122,7 +129,7 @@ class TrainSettings:
     lr: float = setting(1e-3, "AdamW learning rate", min=0.0)
     weight_decay: float = setting(0.0, "AdamW weight decay", min=0.0)
     grad_clip: float = setting(0.0, "clip the gradient norm to this; 0 = off", min=0.0)
-    seed: int = setting(0, "seeds the model, the data order and every RNG", min=0)
+    seed: int = setting(0, "seeds the model, the data order and every RNG", min=0, max=MAX_SEED)
     report_every_s: float = setting(0.5, "seconds per reporting window (one step event each)",
                                     above=0.0)
     eval_every_steps: int = setting(0, "evaluate every N optimizer steps; 0 = at the end only",
@@ -195,14 +202,40 @@ def find(kind: str, name: str) -> PresetRef:
                       "not found; available: " + (", ".join(names) or "none"))
 
 
+MAX_TOML_BYTES = 1 << 20  # a preset or run.toml is a few hundred bytes; 1 MiB is only a mistake
+
+
 def read_toml(path: Path) -> dict:
+    """A preset or run.toml as a table. Every way the file can be unusable (unreadable, not a
+    regular file, too big, not UTF-8, not TOML, nested past reason, empty) is one ConfigError;
+    at most MAX_TOML_BYTES + 1 bytes are read, so a link to an endless file cannot exhaust memory."""
+    where = str(path)
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block, /dev/zero never ends
+            raise ConfigError(where, None, "is not a regular file; expected a TOML file")
         with open(path, "rb") as f:
-            return tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(str(path), None, f"is not valid TOML ({e})") from None
+            data = f.read(MAX_TOML_BYTES + 1)
     except OSError as e:
-        raise ConfigError(str(path), None, f"cannot be read ({e.strerror})") from None
+        raise ConfigError(where, None, f"cannot be read ({e.strerror})") from None
+    if len(data) > MAX_TOML_BYTES:
+        raise ConfigError(where, None, f"is larger than {MAX_TOML_BYTES >> 20} MiB; expected a "
+                                       "TOML file of settings (a few hundred bytes)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(where, None, f"is not UTF-8 text (byte 0x{data[e.start]:02x} at offset "
+                                       f"{e.start}); expected TOML saved as UTF-8") from None
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(where, None, f"is not valid TOML ({e})") from None
+    except RecursionError:
+        raise ConfigError(where, None, "nests tables or arrays too deeply to read; expected "
+                                       "settings a few levels deep") from None
+    if not table:
+        raise ConfigError(where, None, "has no settings; expected at least one key (an empty "
+                                       "file would run on the defaults unseen)")
+    return table
 
 
 # ---------------------------------------------------------------- parsing
@@ -283,18 +316,34 @@ def load_workload(name: str) -> WorkloadPreset:
     return workload_from_table(read_toml(ref.path), str(ref.path))
 
 
-def check_ladder(name: str, preset: DevicePreset, where: str) -> dict[str, DevicePreset]:
-    """The fallback ladder's presets, each loaded and checked; no cycles back to the start."""
+def check(ref: PresetRef, table: dict) -> None:
+    """Check a preset's table as loading it would, short of running anything: a custom
+    workload's params wait for load time, since checking them imports the user's code."""
+    where = str(ref.path)
+    if ref.kind == "devices":
+        check_ladder(ref.name, device_from_table(table, where), where)
+        return
+    from engine.workloads import BUILTIN
+
+    name = table.get("workload")
+    if not isinstance(name, str) or name == COMMAND or name in BUILTIN:
+        workload_from_table(table, where)
+
+
+def check_ladder(name: str, preset: DevicePreset, where: str,
+                 key: str = "fallback") -> dict[str, DevicePreset]:
+    """The fallback ladder's presets, each loaded and checked; no cycles back to the start.
+    `where` and `key` name what gave the ladder: the preset file, or --set device.fallback."""
     ladder = {}
     for step in preset.fallback:
         if step == name:
-            raise ConfigError(where, "fallback", f"names {name!r} itself; expected other presets")
+            raise ConfigError(where, key, f"names {name!r} itself; expected other presets")
         if step in ladder:
-            raise ConfigError(where, "fallback", f"names {step!r} twice")
+            raise ConfigError(where, key, f"names {step!r} twice")
         try:
             ladder[step] = load_device(step)
         except ConfigError as e:
-            raise ConfigError(where, "fallback", f"{step!r}: {e.line()}") from None
+            raise ConfigError(where, key, f"{step!r}: {e.line()}") from None
     return ladder
 
 

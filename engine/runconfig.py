@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from engine import command, presets
+from engine import command, presets, workloads
 from engine.errors import ConfigError
 from engine.presets import DevicePreset, TrainSettings, WorkloadPreset
 from engine.schema import fields, from_table, parse_value, to_table, unknown_key
@@ -128,10 +128,17 @@ def _resolve(workload: WorkloadPreset, workload_name: str, where: str, device_na
              overrides: list[str] | None) -> RunConfig:
     overrides = list(overrides or [])
     device_ref = presets.find("devices", device_name)
-    device = presets.load_device(device_name)
-    workload, device = apply_overrides(workload, device, overrides)
-    ladder = presets.check_ladder(device_name, device, str(device_ref.path))
+    in_file = presets.load_device(device_name)
+    workload, device = apply_overrides(workload, in_file, overrides)
+    # A ladder given with --set is the argument's to fix, not the preset file's.
+    ladder = presets.check_ladder(device_name, device, *(
+        (str(device_ref.path), "fallback") if device.fallback == in_file.fallback
+        else ("--set", "device.fallback")))
     if workload.is_command:
         workload = check_command(workload, where, {device_name: device, **ladder})
+    else:  # the first attempt's step vs the data set; the trainer checks every attempt's
+        samples = workloads.num_samples(workload.workload, workload.params)
+        if samples is not None:
+            workloads.check_batch(device, samples, f"device preset {device_name!r}")
     return RunConfig(workload_preset=workload_name, device_preset=device_name,
                      workload=workload, device=device, ladder=ladder, overrides=tuple(overrides))

@@ -9,6 +9,7 @@ The same checks serve preset files, `--set` overrides and the TUI's editor.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import difflib
 import math
@@ -59,8 +60,9 @@ def expected(annotation: Any, field: dataclasses.Field | None = None) -> str:
         noun = "an integer" if annotation is int else "a number"
         if above is not None:
             return f"{noun} > {above:g}"
-        if lo is not None and hi is not None:
-            return f"{noun} from {lo:g} to {hi:g}"
+        if lo is not None and hi is not None:  # an integer bound in full: 2**64 - 1, not 1.84467e+19
+            return f"{noun} from {lo if annotation is int else f'{lo:g}'} to " \
+                   f"{hi if annotation is int else f'{hi:g}'}"
         if lo == 1 and annotation is int:
             return "a positive integer"
         if lo is not None:
@@ -70,7 +72,7 @@ def expected(annotation: Any, field: dataclasses.Field | None = None) -> str:
         return "a string"
     if origin is tuple:
         return "a list of strings"
-    if origin in (dict, typing.Mapping) or annotation is typing.Mapping:
+    if origin in (dict, collections.abc.Mapping) or annotation is typing.Mapping:
         return "a table of string values"
     return str(annotation)
 
@@ -102,9 +104,13 @@ def _check_value(name: str, value: Any, annotation: Any, field: dataclasses.Fiel
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise bad
         return tuple(value)
-    elif origin in (dict, typing.Mapping) or annotation is typing.Mapping:
-        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+    elif origin in (dict, collections.abc.Mapping) or annotation is typing.Mapping:
+        if not isinstance(value, dict):
             raise bad
+        for key, item in value.items():
+            if not isinstance(item, str):
+                raise FieldError(f"{name}.{key}", f"got {describe(item)}, expected a string "
+                                                  f"(the values of {name} are strings)")
         return types.MappingProxyType(dict(value))
     lo, hi, above = field.metadata.get("min"), field.metadata.get("max"), field.metadata.get("above")
     if (lo is not None and value < lo) or (hi is not None and value > hi) or \
@@ -161,5 +167,5 @@ def parse_value(text: str, annotation: Any = None) -> Any:
             return text
     try:
         return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):  # nested past reason: the type check says
         return text

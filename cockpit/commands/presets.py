@@ -16,26 +16,30 @@ def _where(ref: presets.PresetRef) -> str:
     return "user, shadows shipped" if ref.shadows_shipped else "user"
 
 
-def _description(ref: presets.PresetRef) -> str:
+def _read(ref: presets.PresetRef) -> tuple[str, str | None]:
+    """(description, error): a preset that cannot be read or checked is listed as broken, with
+    the line `presets show` would give, and the rest are still listed."""
     try:
-        text = presets.read_toml(ref.path).get("description", "")
-    except ConfigError:
-        return "(not valid TOML: see cockpit presets show)"
-    return text if isinstance(text, str) else ""
+        table = presets.read_toml(ref.path)
+        presets.check(ref, table)
+    except ConfigError as e:
+        return "", e.line()
+    text = table.get("description", "")
+    return (text if isinstance(text, str) else ""), None
 
 
 def list_(args: argparse.Namespace) -> int:
-    found = {kind: presets.list_presets(kind) for kind in presets.KINDS}
+    found = {kind: [(r, *_read(r)) for r in presets.list_presets(kind)] for kind in presets.KINDS}
     if args.json:
         print(json.dumps({kind: [{"name": r.name, "path": str(r.path), "shipped": r.shipped,
-                                  "shadows_shipped": r.shadows_shipped,
-                                  "description": _description(r)} for r in refs]
-                          for kind, refs in found.items()}, indent=2))
+                                  "shadows_shipped": r.shadows_shipped, "description": text,
+                                  "error": error} for r, text, error in rows]
+                          for kind, rows in found.items()}, indent=2))
         return 0
-    for kind, refs in found.items():
+    for kind, rows in found.items():
         print(kind)
-        for r in refs:
-            print(f"  {r.name:<18} {_where(r):<22} {_description(r)}")
+        for r, text, error in rows:
+            print(f"  {r.name:<18} {_where(r):<22} " + (f"BROKEN: {error}" if error else text))
     return 0
 
 

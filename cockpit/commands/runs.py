@@ -9,6 +9,7 @@ import json
 from cockpit.commands.train import follow as follow_run
 from cockpit.headless import duration
 from engine import command
+from engine.errors import ConfigError
 from engine.run import supervisor
 from engine.numbers import rate
 from engine.run.rundir import find_run, list_runs, summarize
@@ -28,6 +29,9 @@ def list_(args: argparse.Namespace) -> int:
         return 0
     print(f"{'run':<44} {'status':<9} {'step':>13} {'samples':>10} {'time':>7}")
     for s in summaries:
+        if s.error:  # listed as broken, with why; the other runs are still listed
+            print(f"{s.id:<44} {s.status:<9} {s.error}")
+            continue
         progress = f"{s.step}/{s.total_steps or '?'}"
         print(f"{s.id:<44} {s.status:<9} {progress:>13} "
               f"{_rate(s.samples_per_s):>10} {duration(s.duration_s):>7}")
@@ -40,6 +44,8 @@ def show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(dataclasses.asdict(s), indent=2))
         return 0
+    if s.error:
+        raise ConfigError(f"run {s.id}", None, f"is broken: {s.error}")
     print(f"run       {s.id}\npath      {run.path}\nstatus    {s.status}")
     print(f"workload  {s.workload}\ndevice    {s.device_preset}")
     if s.command:

@@ -21,7 +21,7 @@ from engine.numbers import rate
 from engine.run.rundir import RunDir, RunSummary, list_runs, summarize
 
 STATUS_STYLE = {"running": "bold cyan", "finished": "green", "stopped": "yellow",
-                "failed": "bold red", "lost": "red", "created": "dim"}
+                "failed": "bold red", "lost": "red", "created": "dim", "broken": "bold red"}
 
 
 def live_runs() -> list[RunDir]:
@@ -133,6 +133,8 @@ class RunsScreen(Screen):
                  + "".join(f"  {k} {v:.4g}" for k, v in s.metrics.items() if isinstance(v, float))]
         if crash:
             lines.append(f"attempt {crash.attempt}: {crash.crash}")
+        if s.error:
+            lines.append(s.error)
         lines.append(str(run.path))
         self.query_one("#run-detail", Static).update("\n".join(lines))
 

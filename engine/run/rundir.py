@@ -159,6 +159,7 @@ class RunSummary:
     fallbacks: list[dict] = field(default_factory=list)
     steps_lost: int = 0
     command: list[str] | None = None   # a command workload's argv template
+    error: str | None = None           # why a 'broken' run dir cannot be read
 
     @property
     def duration_s(self) -> float | None:
@@ -168,6 +169,31 @@ class RunSummary:
 
 
 def summarize(run: RunDir) -> RunSummary:
+    """The run's summary; a run dir that cannot be read (run.toml unreadable, an event lacking
+    a key it needs) is status 'broken' with the reason in `error`, so one bad run dir never
+    hides the others from `runs list` or the runs screen."""
+    try:
+        return _fold(run)
+    except ConfigError as e:
+        problem = e.line()
+    except OSError as e:
+        problem = f"{e.filename or run.path}: cannot be read ({e.strerror})"
+    except KeyError as e:
+        problem = f"{run.events_path}: an event lacks {e.args[0]!r}; expected the fields cockpit writes"
+    except (TypeError, ValueError, AttributeError) as e:
+        problem = f"{run.path}: cannot be summarized ({type(e).__name__}: {e})"
+    summary = RunSummary(id=run.id, workload="?", device_preset="?", status="broken", error=problem)
+    try:
+        config = presets.read_toml(run.config_path)
+    except ConfigError:
+        return summary
+    for name, key in (("workload", "workload_preset"), ("device_preset", "device_preset")):
+        if isinstance(config.get(key), str):
+            setattr(summary, name, config[key])
+    return summary
+
+
+def _fold(run: RunDir) -> RunSummary:
     """Fold the events into a RunSummary. A run whose supervisor died is 'lost'."""
     config = presets.read_toml(run.config_path)
     summary = RunSummary(id=run.id, workload=config.get("workload_preset", "?"),

@@ -20,7 +20,8 @@ class SampleOrder:
 
     def _permutation(self, epoch: int) -> torch.Tensor:
         if epoch != self._epoch:
-            g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            # modulo 2**64: a large seed times 1_000_003 would overflow manual_seed's 64 bits
+            g = torch.Generator().manual_seed((self.seed * 1_000_003 + epoch) % 2**64)
             self._perm = torch.randperm(self.num_samples, generator=g)
             self._epoch = epoch
         return self._perm

@@ -93,6 +93,7 @@ class Trainer:
 
         devices.seed_everything(self.train.seed)
         self.workload = workloads.build(config.workload.workload, config.workload.params, self.train.seed)
+        workloads.check_batch(preset, self.workload.num_samples, f"device preset {preset_name!r}")
         self.model = self.workload.build_model(grad_checkpointing=preset.grad_checkpointing).to(self.device)
         self.ddp = None
         if self.world.size > 1:

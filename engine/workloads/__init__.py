@@ -21,6 +21,8 @@ from engine.errors import ConfigError
 if TYPE_CHECKING:
     import torch
 
+    from engine.presets import DevicePreset
+
 BUILTIN = {
     "matmul": "engine.workloads.matmul",
     "twotower": "engine.workloads.twotower",
@@ -73,6 +75,31 @@ def params_class(name: str, where: str, table: dict | None = None) -> type:
 
         return custom.params_class(name, where, table or {})
     return _module(name, where).Params
+
+
+def num_samples(name: str, params: Any) -> int | None:
+    """A built-in workload's training samples per epoch, when its package can tell without
+    building the data (its optional `num_samples(params)`); None when only the trainer knows."""
+    if name not in BUILTIN:
+        return None
+    known = getattr(_module(name, "workload"), "num_samples", None)
+    return known(params) if known else None
+
+
+def check_batch(device: "DevicePreset", samples: int, where: str) -> None:
+    """An optimizer step may not take more samples than the data set has: it would be one
+    step over all of them (and more), a mistake whatever the device."""
+    step = device.effective_batch * device.world_size
+    if step <= samples:
+        return
+    parts = [str(device.batch_size)]
+    if device.accumulation > 1:
+        parts.append(f"accumulation {device.accumulation}")
+    if device.world_size > 1:
+        parts.append(f"{device.world_size} processes")
+    raise ConfigError(where, "batch_size", " x ".join(parts) + f" = {step} samples per optimizer "
+                      f"step, but the data set has {samples}; expected at most {samples} a step "
+                      "(a smaller batch_size or accumulation, or more samples)")
 
 
 def build(name: str, params: Any, seed: int) -> Workload:

@@ -59,6 +59,11 @@ class Params:
         return self.shapes * self.colours * self.grid * self.grid * self.sizes
 
 
+def num_samples(params: Params) -> int:
+    """Training samples per epoch, known before the data is built (for the batch check)."""
+    return params.samples
+
+
 def build(params: Params, seed: int):
     from engine.workloads.clip.workload import ClipWorkload
 

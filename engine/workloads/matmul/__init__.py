@@ -22,6 +22,11 @@ class Params:
     eval_samples: int = setting(1024, "held-out samples for R^2", min=1)
 
 
+def num_samples(params: Params) -> int:
+    """Training samples per epoch, known before the data is built (for the batch check)."""
+    return params.samples
+
+
 def build(params: Params, seed: int):
     from engine.workloads.matmul.workload import MatmulWorkload
 

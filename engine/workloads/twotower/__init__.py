@@ -123,7 +123,8 @@ class Params:
     bank_file: str = setting("", "the user's bank.npz: vectors [M,D]; set with pairs_file")
     eval_pairs: int = setting(2000, "held-out pairs for Recall@K (taken from pairs_file when given)",
                               min=1)
-    data_seed: int = setting(0, "seeds the synthetic corpus and the held-out split", min=0)
+    data_seed: int = setting(0, "seeds the synthetic corpus and the held-out split", min=0,
+                             max=2**64 - 1)
     pairs: int = setting(35901, "synthetic: training pairs", min=1)
     bank: int = setting(500_000, "synthetic: bank vectors M", min=2)
     dim: int = setting(768, "synthetic: vector size D", min=2)
@@ -196,6 +197,11 @@ class Params:
     def lists_for(self, bank: int) -> int:
         """IVF lists for a bank of this size (ivf_lists, or about 2 x sqrt(M))."""
         return self.ivf_lists or max(1, min(bank // 39, round(2 * math.sqrt(bank))))
+
+
+def num_samples(params: Params) -> int | None:
+    """Training pairs per epoch when known before the data is built (synthetic data), else None."""
+    return params.pairs if params.synthetic else None
 
 
 def build(params: Params, seed: int):
