@@ -57,8 +57,9 @@ class DevicePreset:
     env: Mapping[str, str] = setting({}, "environment for the trainer process, set before torch loads")
     empty_cache: CachePolicy = setting("never", "when to empty the device cache")
     fallback: tuple[str, ...] = setting([], "device presets to fall back to, in order")
-    rules: Mapping[str, str] = setting({}, "crash kind -> action (next, retry, retry-env, fp32, "
-                                           "halve-batch, stop); unnamed kinds use the defaults")
+    rules: Mapping[str, str] = setting({}, "crash kind -> action (next, retry, retry-progress, "
+                                           "retry-env, fp32, halve-batch, stop); unnamed kinds use "
+                                           "the defaults")
     max_attempts: int = setting(5, "attempts a run may make, the first included", min=1)
     hang_timeout_s: float = setting(300.0, "no progress for this long (or 10x the slowest "
                                            "interval seen, if longer) is a hang", above=0.0)
@@ -125,7 +126,9 @@ class TrainSettings:
     """The schedule of a run: how long, how fast it learns, when it reports and saves."""
 
     epochs: float = setting(1.0, "passes over the workload's training samples", above=0.0)
-    max_steps: int = setting(0, "stop after this many optimizer steps; 0 = no limit", min=0)
+    max_steps: int = setting(0, "stop after this many optimizer steps of the first attempt's "
+                                "global batch (a budget of samples, kept across fallbacks); "
+                                "0 = no limit", min=0)
     lr: float = setting(1e-3, "AdamW learning rate", min=0.0)
     weight_decay: float = setting(0.0, "AdamW weight decay", min=0.0)
     grad_clip: float = setting(0.0, "clip the gradient norm to this; 0 = off", min=0.0)

@@ -1,7 +1,8 @@
 """A run's resolved configuration: workload preset + device preset + `--set` overrides.
 
-Precedence: dataclass defaults < preset file < `--set` overrides. The resolved result,
-with the device presets of the fallback ladder, is written to the run directory as
+Precedence: dataclass defaults < preset file < `--set` overrides. The device settings set
+with `--set` hold for every preset of the fallback ladder too (`carry_overrides`). The resolved
+result, with the device presets of the fallback ladder, is written to the run directory as
 run.toml, so a run never depends on preset files that may change after it started.
 """
 
@@ -99,6 +100,33 @@ def apply_overrides(workload: WorkloadPreset, device: DevicePreset,
     return dataclasses.replace(workload, train=built["train"], params=built["params"]), built["device"]
 
 
+# Device settings that say which preset a rung is, not how it runs: a --set of one of these is
+# the starting preset's alone (a fault rehearsal, too, belongs to the preset it is set on).
+_NOT_CARRIED = ("description", "device", "fallback", "inject")
+
+
+def carry_overrides(workload: WorkloadPreset, ladder: dict[str, DevicePreset],
+                    overrides: list[str]) -> dict[str, DevicePreset]:
+    """The ladder's presets with the user's `--set` device settings applied: what the user set
+    holds for the whole run, unless a fallback rule changes it (the fallback event shows it).
+    on_slowdown = 'fallback' reaches only a preset with a ladder of its own to fall back on."""
+    carried = {}
+    for name, rung in ladder.items():
+        classes = {section: cls for section, (cls, _) in _sections(workload, rung).items()}
+        items = []
+        for item in overrides:
+            section, key = _split_key(item.partition("=")[0].strip(), classes)
+            if section == "device" and key not in _NOT_CARRIED and not (
+                    key == "on_slowdown" and not rung.fallback):
+                items.append(item)
+        try:
+            carried[name] = apply_overrides(workload, rung, items)[1] if items else rung
+        except ConfigError as e:
+            raise ConfigError(e.where, e.key, f"{e.problem} (holds for the whole run, and the "
+                                              f"fallback preset {name!r} refuses it)") from None
+    return carried
+
+
 def check_command(workload: WorkloadPreset, where: str,
                   devices: dict[str, DevicePreset]) -> WorkloadPreset:
     """A command workload, checked against this machine (its working directory and program
@@ -134,6 +162,7 @@ def _resolve(workload: WorkloadPreset, workload_name: str, where: str, device_na
     ladder = presets.check_ladder(device_name, device, *(
         (str(device_ref.path), "fallback") if device.fallback == in_file.fallback
         else ("--set", "device.fallback")))
+    ladder = carry_overrides(workload, ladder, overrides)
     if workload.is_command:
         workload = check_command(workload, where, {device_name: device, **ladder})
     else:  # the first attempt's step vs the data set; the trainer checks every attempt's

@@ -237,6 +237,7 @@ def test_zero_touch_script_gives_steps_with_loss_and_eta(home):
 def test_native_crash_resumes_on_the_next_preset_from_the_newest_checkpoint(home):
     ladder(home)
     done = cockpit("run", "-d", "first", "--inject", "native-crash@120",
+                   "--set", "rules={native-crash='next'}",  # not the default retry-progress
                    "--set", "command.resume=['--resume', '{checkpoint}']",
                    "--set", "command.checkpoints={run_dir}/out/*.pt",
                    "--", PY, TRAIN, "--bs", "{batch_size}", "--accum", "{accumulation}",

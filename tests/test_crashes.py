@@ -6,7 +6,7 @@ import pytest
 
 from engine.run import faults
 from engine.run.crashes import AttemptEnd, classify
-from engine.run.fallback import Ladder, Step, decide
+from engine.run.fallback import Ladder, Step, decide, got_further
 from engine.presets import DevicePreset
 
 
@@ -48,9 +48,29 @@ def test_evidence_names_the_message_signal_and_step():
     verdict = classify(AttemptEnd(None, "SIGABRT", tail=faults.OMP_ERROR, last_step=117))
     assert verdict.evidence["message"].startswith("OMP: Error #15")
     assert verdict.evidence["signal"] == "SIGABRT" and verdict.evidence["last_step"] == 117
-    crash = classify(AttemptEnd(None, "SIGABRT", last_step=927))
+    crash = classify(AttemptEnd(None, "SIGABRT", last_step=927, device="mps"))
     assert crash.sentence == ("The trainer died from SIGABRT after step 927 without a Python traceback: "
                               "a native crash, as Metal/MPS aborts are.")
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda:0", None])
+def test_the_native_crash_sentence_names_metal_only_on_mps(device):
+    sentence = classify(AttemptEnd(None, "SIGSEGV", device=device)).sentence
+    assert "Metal" not in sentence and "a native crash in torch" in sentence
+    assert ("CUDA" in sentence) == (device == "cuda:0")
+
+
+@pytest.mark.parametrize("end", [
+    AttemptEnd(1, None, exception={"error": "Unreadable", "message": "runs/x/checkpoints/step-5.pt: "
+                                   "is not a whole checkpoint"}),
+    AttemptEnd(1, None, exception={"error": "RuntimeError", "message": "PytorchStreamReader failed "
+                                   "reading zip archive: failed finding central directory"}),
+    AttemptEnd(1, None, tail="Traceback (most recent call last):\n  File \"train.py\", line 9\n"
+                             "_pickle.UnpicklingError: invalid load key, '\\x00'."),
+])
+def test_a_checkpoint_that_cannot_be_loaded_is_never_user_code(end):
+    verdict = classify(end)
+    assert verdict.kind == "checkpoint" and "not a bug" in verdict.sentence
 
 
 MPS = DevicePreset(device="mps", batch_size=32, accumulation=16, fallback=("mps-safe", "cpu"))
@@ -104,6 +124,38 @@ def test_numerical_goes_to_fp32_unless_it_already_ran_in_fp32():
 def test_max_attempts_stops_the_run():
     d = decide(verdict("native-crash"), Step("mps", MPS), LADDER, attempts=3, max_attempts=3)
     assert d.next is None and "max_attempts" in d.why
+
+
+def test_a_native_crash_is_retried_while_each_attempt_gets_a_checkpoint_further():
+    # note 001: Metal aborts at random points (batch 927, then 117)
+    d = decide(verdict("native-crash"), Step("mps", MPS), LADDER, attempts=1, max_attempts=9, progressed=True)
+    assert (d.action, d.next.name, d.changed) == ("retry-progress", "mps", {})
+    d = decide(verdict("native-crash"), Step("mps", MPS), LADDER, attempts=2, max_attempts=9, progressed=False)
+    assert (d.action, d.next.name) == ("next", "mps-safe") and "no checkpoint further" in d.why
+
+
+def test_retries_keep_an_attempt_for_each_preset_below():
+    # 5 attempts, two presets below mps: mps gets three of them, then the ladder
+    d = decide(verdict("native-crash"), Step("mps", MPS), LADDER, attempts=2, max_attempts=5, progressed=True)
+    assert d.action == "retry-progress"
+    d = decide(verdict("native-crash"), Step("mps", MPS), LADDER, attempts=3, max_attempts=5, progressed=True)
+    assert (d.action, d.next.name) == ("next", "mps-safe") and "kept for the presets below" in d.why
+
+
+def test_a_native_crash_on_the_last_preset_is_retried_while_it_makes_progress():
+    d = decide(verdict("native-crash"), Step("cpu", CPU), LADDER, attempts=3, max_attempts=5, progressed=True)
+    assert (d.action, d.next.name) == ("retry-progress", "cpu")
+    d = decide(verdict("native-crash"), Step("cpu", CPU), LADDER, attempts=4, max_attempts=5, progressed=False)
+    assert d.next is None and "ladder is exhausted" in d.why
+    d = decide(verdict("native-crash"), Step("cpu", CPU), LADDER, attempts=5, max_attempts=5, progressed=True)
+    assert d.next is None and "max_attempts" in d.why
+
+
+def test_progress_is_a_checkpoint_further_than_the_attempt_started_from():
+    at = lambda step, path="c": {"step": step, "path": path}  # noqa: E731
+    assert got_further(None, at(3)) and got_further(at(3), at(4))
+    assert not got_further(None, None) and not got_further(at(4), at(4)) and not got_further(at(4), None)
+    assert got_further(at(None, "a.pt"), at(None, "b.pt")) and not got_further(at(None, "a.pt"), at(None, "a.pt"))
 
 
 def test_a_presets_own_rules_override_the_defaults():

@@ -40,7 +40,7 @@ def of_type(run: RunDir, kind: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("fault, kind, action, to", [
-    ("native-crash@5", "native-crash", "next", "second"),
+    ("native-crash@5", "native-crash", "retry-progress", "first"),  # it got checkpoints further
     ("backend@5", "backend", "next", "second"),
     ("oom@5", "oom", "halve-batch", "first"),
     ("openmp@0", "openmp", "retry-env", "first"),
@@ -112,7 +112,7 @@ def test_max_attempts_is_respected(home):
 
 def test_an_exhausted_ladder_fails_the_run(home):
     # Injected faults belong to a preset: here both rungs of the ladder crash.
-    ladder(home, second_extra='inject = ["native-crash@2"]\n')
+    ladder(home, first_extra='rules = { native-crash = "next" }\n', second_extra='inject = ["native-crash@2"]\n')
     status, run = supervise("inject=['native-crash@2']")
     assert status == "failed"
     assert [e["preset"] for e in of_type(run, "crash")] == ["first", "second"]
@@ -166,8 +166,8 @@ def test_headless_prints_crashes_fallbacks_and_a_summary(home):
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "attempt 1 (first) crashed: native-crash. The trainer died from SIGABRT" in out
-    assert "fallback: attempt 2 on second (native-crash -> next (rule)): batch_size 8 -> 4; " \
-           "accumulation 4 -> 8; resuming at step" in out
+    assert "fallback: attempt 2 on first (native-crash -> retry-progress (rule); it got a checkpoint " \
+           "further); resuming at step 4" in out
     assert "run finished: 2 attempts (first: native-crash after step" in out
     (run,) = list_runs()
     assert run.config().device.inject == ("native-crash@5",)
@@ -184,3 +184,68 @@ def test_a_bad_inject_flag_is_one_line_and_exit_2(home):
         "one of native-crash, oom, backend, openmp, nan, hang, user-code, slow (e.g. 'native-crash@117', "
         "'oom@120+')"]
     assert not list_runs()
+
+
+def test_a_crash_at_random_points_is_retried_while_each_attempt_gets_further(home):
+    ladder(home)
+    # note 001: Metal aborts at batch 927, then 117 -- each attempt gets past a checkpoint
+    status, run = supervise("inject=['native-crash@4', 'native-crash@7']")
+    assert status == "finished"
+    assert [(m["action"], m["to_preset"]) for m in of_type(run, "fallback")] == \
+        [("retry-progress", "first"), ("retry-progress", "first")]
+    assert [e["resumed_from"]["step"] for e in of_type(run, "trainer_ready")[1:]] == [3, 6]
+
+
+def test_a_crash_that_comes_back_before_the_next_checkpoint_moves_down_the_ladder(home):
+    ladder(home)
+    status, run = supervise("inject=['native-crash@4+']")
+    assert status == "finished"
+    moves = of_type(run, "fallback")
+    assert [(m["action"], m["to_preset"]) for m in moves] == [("retry-progress", "first"), ("next", "second")]
+    assert "no checkpoint further" in moves[1]["why"]
+
+
+def test_a_native_crash_with_no_ladder_is_retried_while_it_makes_progress_and_then_fails(home):
+    user_preset(home, "devices", "alone", 'device = "cpu"\nthreads = 1\n')
+    # A report every step, so the steps reached are exact, and a checkpoint every 4 steps.
+    every4 = ["train.checkpoint_every_steps=4", "train.report_every_s=1e-9"]
+    status, run = supervise("inject=['native-crash@6', 'native-crash@11']", *every4, device="alone")
+    assert status == "finished"  # an empty ladder no longer ends a run that makes progress
+    assert [m["action"] for m in of_type(run, "fallback")] == ["retry-progress", "retry-progress"]
+
+    status, run = supervise("inject=['native-crash@7+']", *every4, device="alone")
+    assert status == "failed"
+    assert [m["action"] for m in of_type(run, "fallback")] == ["retry-progress"]
+    assert "ladder is exhausted" in of_type(run, "run_failed")[0]["reason"]
+    # steps 5-6 lost twice: the attempt that ended the run counts too
+    assert of_type(run, "run_finished")[0]["summary"]["steps_lost"] == 4
+
+
+def test_what_the_user_set_holds_across_the_ladder_unless_a_rule_changes_it(home):
+    ladder(home)
+    status, run = supervise("inject=['oom@3', 'backend@6']", "batch_size=16", "accumulation=2",
+                            "grad_checkpointing=true")
+    assert status == "finished"
+    halve, move = of_type(run, "fallback")
+    assert halve["changed"] == {"batch_size": [16, 8], "accumulation": [2, 4]}  # the rule's change wins
+    # ...on the preset it was made for: the next one takes what the user set, and says so
+    assert (move["action"], move["to_preset"]) == ("next", "second")
+    assert move["changed"] == {"batch_size": [8, 16], "accumulation": [4, 2]}
+    second = of_type(run, "trainer_ready")[2]
+    assert (second["batch_size"], second["accumulation"], second["grad_checkpointing"]) == (16, 2, True)
+    assert run.config().ladder["second"].batch_size == 16
+
+
+def test_max_steps_holds_as_samples_across_a_fallback_to_half_the_batch(home):
+    user_preset(home, "devices", "big", 'device = "cpu"\nbatch_size = 8\naccumulation = 4\nthreads = 1\n'
+                'fallback = ["small"]\n')
+    user_preset(home, "devices", "small", 'device = "cpu"\nbatch_size = 4\naccumulation = 4\nthreads = 1\n')
+    own_batch = [o for o in FAST if not o.startswith(("batch_size", "accumulation"))]
+    run = RunDir.create(runconfig.resolve("matmul", "big", own_batch + ["train.max_steps=6",
+                                                                        "inject=['backend@3']"]))
+    assert Supervisor(run, poll_s=0.05).supervise() == "finished"
+    first, second = of_type(run, "trainer_ready")
+    assert (first["total_steps"], first["total_samples"]) == (6, 6 * 32)
+    # 2 steps of 32 done, 128 samples left in steps of 16
+    assert (second["global_batch"], second["total_samples"], second["total_steps"]) == (16, 192, 2 + 8)
+    assert of_type(run, "checkpoint")[-1]["samples_seen"] == 6 * 32

@@ -135,7 +135,7 @@ def test_checkpoints_are_complete_and_only_the_last_k_kept(home):
     assert state["samples_seen"] == 256 and state["config"]["device"]["batch_size"] == 8
     assert not list(run.checkpoints.glob("*.tmp"))
     saved = [e for e in run.events() if e["type"] == "checkpoint"]
-    assert len(saved) == 8 + 1  # every step, and the final save
+    assert [e["step"] for e in saved] == list(range(1, 9))  # every step; the last one once
 
 
 def test_gradient_checkpointing_changes_memory_not_results(home):
@@ -201,3 +201,75 @@ def test_prepare_epoch_runs_once_per_epoch_and_again_on_resume(home):
     assert attach(trainer_for(run, attempt=2)).fit() == "finished"
     assert seen == [(1, 80, False), (2, 128, False)]  # the resumed epoch is prepared again
     assert [e["epoch"] for e in run.events() if e["type"] == "mining"] == [0, 1, 1, 2]
+
+
+def warnings_of(run: RunDir) -> list[dict]:
+    return [e for e in run.events() if e["type"] == "warning"]
+
+
+@pytest.mark.parametrize("damage", ["torn", "bit-rot", "garbage"])
+def test_an_unreadable_newest_checkpoint_is_reported_and_the_one_before_it_loaded(home, damage):
+    run = new_run("checkpoint_every_steps=1", "keep_checkpoints=3")
+    assert trainer_for(run, stop_after=5).fit() == "stopped"
+    newest = checkpoint.latest(run.checkpoints)
+    data = bytearray(newest.read_bytes())
+    if damage == "torn":  # a full disk: the write stopped half way
+        data = data[:len(data) // 2]
+    elif damage == "bit-rot":  # one flipped byte in a weight: torch.load alone would not notice
+        data[len(data) // 2] ^= 0xFF
+    else:
+        data = bytearray(b"\x00garbage" * 64)
+    newest.write_bytes(bytes(data))
+    with pytest.raises(checkpoint.Unreadable):
+        checkpoint.load(newest)
+    assert checkpoint.newest_intact(run.checkpoints).name == "step-000000004.pt"
+
+    resumed = trainer_for(run, attempt=2)
+    assert resumed.resumed_from["step"] == 4 and resumed.samples_seen == 4 * 32
+    (warning,) = warnings_of(run)
+    assert warning["kind"] == "checkpoint-unreadable" and warning["path"] == "checkpoints/step-000000005.pt"
+    assert "checkpoints/step-000000005.pt cannot be loaded" in warning["message"] and warning["error"]
+    # set aside, so it is no longer the newest nor kept in place of a good one
+    assert not newest.exists() and (run.checkpoints / "step-000000005.pt.unreadable").exists()
+    assert resumed.fit() == "finished" and resumed.samples_seen == 256
+
+
+def test_a_run_whose_checkpoints_all_fail_to_load_starts_fresh_with_a_warning(home):
+    run = new_run("checkpoint_every_steps=2")
+    assert trainer_for(run, stop_after=4).fit() == "stopped"
+    for path in checkpoint.checkpoint_files(run.checkpoints):
+        path.write_bytes(path.read_bytes()[:100])
+    fresh = trainer_for(run, attempt=2)
+    assert fresh.resumed_from is None and fresh.step == 0 and fresh.samples_seen == 0
+    assert not fresh.optimizer.state  # nothing of a half-restored checkpoint left behind
+    kinds = [(w["kind"], w["path"]) for w in warnings_of(run)]
+    assert kinds == [("checkpoint-unreadable", "checkpoints/step-000000004.pt"),
+                     ("checkpoint-unreadable", "checkpoints/step-000000002.pt"),
+                     ("checkpoint-unreadable", None)]
+    assert "training starts from the beginning" in warnings_of(run)[-1]["message"]
+    assert fresh.fit() == "finished" and fresh.samples_seen == 256
+
+
+def test_a_checkpoint_of_another_model_is_not_loaded(home):
+    run = new_run("checkpoint_every_steps=2")
+    assert trainer_for(run, stop_after=2).fit() == "stopped"
+    path = checkpoint.latest(run.checkpoints)
+    state = checkpoint.load(path)
+    state["model"] = {k: v[..., :1] for k, v in state["model"].items()}
+    torch.save(state, path)
+    resumed = trainer_for(run, attempt=2)
+    assert resumed.resumed_from is None
+    assert "does not fit this run's model" in warnings_of(run)[0]["error"]
+
+
+def test_max_steps_is_a_budget_of_samples_at_the_first_global_batch(home):
+    # 32 samples a step at the run's own preset: 5 steps are 160 samples, whatever a later
+    # attempt's batch is.
+    run = new_run("batch_size=8", "accumulation=4", "train.max_steps=5", "checkpoint_every_steps=1")
+    first = trainer_for(run, stop_after=2)
+    assert (first.total_steps, first.total_samples) == (5, 160)
+    assert first.fit() == "stopped"
+    half = trainer_for(run, "batch_size=4", "accumulation=3", attempt=2)  # 12 a step
+    assert half.total_samples == 160 and half.total_steps == 2 + 8  # 96 left: 8 steps of 12
+    assert half.fit() == "finished" and half.samples_seen == 160
+    assert checkpoint.load(checkpoint.latest(run.checkpoints))["first_global_batch"] == 32

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 CLEAN = ("finished", "stopped", "config")
 # Every crash kind a device preset's [rules] can name.
 CRASH_KINDS = ("oom", "backend", "native-crash", "openmp", "numerical", "hang", "killed",
-               "user-code", "slowdown", "unknown")
+               "user-code", "checkpoint", "slowdown", "unknown")
 
 # Exit codes the trainer uses on purpose (engine.train.trainer).
 EXIT_FINISHED, EXIT_FAILED, EXIT_CONFIG, EXIT_STOPPED, EXIT_NUMERICAL = 0, 1, 2, 3, 4
@@ -30,6 +30,11 @@ _BACKEND = re.compile(r"Placeholder storage has not been allocated on MPS device
                       r"failed assertion|not currently implemented for the MPS device|"
                       r"MPSGraph|MPSNDArray|CUDA error|CUBLAS_STATUS_\w+|cuDNN error|"
                       r"NCCL error|device-side assert")
+# A checkpoint that cannot be loaded (a torn write, bit rot): engine.train.checkpoint's
+# Unreadable, torch.load's zip and unpickling errors. Not a bug in the workload.
+_CHECKPOINT = re.compile(r"^Unreadable: |checkpoint\.Unreadable\b|PytorchStreamReader failed|"
+                         r"failed finding central directory|Weights only load failed|"
+                         r"UnpicklingError|invalid load key|BadZipFile|Bad CRC-32")
 _TRACEBACK = "Traceback (most recent call last)"
 # argparse's refusal (exit 2): a command's arguments, as the preset templated them, are wrong.
 _USAGE = re.compile(r"^usage: .*$|: error: (?:unrecognized arguments|argument |the following arguments)"
@@ -44,17 +49,24 @@ SENTENCES = {
     "backend": "The {backend} backend failed{where}; a different device or setting usually "
                "avoids it.",
     "native-crash": "The trainer died from {signal}{where} without a Python traceback: a native "
-                    "crash, as Metal/MPS aborts are.",
+                    "crash{native}.",
     "openmp": "Two OpenMP runtimes were loaded into one process (torch and faiss); "
               "KMP_DUPLICATE_LIB_OK=TRUE lets it continue.",
     "numerical": "The loss became NaN or infinite{where}.",
     "hang": "The trainer made no progress for {timeout}{where} and was killed.",
     "killed": "The trainer was killed by {signal}{where} from outside (not a crash of its own).",
     "user-code": "The workload code raised {exception}{where}; falling back will not fix a bug.",
+    "checkpoint": "A checkpoint could not be loaded{where} (a torn write or a damaged file), which "
+                  "is not a bug in the workload.",
     "slowdown": "The run crawled{where} because memory was too full (swapping or under "
                 "pressure); it checkpointed and stopped so the next preset can take over.",
     "unknown": "The trainer exited with code {code}{where} and left no explanation.",
 }
+
+
+# What a native crash is, on the device it happened on.
+_NATIVE = {"mps": ", as Metal/MPS aborts are", "cuda": " in torch, a CUDA library or an extension",
+           "": " in torch or a native library it loaded"}
 
 
 @dataclass(frozen=True)
@@ -149,6 +161,8 @@ def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
     if line := _first_match(_BACKEND, message, end.tail):
         backend = "CUDA" if re.search(r"CUDA|CUBLAS|cuDNN|NCCL|device-side", line) else "MPS/Metal"
         return verdict("backend", line, backend=backend)
+    if line := _first_match(_CHECKPOINT, message, end.tail if code is not None else ""):
+        return verdict("checkpoint", line)
     if exc or (code is not None and _TRACEBACK in end.tail):
         raised = exc.get("error") or _raised(end.tail)
         return verdict("user-code", message or last_line(end.tail),
@@ -158,7 +172,8 @@ def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
                               f"{end.memory_percent:.0f}% full: the kernel's out-of-memory killer.",
                        {**evidence, "memory_percent": end.memory_percent})
     if sig in _CRASH_SIGNALS:
-        return verdict("native-crash", last_line(end.tail) or None)
+        return verdict("native-crash", last_line(end.tail) or None, native=_NATIVE.get(
+            (end.device or "").partition(":")[0], _NATIVE[""]))
     if sig:
         return verdict("killed")
     return verdict("unknown", last_line(end.tail) or None)

@@ -5,6 +5,11 @@ the device preset's [rules] table (DEFAULT_RULES fill the gaps):
 
     next         the next preset of the run's ladder (the starting preset's `fallback` list)
     retry        the same preset again, from the last checkpoint
+    retry-progress  the same preset again while each attempt gets at least one checkpoint
+                 further than the one before it (a crash that strikes at random points, as
+                 note 001's Metal aborts at batch 927, then 117); the next preset once an
+                 attempt makes no progress, or when the attempts left are only enough for one
+                 on each preset below (max_attempts)
     retry-env    the same preset with the environment fix for the kind (openmp:
                  KMP_DUPLICATE_LIB_OK=TRUE); the next preset if the fix is already in place
     fp32         the same preset in fp32; the next preset if it already ran in fp32
@@ -28,16 +33,17 @@ from engine.run.crashes import Verdict
 if TYPE_CHECKING:
     from engine.presets import DevicePreset
 
-ACTIONS = ("next", "retry", "retry-env", "fp32", "halve-batch", "stop")
+ACTIONS = ("next", "retry", "retry-progress", "retry-env", "fp32", "halve-batch", "stop")
 DEFAULT_RULES = {
     "oom": "halve-batch",
     "backend": "next",
-    "native-crash": "next",
+    "native-crash": "retry-progress",
     "openmp": "retry-env",
     "numerical": "fp32",
     "hang": "next",
     "killed": "retry",
     "user-code": "stop",
+    "checkpoint": "next",
     "slowdown": "next",
     "unknown": "next",
 }
@@ -72,6 +78,10 @@ class Ladder:
         self.order = [start.name, *start.preset.fallback]
         self.rungs = {start.name: start.preset, **rungs}
 
+    def below(self, name: str) -> int:
+        """How many presets of the ladder come after this one."""
+        return len(self.order) - 1 - self.order.index(name) if name in self.order else 0
+
     def after(self, name: str) -> Step | None:
         index = self.order.index(name) if name in self.order else len(self.order)
         for later in self.order[index + 1:]:
@@ -83,11 +93,25 @@ def rule_for(preset: "DevicePreset", kind: str) -> str:
     return "stop" if kind == "user-code" else preset.rules.get(kind, DEFAULT_RULES[kind])
 
 
+def got_further(before: dict | None, after: dict | None) -> bool:
+    """Whether an attempt got a checkpoint further: `before` is the resume point it started
+    from, `after` the one the next attempt would start from (the supervisor's resume points)."""
+    if after is None:
+        return False
+    if before is None:
+        return True
+    if before.get("step") is not None and after.get("step") is not None:
+        return after["step"] > before["step"]
+    return after.get("path") != before.get("path")  # a command's checkpoint named without a step
+
+
 def decide(verdict: Verdict, current: Step, ladder: Ladder, attempts: int, max_attempts: int,
-           precision_used: str | None = None, fixed: frozenset[str] = frozenset()) -> Decision:
+           precision_used: str | None = None, fixed: frozenset[str] = frozenset(),
+           progressed: bool = False) -> Decision:
     """The next attempt after `verdict`, or a decision to stop. `fixed` names the settings the
     workload cannot change (a command that takes no {batch_size}): a rule that would change
-    only those moves to the next preset instead of retrying the same thing."""
+    only those moves to the next preset instead of retrying the same thing. `progressed`: the
+    attempt got a checkpoint further than the one it started from (`got_further`)."""
     action = rule_for(current.preset, verdict.kind)
     why = f"{verdict.kind} -> {action} (rule)"
     if action != "stop" and attempts >= max_attempts:
@@ -95,6 +119,15 @@ def decide(verdict: Verdict, current: Step, ladder: Ladder, attempts: int, max_a
     preset = current.preset
     if action == "retry":
         return _to(action, why, current, Step(current.name, preset))
+    if action == "retry-progress":
+        below = ladder.below(current.name)
+        if not progressed:
+            why += "; the attempt got no checkpoint further than where it started, so the next preset"
+        elif below and max_attempts - attempts <= below:
+            why += (f"; it made progress, but the {max_attempts - attempts} attempts left "
+                    "(max_attempts) are kept for the presets below, so the next preset")
+        else:
+            return _to(action, why + "; it got a checkpoint further", current, Step(current.name, preset))
     if action == "retry-env":
         fix = ENV_FIXES.get(verdict.kind, {})
         if fix and any(preset.env.get(k) != v for k, v in fix.items()):

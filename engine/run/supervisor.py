@@ -74,6 +74,7 @@ class AttemptWatch:
     precision: str | None = None
     device: str | None = None
     resumed_step: int = 0
+    checkpoint_step: int | None = None   # the last checkpoint it wrote
     exception: dict | None = None
     numerical: dict | None = None
     fired: list[str] = field(default_factory=list)
@@ -103,6 +104,8 @@ class AttemptWatch:
         elif kind == "numerical":
             self.numericals.setdefault(event.get("rank", 0), event)
             self.numerical = self.numerical or event
+        elif kind == "checkpoint" and event.get("step") is not None:
+            self.checkpoint_step = event["step"]
         elif kind == "fault_injected":
             self.fired.append(event["spec"])
         return gap
@@ -195,12 +198,13 @@ class Supervisor:
                 return "stopped", results
             fixed = command.fixed_settings(self.config.workload.params) \
                 if self.config.workload.is_command else frozenset()
+            previous, resume = resume, self._resume_point(result)
             decision = fallback.decide(verdict, current, ladder, attempt, start.preset.max_attempts,
-                                       precision_used=result.watch.precision, fixed=fixed)
+                                       precision_used=result.watch.precision, fixed=fixed,
+                                       progressed=fallback.got_further(previous, resume))
             if decision.next is None:
                 self.events.emit("run_failed", reason=decision.why, kind=verdict.kind)
                 return "failed", results
-            resume = self._resume_point(result)
             self._emit_fallback(result, decision, resume)
             current = decision.next
 
@@ -224,7 +228,7 @@ class Supervisor:
                     return {"step": step, "samples_seen": None, "path": str(latest)}
                 excluded.add(str(latest))  # written at or after the step whose loss went bad
             return None
-        if (latest := checkpoint.latest(self.run.checkpoints)) is None:
+        if (latest := checkpoint.newest_intact(self.run.checkpoints)) is None:
             return None
         path = str(latest.relative_to(self.run.path))
         seen = self._checkpoints.get(path, {}).get("samples_seen")
@@ -589,9 +593,12 @@ def run_summary(results: list[AttemptResult]) -> dict:
         attempts.append({"attempt": r.attempt, "preset": r.step.name, "device": r.watch.device,
                          "outcome": r.outcome, "last_step": r.watch.last_step,
                          "sentence": r.verdict.sentence if r.verdict.crashed else None})
-        if r.verdict.crashed and i + 1 < len(results):
-            resumed = results[i + 1].watch.resumed_step
-            lost += max(0, (r.watch.last_step or 0) - (resumed or 0))
+        if r.verdict.crashed:
+            # Up to where the next attempt resumed; for the crash that ended the run, up to
+            # its last checkpoint (or where it started).
+            kept = results[i + 1].watch.resumed_step if i + 1 < len(results) else \
+                max(r.watch.resumed_step or 0, r.watch.checkpoint_step or 0)
+            lost += max(0, (r.watch.last_step or 0) - (kept or 0))
     last = results[-1] if results else None
     return {"attempts": attempts, "steps_lost": lost,
             "finished_on": last.step.name if last and last.outcome == "finished" else None,

@@ -2,18 +2,33 @@
 
 Model (the uncompiled module's state_dict), optimizer, grad scaler, RNG states, the
 position in the data (optimizer steps and samples seen), the config and a schema version.
-Written atomically (temp file + rename, fsync'd), so a crash mid-save leaves the previous
-checkpoint intact; only the last K are kept.
+Written atomically (temp file + rename, fsync'd, the directory too), so a crash mid-save
+leaves the previous checkpoint intact; only the last K are kept.
+
+Verified when loaded: a torch checkpoint is a zip archive with a CRC-32 per member, so a torn
+write (no central directory) and bit rot (a CRC mismatch, which torch.load itself does not
+check) are found without torch (`verify`, for the supervisor), and `load` raises `Unreadable`
+for anything that cannot be loaded, whatever the reason.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import zipfile
 from pathlib import Path
 
 SCHEMA = 1
 _NAME = re.compile(r"^step-(\d+)\.pt$")
+SET_ASIDE = ".unreadable"  # the suffix an unreadable checkpoint is renamed with
+
+
+class Unreadable(Exception):
+    """A checkpoint that cannot be loaded: torn, corrupt, of another schema or another model."""
+
+    def __init__(self, path: Path, problem: str):
+        self.path, self.problem = path, problem
+        super().__init__(f"{path}: {problem}")
 
 
 def checkpoint_files(directory: Path) -> list[Path]:
@@ -35,11 +50,16 @@ def save(directory: Path, state: dict, keep: int) -> Path:
     tmp = directory / f".{path.name}.tmp"
     import torch  # lazily: the supervisor lists checkpoints without loading torch
 
-    with open(tmp, "wb") as f:
-        torch.save({"schema": SCHEMA, **state}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            torch.save({"schema": SCHEMA, **state}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file behind
+        raise
+    _fsync_directory(directory)  # the rename itself survives a power cut
     for old in checkpoint_files(directory)[:-keep]:
         old.unlink(missing_ok=True)
     return path
@@ -49,10 +69,65 @@ def step_of(path: Path) -> int:
     return int(_NAME.match(path.name).group(1))
 
 
+def verify(path: Path) -> None:
+    """Raise Unreadable unless the file is a whole zip archive whose every member matches its
+    CRC-32. Torch-free; reads the whole file."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (OSError, zipfile.BadZipFile, EOFError, ValueError) as e:
+        raise Unreadable(path, f"is not a whole checkpoint: a torn write or a damaged file ({e})") from None
+    if bad is not None:
+        raise Unreadable(path, f"its {bad} does not match its checksum: the file is corrupt")
+
+
+def newest_intact(directory: Path) -> Path | None:
+    """The newest checkpoint that passes `verify` (torch-free): where the next attempt resumes."""
+    for path in reversed(checkpoint_files(directory)):
+        try:
+            verify(path)
+            return path
+        except Unreadable:
+            continue
+    return None
+
+
 def load(path: Path) -> dict:
+    """The checkpoint's state, verified; Unreadable for whatever keeps it from loading."""
     import torch
 
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    if state.get("schema") != SCHEMA:
-        raise ValueError(f"{path}: checkpoint schema {state.get('schema')!r}, expected {SCHEMA}")
+    verify(path)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except MemoryError:
+        raise
+    except Exception as e:
+        raise Unreadable(path, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+    if not isinstance(state, dict) or state.get("schema") != SCHEMA:
+        found = state.get("schema") if isinstance(state, dict) else type(state).__name__
+        raise Unreadable(path, f"checkpoint schema {found!r}, expected {SCHEMA}")
     return state
+
+
+def set_aside(path: Path) -> Path | None:
+    """Rename an unreadable checkpoint out of the way (kept as evidence): no longer the newest,
+    and never the one the last-K rule keeps in place of a good one. None if it cannot be."""
+    aside = path.with_name(path.name + SET_ASIDE)
+    try:
+        os.replace(path, aside)
+    except OSError:
+        return None
+    return aside
+
+
+def _fsync_directory(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse a directory fsync
+    finally:
+        os.close(fd)

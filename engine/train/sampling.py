@@ -35,7 +35,7 @@ def continue_prompt(run: RunDir, prompt: str, *, tokens: int = 200, temperature:
     if not hasattr(workload, "continue_text"):
         raise ConfigError(f"run {run.id}", None, f"its workload {name!r} does not write text; "
                                                  "expected a run of a text workload (trm, lora)")
-    path = checkpoint.latest(run.checkpoints)
+    path = checkpoint.newest_intact(run.checkpoints)
     if path is None:
         raise ConfigError(f"run {run.id}", None, "has no checkpoint yet; expected a run that "
                                                  "has saved one (at the end or on its schedule)")

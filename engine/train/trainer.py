@@ -111,14 +111,19 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.resolved.precision == "fp16")
         self.order = SampleOrder(self.workload.num_samples, self.train.seed)
         self.total_samples = max(1, round(self.train.epochs * self.workload.num_samples))
+        # The first attempt's global batch (kept in every checkpoint, whatever run.toml says by
+        # then): max_steps counts steps of it, a budget of samples, so a fallback to another
+        # batch trains the same samples, not the same number of steps.
+        self.first_global_batch = config.device.effective_batch * config.device.world_size
 
         self.step = 0
         self.samples_seen = 0
         self.resumed_from = self._resume()
+        if self.train.max_steps:
+            self.total_samples = min(self.total_samples, self.train.max_steps * self.first_global_batch)
         self.total_steps = self.step + math.ceil(
             max(0, self.total_samples - self.samples_seen) / self.global_batch)
-        if self.train.max_steps:
-            self.total_steps = min(self.total_steps, self.train.max_steps)
+        self._saved_step = self.step if self.resumed_from else None  # the step on disk
 
         self._last_checkpoint_t = time.monotonic()
         self._prepared_epoch = -1
@@ -290,17 +295,21 @@ class Trainer:
     # ------------------------------------------------------------ state
 
     def save_checkpoint(self) -> None:
+        if self.step == self._saved_step:
+            return  # this step is on disk already (the schedule saved the last step)
         # Never save a non-finite state: the window's loss and the weights are checked first
         # (one sync per checkpoint), so a resume always starts from good weights.
         self.report()
         if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
             raise NonFiniteLoss(self.step, "non-finite weights")
+        self._saved_step = self.step
         if not self.world.is_main:
             return  # every rank holds the same weights; rank 0 writes them
         started = time.monotonic()
         path = checkpoint.save(self.run.checkpoints, {
             "step": self.step,
             "samples_seen": self.samples_seen,
+            "first_global_batch": self.first_global_batch,
             "model": self.model.state_dict(),  # the uncompiled module's names
             "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict(),
@@ -314,17 +323,54 @@ class Trainer:
                          save_s=round(self._last_checkpoint_t - started, 3))
 
     def _resume(self) -> dict | None:
-        path = checkpoint.latest(self.run.checkpoints)
-        if path is None:
+        """Continue from the newest checkpoint that loads. One that does not (a torn write, bit
+        rot) is reported, set aside and the one before it tried; if none loads, the attempt
+        starts from the beginning, with a warning."""
+        files = checkpoint.checkpoint_files(self.run.checkpoints)
+        if not files:
             return None
-        state = checkpoint.load(path)
-        self.model.load_state_dict(state["model"], strict=True)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scaler.load_state_dict(state["scaler"])  # a no-op when the scaler is disabled
-        devices.set_rng_state(state["rng"])
-        self.step, self.samples_seen = state["step"], state["samples_seen"]
-        return {"path": str(path.relative_to(self.run.path)), "step": self.step,
-                "samples_seen": self.samples_seen}
+        # What a fresh start needs back should a half-restored checkpoint fail (the model is
+        # restored last, once everything else has loaded, so it never needs putting back).
+        fresh = self.optimizer.state_dict(), self.scaler.state_dict(), devices.rng_state()
+        for path in reversed(files):
+            name = str(path.relative_to(self.run.path))
+            try:
+                self._restore(path, checkpoint.load(path))
+            except checkpoint.Unreadable as e:
+                aside = checkpoint.set_aside(path) if self.world.is_main else None
+                self.emit("warning", kind="checkpoint-unreadable", path=name, error=e.problem,
+                          message=f"checkpoint {name} cannot be loaded ({e.problem}); "
+                                  + (f"set aside as {aside.name}, " if aside else "")
+                                  + "trying the one before it", advice=[], fallback=False)
+                continue
+            return {"path": name, "step": self.step, "samples_seen": self.samples_seen}
+        self.optimizer.load_state_dict(fresh[0])
+        self.scaler.load_state_dict(fresh[1])
+        devices.set_rng_state(fresh[2])
+        self.emit("warning", kind="checkpoint-unreadable", path=None, error="none loads",
+                  message=f"none of the run's {len(files)} checkpoints loads; training starts from "
+                          "the beginning", advice=[], fallback=False)
+        return None
+
+    def _restore(self, path, state: dict) -> None:
+        """Put a loaded checkpoint's state in place; Unreadable if it does not fit this run."""
+        try:
+            mine = self.model.state_dict()
+            theirs = state["model"]
+            misfits = [k for k in mine.keys() | theirs.keys()
+                       if k not in mine or k not in theirs or mine[k].shape != theirs[k].shape]
+            if misfits:
+                raise checkpoint.Unreadable(path, "does not fit this run's model ("
+                                            + ", ".join(sorted(misfits)[:3]) + ")")
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scaler.load_state_dict(state["scaler"])  # a no-op when the scaler is disabled
+            devices.set_rng_state(state["rng"])
+            step, samples_seen = int(state["step"]), int(state["samples_seen"])
+            first = int(state.get("first_global_batch", self.first_global_batch))
+            self.model.load_state_dict(theirs, strict=True)
+        except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as e:
+            raise checkpoint.Unreadable(path, f"{type(e).__name__}: {e}") from None
+        self.step, self.samples_seen, self.first_global_batch = step, samples_seen, first
 
     def _keep_loss(self, loss: torch.Tensor, n: int) -> None:
         # Keeping the device tensor costs no kernel launch; they are summed in batches.

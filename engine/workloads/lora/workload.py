@@ -87,7 +87,7 @@ class LoraWorkload(ByteLM):
     def build_model(self, *, grad_checkpointing: bool) -> nn.Module:
         model = RecursiveLM(self.arch, grad_checkpointing or self.params.grad_checkpointing)
         if self.base_run is not None:
-            path = checkpoint.latest(self.base_run.checkpoints)
+            path = checkpoint.newest_intact(self.base_run.checkpoints)
             if path is None:
                 raise ConfigError(WHERE, None, f"run {self.base_run.id} has no checkpoint yet; "
                                                "expected a trm run that has saved one")
