@@ -20,6 +20,7 @@ examples:
   cockpit --no-ui --device mps --inject native-crash@117   rehearse a crash and its fallback
   cockpit run -d mps -- python train.py --bs {batch_size} --device {device}   your own script
   cockpit runs follow last                          watch a detached run
+  cockpit runs resume last                          continue a stopped, failed or interrupted run
   cockpit presets list
   cockpit probe -w trm-tiny                         which device (and CPU thread count) is fastest here
   cockpit probe -w clip-m1 -d mps --find-batch --save mps-clip   largest batch that keeps memory calm
@@ -73,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     q = psub.add_parser("path", help="where presets and runs are kept")
     q.set_defaults(handler=presets_cmd.path)
 
-    r = sub.add_parser("runs", help="list, show, follow and stop runs")
+    r = sub.add_parser("runs", help="list, show, follow, stop and resume runs")
     rsub = r.add_subparsers(dest="action", required=True, parser_class=_Parser)
     q = rsub.add_parser("list", help="runs, newest first")
     q.add_argument("--json", action="store_true")
@@ -86,6 +87,16 @@ def build_parser() -> argparse.ArgumentParser:
         if name != "stop":
             q.add_argument("--json", action="store_true")
         q.set_defaults(handler=handler)
+    q = rsub.add_parser("resume", help="continue a stopped, failed or interrupted run from its "
+                                       "newest checkpoint")
+    q.add_argument("run", help="run id, a unique prefix of one, a path, or 'last'")
+    q.add_argument("--device", "-d", metavar="PRESET",
+                   help="continue on this device preset (default: the one the last attempt ran on)")
+    q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="change a device.*, train.* or command.* setting for the rest of the run")
+    q.add_argument("--json", action="store_true", help="print every event as a JSON line")
+    q.add_argument("--detach", action="store_true", help="continue in the background")
+    q.set_defaults(handler=runs_cmd.resume)
     _add_run_parser(sub)
     probe_cmd.add_parser(sub)
     sample_cmd.add_parser(sub)

@@ -43,6 +43,15 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
     kind = e["type"]
     if kind == "run_started":
         return f"run {e['run']}: workload {e['workload']}, device preset {e['device_preset']}"
+    if kind == "run_resumed":
+        resume = e.get("resume")
+        where = f"from {resume_text(resume)}" if resume else "from the start (no checkpoint yet)"
+        return (f"run {e['run']} resumed: attempt {e['next_attempt']} on {e['device_preset']}, "
+                f"{where}")
+    if kind == "supervisor_lost":
+        return e["message"]
+    if kind == "run_interrupted":
+        return f"run interrupted ({e['reason']}); continue it with: {e['resume']}"
     if kind == "trainer_ready":
         resumed = e.get("resumed_from")
         line = (f"attempt {e['attempt']}: {e['device']} {e['precision']}, batch {e['batch_size']} x "

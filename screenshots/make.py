@@ -48,7 +48,9 @@ def prepare(home: Path) -> None:
         lines = (live / "events.jsonl").read_text().splitlines(keepends=True)
         steps = [i for i, line in enumerate(lines) if '"type":"step"' in line]
         (live / "events.jsonl").write_text("".join(lines[: steps[len(steps) // 2] + 1]))
-    (live / "supervisor.pid").write_text(f"{os.getpid()}\n")
+    from engine.run.rundir import RunDir  # after sys.path has the project
+
+    RunDir(live).write_supervisor_pid(os.getpid())
     # The probe screen shows the probe recorded on the H100 machine, as measured five minutes ago.
     os.environ["COCKPIT_CACHE_DIR"] = str(home / "cache")
     probes = home / "cache" / "probes"

@@ -143,3 +143,29 @@ def test_quit_can_stop_the_live_run(home):
         assert proc.wait(timeout=10) == -15                          # a graceful stop request
     finally:
         proc.kill()
+
+
+def test_r_on_the_runs_screen_resumes_a_stopped_run_and_refuses_a_finished_one(home):
+    copy_run(home, "finished", "20261123-000002-finished")
+    stopped = copy_run(home, "finished", "20261123-000001-stopped")
+    lines = (stopped / "events.jsonl").read_text().splitlines(keepends=True)
+    cut = max(i for i, line in enumerate(lines) if '"type":"checkpoint"' in line and '"attempt":1' in line)
+    end = '{"v":1,"t":1795400000.0,"type":"run_finished","attempt":0,"status":"stopped","attempts":1}\n'
+    (stopped / "events.jsonl").write_text("".join(lines[:cut + 1]) + end)
+
+    async def drive():
+        app = make_app(attach=False)
+        opened = []
+        app.open_run = lambda run, start=False: opened.append((run.id, start))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("o")
+            screen = app.screen
+            await wait_for(pilot, lambda: len(screen.rows) == 2, what="the runs to load")
+            await pilot.press("r")   # the finished run, first row
+            await wait_for(pilot, lambda: app._notifications, what="a notification")
+            assert "nothing to resume" in list(app._notifications)[-1].message and not opened
+            await pilot.press("down", "r")
+            await wait_for(pilot, lambda: opened, what="the resumed run to open")
+            assert opened == [("20261123-000001-stopped", True)]
+
+    run(drive())

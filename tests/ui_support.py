@@ -11,6 +11,7 @@ from pathlib import Path
 from textual.css.query import NoMatches
 
 from conftest import FIXTURES
+from engine.run.rundir import RunDir
 
 RUNS = FIXTURES / "runs"
 
@@ -27,10 +28,12 @@ def fake_live(run: Path, pid: int | None = None) -> None:
     lines = (run / "events.jsonl").read_text().splitlines(keepends=True)
     steps = [i for i, line in enumerate(lines) if '"type":"step"' in line]
     (run / "events.jsonl").write_text("".join(lines[: steps[len(steps) // 2] + 1]))
-    (run / "supervisor.pid").write_text(f"{pid or os.getpid()}\n")
+    RunDir(run).write_supervisor_pid(pid or os.getpid())
 
 
-async def wait_for(pilot, condition, timeout: float = 10.0, what: str = "condition") -> None:
+async def wait_for(pilot, condition, timeout: float = 60.0, what: str = "condition") -> None:
+    """Until `condition()` holds; the timeout is for a hang only (what it waits for takes a
+    second or two, four times that on a loaded machine)."""
     deadline = time.monotonic() + timeout
     while not _holds(condition):
         if time.monotonic() > deadline:

@@ -1,4 +1,4 @@
-"""`cockpit runs list | show RUN | follow RUN | stop RUN`."""
+"""`cockpit runs list | show RUN | follow RUN | stop RUN | resume RUN`."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ import argparse
 import dataclasses
 import json
 
+from cockpit.commands import train
 from cockpit.commands.train import follow as follow_run
 from cockpit.headless import duration
 from engine import command
 from engine.errors import ConfigError
-from engine.run import supervisor
+from engine.run import lifeline, resume as resumption, supervisor
 from engine.numbers import rate
 from engine.run.rundir import find_run, list_runs, summarize
 
@@ -73,9 +74,25 @@ def follow(args: argparse.Namespace) -> int:
 def stop(args: argparse.Namespace) -> int:
     run = find_run(args.run)
     if not supervisor.request_stop(run):
+        history = resumption.History.of(run.events())
+        if history.orphan() is not None:
+            # Its supervisor and the lifeline both died: stop the attempt as they would have.
+            print(f"run {run.id} has no supervisor; stopping its attempt (pid {history.process['pid']})")
+            lifeline.stop_orphan(run.path, history.process)
+            print(f"stopped; continue it with: cockpit runs resume {run.id}")
+            return 0
         print(f"run {run.id} is not running")
         return 1
     how = ("its command gets SIGINT (Ctrl-C), then SIGTERM and SIGKILL if it does not exit"
            if summarize(run).command else "it checkpoints and exits after the current step")
     print(f"asked run {run.id} to stop; {how}")
     return 0
+
+
+def resume(args: argparse.Namespace) -> int:
+    """Continue a stopped, failed or interrupted run from its newest checkpoint."""
+    run = find_run(args.run)
+    resumption.check(run)
+    config = resumption.plan(run, args.device, args.set)
+    resumption.save(run, config, resumption.History.of(run.events()).attempts + 1)
+    return train.supervise(run, args)

@@ -11,7 +11,7 @@ import time
 from cockpit.headless import HeadlessPrinter, duration
 from engine import command, presets, runconfig
 from engine.errors import ConfigError
-from engine.run.events import EventFollower
+from engine.run.events import EventFollower, run_end
 from engine.run.rundir import RunDir, RunSummary, summarize
 
 EXIT_BY_STATUS = {"finished": 0, "stopped": 130}
@@ -74,8 +74,12 @@ def _save(name: str, config) -> int:
 
 def start(config, args: argparse.Namespace) -> int:
     """Make the run directory and supervise the run, in the foreground or detached."""
-    run_dir = RunDir.create(config)
+    return supervise(RunDir.create(config), args)
 
+
+def supervise(run_dir: RunDir, args: argparse.Namespace) -> int:
+    """Supervise a new run, or continue one (`cockpit runs resume`), in the foreground or
+    detached."""
     from engine.run import supervisor
 
     if args.detach:
@@ -116,13 +120,13 @@ def _print_summary(s: RunSummary) -> None:
 def follow(run_dir: RunDir, as_json: bool) -> int:
     """Print a run's events from the start, then live until it ends (`cockpit runs follow`)."""
     printer = HeadlessPrinter(as_json=as_json)
-    follower = EventFollower(run_dir.events_path)
+    follower, end = EventFollower(run_dir.events_path), None
     while True:
         events = follower.poll()
         printer(events)
-        done = next((e for e in events if e["type"] == "run_finished"), None)
-        if done:
-            return EXIT_BY_STATUS.get(done["status"], 1)
+        end = run_end(events, end)
+        if end is not None and run_dir.supervisor_pid() is None:
+            return EXIT_BY_STATUS.get(end.get("status", "interrupted"), 1)
         if not events and run_dir.supervisor_pid() is None:
             # Nothing running and nothing new: the run is over (or its supervisor was lost).
             status = summarize(run_dir).status

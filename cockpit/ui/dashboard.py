@@ -37,7 +37,7 @@ from engine.run.rundir import RunDir
 FRAME_S = 0.1
 PLOT_S = 1.0   # the plots are the costly part of a frame (~20 ms each); once a second is plenty
 STATUS_STYLE = {"running": "bold cyan", "finished": "bold green", "stopped": "bold yellow",
-                "failed": "bold red", "lost": "bold red", "created": "dim"}
+                "failed": "bold red", "lost": "bold red", "interrupted": "yellow", "created": "dim"}
 
 
 class DashboardScreen(Screen):

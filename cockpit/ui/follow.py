@@ -15,7 +15,7 @@ from typing import Callable
 from textual.message import Message
 
 from engine.run import supervisor
-from engine.run.events import EventFollower
+from engine.run.events import EventFollower, run_end
 from engine.run.rundir import RunDir
 
 POLL_S = 0.1
@@ -28,7 +28,7 @@ class RunEvents(Message):
     run_id: str
     events: list[dict]
     live: bool
-    ended: bool   # nothing more will come: run_finished was read, or no supervisor and no news
+    ended: bool   # nothing more will come: the run's end was read, or no supervisor and no news
 
 
 def follow(run: RunDir, post: Callable[[RunEvents], object], cancelled: Callable[[], bool], *,
@@ -37,11 +37,12 @@ def follow(run: RunDir, post: Callable[[RunEvents], object], cancelled: Callable
     if start:
         supervisor.start_detached(run)
     follower = EventFollower(run.events_path)
-    last_live = None
+    last_live, end = None, None
     while not cancelled():
         events = follower.poll()
         live = run.supervisor_pid() is not None
-        done = any(e.get("type") == "run_finished" for e in events)
+        end = run_end(events, end)
+        done = end is not None and not live
         ended = done or (not events and not live)
         if events or live != last_live or ended:
             post(RunEvents(run.id, events, live and not done, ended))

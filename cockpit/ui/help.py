@@ -35,13 +35,15 @@ device preset and keeps memory pressure normal and swap flat (asks an optional m
 such as 6G) · `s` save that as a new device preset · `esc` back.
 
 **Runs** — every run with status, workload, device, throughput and duration. `enter` opens
-one: a past run is replayed from its events, a live one is attached. `s` stop · `r` refresh.
+one: a past run is replayed from its events, a live one is attached. `s` stop · `r` resume
+a stopped, failed or interrupted run from its newest checkpoint, on the preset its last
+attempt ran on · `f5` refresh.
 
 **Anywhere** — `ctrl+p` command palette · `?` this help · `q` quit (asks what to do with a
 live run). A run is its own process: closing the terminal or losing SSH leaves it running,
 and `cockpit` attaches to it again.
 
-Headless, the same: `cockpit --no-ui`, `cockpit runs list|show|follow|stop`, `cockpit presets`,
+Headless, the same: `cockpit --no-ui`, `cockpit runs list|show|follow|stop|resume`, `cockpit presets`,
 `cockpit probe [--find-batch]`.
 """
 

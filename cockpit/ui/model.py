@@ -76,7 +76,7 @@ class RunModel:
     run_id: str = ""
     workload: str = "?"
     device_preset: str = "?"
-    status: str = "created"           # created | running | finished | failed | stopped | lost
+    status: str = "created"           # engine.run.rundir.RunSummary's statuses
     live: bool | None = None          # the supervisor's process is alive (None: not known yet)
     started_t: float | None = None
     ended_t: float | None = None
@@ -142,7 +142,7 @@ class RunModel:
 
     @property
     def finished(self) -> bool:
-        return self.status in ("finished", "failed", "stopped", "lost")
+        return self.status in ("finished", "failed", "stopped", "interrupted", "lost")
 
     def duration_s(self, now: float) -> float | None:
         if self.started_t is None:
@@ -204,6 +204,24 @@ def _run_started(m: RunModel, e: dict) -> set[str]:
     m.started_t, m.status = e.get("t"), "running"
     m._say(e, human_line(e))
     return {"status", "log"}
+
+
+def _run_resumed(m: RunModel, e: dict) -> set[str]:
+    m.status, m.ended_t = "running", None
+    m._say(e, human_line(e))
+    return {"status", "log"}
+
+
+def _supervisor_lost(m: RunModel, e: dict) -> set[str]:
+    m._say(e, human_line(e))
+    return {"log"}
+
+
+def _run_interrupted(m: RunModel, e: dict) -> set[str]:
+    m.status, m.ended_t = "interrupted", e.get("t")
+    m.eta_s = None
+    m._say(e, human_line(e))
+    return {"status", "progress", "log"}
 
 
 def _attempt_started(m: RunModel, e: dict) -> set[str]:
@@ -330,7 +348,8 @@ _HANDLERS = {
     "trainer_ready": _trainer_ready, "step": _step, "eval": _eval, "checkpoint": _checkpoint,
     "memory": _memory, "warning": _warning, "crash": _crash, "attempt_ended": _attempt_ended,
     "fallback": _fallback, "run_failed": _run_failed, "run_finished": _run_finished,
-    "fault_injected": _fault_injected,
+    "fault_injected": _fault_injected, "run_resumed": _run_resumed,
+    "run_interrupted": _run_interrupted, "supervisor_lost": _supervisor_lost,
 }
 
 

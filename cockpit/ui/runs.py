@@ -15,13 +15,13 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from cockpit.headless import duration
-from engine.run import supervisor
+from engine.run import resume as resumption, supervisor
 from engine.errors import ConfigError
 from engine.numbers import rate
 from engine.run.rundir import RunDir, RunSummary, list_runs, summarize
 
 STATUS_STYLE = {"running": "bold cyan", "finished": "green", "stopped": "yellow",
-                "failed": "bold red", "lost": "red", "created": "dim", "broken": "bold red"}
+                "failed": "bold red", "lost": "red", "interrupted": "yellow", "created": "dim", "broken": "bold red"}
 
 
 def live_runs() -> list[RunDir]:
@@ -68,7 +68,8 @@ class RunsScreen(Screen):
     BINDINGS = [
         Binding("enter", "open", "Open / attach", priority=True),
         Binding("s", "stop", "Stop run"),
-        Binding("r", "refresh", "Refresh"),
+        Binding("r", "resume", "Resume run"),
+        Binding("f5", "refresh", "Refresh"),
         Binding("escape", "app.pop_screen", "Back"),
     ]
     DEFAULT_CSS = """
@@ -153,6 +154,23 @@ class RunsScreen(Screen):
             self.notify(f"asked {run.id} to stop")
         elif run is not None:
             self.notify(f"{run.id} is not running", severity="warning")
+
+    def action_resume(self) -> None:
+        run = self._selected()
+        if run is not None:
+            self.resume(run)
+
+    @work(thread=True, exclusive=True, group="runs-resume", exit_on_error=False)
+    def resume(self, run: RunDir) -> None:
+        """Continue the run on the preset its last attempt ran on (what `cockpit runs resume`
+        does without -d), then watch it. Checking it may load torch: off the UI thread."""
+        try:
+            resumption.check(run)
+            resumption.save(run, resumption.plan(run), resumption.History.of(run.events()).attempts + 1)
+        except ConfigError as e:
+            self.app.call_from_thread(self.notify, e.line(), severity="warning")
+            return
+        self.app.call_from_thread(self.app.open_run, run, start=True)
 
     def action_refresh(self) -> None:
         self.load()

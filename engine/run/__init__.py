@@ -2,6 +2,9 @@
 how each ended and what comes next, and the run directory they leave behind.
 
     supervisor   runs a run's attempts, foreground or detached; hangs, memory, stops, faults
+    lifeline     stops the attempt when its supervisor dies; the run reads `interrupted`
+    resume       continuing a stopped, failed or interrupted run (`cockpit runs resume`)
+    identity     a process by pid and start time: liveness that a reused pid cannot fool
     launch       one attempt's argv, env, cwd, how its progress is read and how it is stopped
     attempt_log  an attempt's output: its tail as evidence, followed as it grows
     crashes      how an attempt ended, from evidence

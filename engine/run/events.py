@@ -6,8 +6,9 @@ Two processes append to the same file; each event is one write() to an O_APPEND
 descriptor, so lines never interleave. A reader stops before a torn last line (a writer
 that died mid-write) and picks it up once it is complete.
 
-Types: run_started, attempt_started, step, eval, checkpoint, warning, crash, fallback,
-attempt_ended, run_finished (and memory, once the monitor lands).
+Types: run_started (run_resumed when a run is continued), attempt_started, attempt_process,
+step, eval, checkpoint, memory, warning, crash, fallback, attempt_ended, run_finished; and
+from the lifeline (engine.run.lifeline), supervisor_lost and run_interrupted.
 """
 
 from __future__ import annotations
@@ -74,6 +75,32 @@ def _parse(data: bytes) -> Iterator[dict]:
             continue  # a line mangled by a crash mid-write; the rest of the file is still good
         if isinstance(event, dict) and "type" in event:
             yield event
+
+
+def run_end(events: list[dict], end: dict | None = None) -> dict | None:
+    """The event that ended the run (run_finished, or the lifeline's run_interrupted) as of
+    these events, carrying `end` over from earlier batches: a run_resumed after it means the
+    run goes on."""
+    for e in events:
+        if e["type"] in ("run_finished", "run_interrupted"):
+            end = e
+        elif e["type"] == "run_resumed":
+            end = None
+    return end
+
+
+def end_torn_line(path: Path) -> None:
+    """End a torn last line (its writer died mid-write) so the next event starts a line of
+    its own instead of joining it and being lost with it."""
+    try:
+        with open(path, "rb+") as f:
+            if f.seek(0, os.SEEK_END) == 0:
+                return
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+    except FileNotFoundError:
+        pass
 
 
 def read_events(path: Path) -> list[dict]:

@@ -14,7 +14,6 @@ users' scripts all go through RunDir and summarize().
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from pathlib import Path
 from engine import paths, presets
 from engine.errors import ConfigError
 from engine.run.events import read_events
+from engine.run.identity import ProcessId
 from engine.runconfig import RunConfig
 
 
@@ -64,12 +64,17 @@ class RunDir:
         return read_events(self.events_path)
 
     def supervisor_pid(self) -> int | None:
-        """The pid of a live supervisor of this run, or None."""
+        """The pid of this run's live supervisor, or None. Checked by identity (pid and start
+        time): a pid the kernel has since given to another process is not the supervisor."""
         try:
-            pid = int(self.pid_path.read_text().strip())
-        except (OSError, ValueError):
+            supervisor = ProcessId.parse(self.pid_path.read_text())
+        except (OSError, UnicodeDecodeError):
             return None
-        return pid if _alive(pid) else None
+        return supervisor.pid if supervisor is not None and supervisor.alive() else None
+
+    def write_supervisor_pid(self, pid: int) -> None:
+        if (supervisor := ProcessId.of(pid)) is not None:
+            presets.atomic_write(self.pid_path, f"{supervisor}\n".encode())
 
     @classmethod
     def create(cls, config: RunConfig, root: Path | None = None) -> "RunDir":
@@ -88,16 +93,6 @@ class RunDir:
         run = cls(path)
         presets.atomic_write(run.config_path, presets.dump_toml(config.to_table()))
         return run
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def find_run(ref: str, root: Path | None = None) -> RunDir:
@@ -145,7 +140,9 @@ class RunSummary:
     id: str
     workload: str
     device_preset: str
-    status: str = "created"        # created | running | finished | failed | stopped | lost
+    # created | running | finished | failed | stopped | interrupted (its supervisor died; the
+    # lifeline stopped the attempt) | lost (the supervisor died and nothing has said so yet)
+    status: str = "created"
     step: int = 0
     total_steps: int = 0
     samples_seen: int = 0
@@ -194,7 +191,8 @@ def summarize(run: RunDir) -> RunSummary:
 
 
 def _fold(run: RunDir) -> RunSummary:
-    """Fold the events into a RunSummary. A run whose supervisor died is 'lost'."""
+    """Fold the events into a RunSummary. A run whose supervisor died is 'interrupted' once
+    its lifeline has stopped the attempt, 'lost' until then (or if the lifeline died too)."""
     config = presets.read_toml(run.config_path)
     summary = RunSummary(id=run.id, workload=config.get("workload_preset", "?"),
                          device_preset=config.get("device_preset", "?"),
@@ -203,6 +201,9 @@ def _fold(run: RunDir) -> RunSummary:
         kind = e["type"]
         if kind == "run_started":
             summary.status, summary.started = "running", e["t"]
+        elif kind == "run_resumed":
+            summary.status, summary.ended = "running", None
+            summary.started = summary.started or e["t"]
         elif kind == "attempt_started":
             summary.attempts.append(AttemptSummary(attempt=e["attempt"], preset=e.get("preset", "?"),
                                                    device=e.get("device") or "?"))
@@ -226,7 +227,9 @@ def _fold(run: RunDir) -> RunSummary:
             summary.attempts[-1].exit = e.get("exit", "")
         elif kind == "run_finished":
             summary.status, summary.ended = e["status"], e["t"]
-            summary.steps_lost = (e.get("summary") or {}).get("steps_lost", 0)
+            summary.steps_lost += (e.get("summary") or {}).get("steps_lost", 0)
+        elif kind == "run_interrupted":
+            summary.status, summary.ended = "interrupted", e["t"]
     if summary.status == "running" and run.supervisor_pid() is None:
         summary.status = "lost"  # the supervisor was killed; nothing will finish this run
     return summary

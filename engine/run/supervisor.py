@@ -42,13 +42,15 @@ from typing import Callable
 import psutil
 
 from engine import command
-from engine.run import fallback, faults, launch as launches
+from engine.run import events as event_log, fallback, faults, launch as launches
 from engine.train import checkpoint
 from engine.run.attempt_log import TAIL_LINES, OutputFollower, log_tail
 from engine.run.crashes import AttemptEnd, Verdict, classify, last_line, torchrun_root_cause
 from engine.run.events import EventFollower, EventWriter
 from engine.run.fallback import Decision, Ladder, Step
 from engine.run.launch import Launch, child_env
+from engine.run.lifeline import Lifeline
+from engine.run.resume import History
 from engine.run.rundir import RunDir
 from engine.monitor.slowdown import Context, SlowdownDetector
 from engine.monitor.sysmon import SystemSampler
@@ -156,33 +158,63 @@ class Supervisor:
         self._slowed: bool = False              # the `slow` fault is throttling the command
         self._newest_file: tuple[str, int] | None = None
         self._pid = 0
+        self._lifeline: Lifeline | None = None
+        self._first_attempt = 1   # above 1 when this supervisor continues a run
+        self._fired: set[tuple[str, str]] = set()   # (preset, fault) injected in this run
+        self._unreadable: set[str] = set()   # a command's checkpoints that it failed to load
 
     # ------------------------------------------------------------ the run
 
     def supervise(self) -> str:
-        """Run attempts until the run ends; returns its status: finished, stopped or failed."""
-        self.run.pid_path.write_text(f"{os.getpid()}\n")
+        """Run attempts until the run ends; returns its status: finished, stopped or failed.
+        A run that has events already is continued (engine.run.resume), not started over."""
+        self.run.write_supervisor_pid(os.getpid())
         self._install_signal_handlers()
+        self._lifeline = Lifeline(self.run.path, self.run.supervisor_log, child_env({}))
+        ended = False
         try:
-            self.events.emit("run_started", run=self.run.id, workload=self.config.workload_preset,
-                             device_preset=self.config.device_preset, pid=os.getpid(),
-                             overrides=list(self.config.overrides),
-                             command=self.config.workload.is_command)
-            status, results = self._attempts()
+            resume = self._begin_run()
+            status, results = self._attempts(resume)
             self.events.emit("run_finished", status=status, attempts=len(results),
                              summary=run_summary(results))
             self._pump()
+            ended = True
             return status
         finally:
+            # Without the lifeline's `bye` (a supervisor bug escaped), it records the run as
+            # interrupted, with the command that continues it.
+            if ended:
+                self._lifeline.close()
+                self.run.pid_path.unlink(missing_ok=True)
             self.events.close()
-            self.run.pid_path.unlink(missing_ok=True)
 
-    def _attempts(self) -> tuple[str, list[AttemptResult]]:
+    def _begin_run(self) -> dict | None:
+        """run_started, or run_resumed for a run that earlier supervisors worked on; returns
+        where a continued run's first attempt resumes."""
+        history = History.of(self.run.events())
+        fields = dict(run=self.run.id, workload=self.config.workload_preset,
+                      device_preset=self.config.device_preset, pid=os.getpid(),
+                      overrides=list(self.config.overrides), command=self.config.workload.is_command)
+        if history.started is None:
+            self.events.emit("run_started", **fields)
+            return None
+        # Past what the earlier supervisors wrote: a torn last line (a writer killed mid-write)
+        # is ended first, so this supervisor's events start on a line of their own.
+        event_log.end_torn_line(self.run.events_path)
+        self.follower.offset = self.run.events_path.stat().st_size
+        self._first_attempt, self._started = history.attempts + 1, history.started
+        self._fired = set(history.fired)
+        self._checkpoints.update(history.checkpoints)
+        resume = self._resume_point()
+        self.events.emit("run_resumed", **fields, next_attempt=self._first_attempt, resume=resume)
+        return resume
+
+    def _attempts(self, resume: dict | None) -> tuple[str, list[AttemptResult]]:
         start = Step(self.config.device_preset, self.config.device)
         ladder = Ladder(start, self.config.ladder)
-        current, fired, results, resume = start, set(), [], None
+        current, fired, results = start, self._fired, []
         while True:
-            attempt = len(results) + 1
+            attempt = self._first_attempt + len(results)
             # A preset's fault fires once per run (unless it ends in '+'), as a real crash does
             # not follow the run onto a safer setting.
             preset = current.preset
@@ -198,8 +230,11 @@ class Supervisor:
                 return "stopped", results
             fixed = command.fixed_settings(self.config.workload.params) \
                 if self.config.workload.is_command else frozenset()
-            previous, resume = resume, self._resume_point(result)
-            decision = fallback.decide(verdict, current, ladder, attempt, start.preset.max_attempts,
+            if verdict.kind == "checkpoint" and resume and self.config.workload.is_command:
+                self._unreadable.add(resume["path"])  # the script could not load it: not again
+            previous, resume = resume, self._resume_point(result.watch.numerical)
+            # len(results): a continued run gets max_attempts of its own, the user asked for more
+            decision = fallback.decide(verdict, current, ladder, len(results), start.preset.max_attempts,
                                        precision_used=result.watch.precision, fixed=fixed,
                                        progressed=fallback.got_further(previous, resume))
             if decision.next is None:
@@ -208,7 +243,7 @@ class Supervisor:
             self._emit_fallback(result, decision, resume)
             current = decision.next
 
-    def _resume_point(self, result: AttemptResult) -> dict | None:
+    def _resume_point(self, numerical: dict | None = None) -> dict | None:
         """Where the next attempt continues: {"step", "samples_seen", "path"}, or None.
 
         The file on disk is the truth (a trainer killed between writing a checkpoint and
@@ -217,8 +252,8 @@ class Supervisor:
         run, and, after a non-finite loss, before the loss went bad (a script that saves on
         the way out would otherwise resume from the garbage)."""
         if self.config.workload.is_command:
-            bad = result.watch.numerical or {}
-            excluded = set()
+            bad = numerical or {}
+            excluded = set(self._unreadable)
             while (latest := command.newest_checkpoint(
                     self.config.workload.params, self.run.path, list(self._checkpoints),
                     since=self._started, before=bad.get("t"), exclude=excluded)) is not None:
@@ -267,6 +302,7 @@ class Supervisor:
                 return self._end_attempt(attempt, name, preset, None, log_path, None, unstarted=e)
         self._pid = self._proc.pid
         self._sampler = SystemSampler(self._proc.pid)
+        self._tell_lifeline(launch)
         hung_for = None
         try:
             while self._proc.poll() is None:
@@ -289,7 +325,20 @@ class Supervisor:
         if launch.is_command:
             self._signal_group(signal.SIGKILL)  # what it left behind (its DataLoader workers)
         self._proc = None
+        self._lifeline.attempt_ended()
         return self._end_attempt(attempt, name, preset, code, log_path, hung_for)
+
+    def _tell_lifeline(self, launch: Launch) -> None:
+        """The attempt's identity and how it is stopped gracefully, for the lifeline (should this
+        supervisor die) and in the events (should the lifeline die too: `runs stop` then)."""
+        if launch.is_command:
+            signals, grace = launch.stop_signals, launch.stop_grace_s or 30.0
+        else:  # SIGTERM: finish the step, checkpoint, exit; a step may take a while
+            signals, grace = (signal.SIGTERM, signal.SIGKILL), max(60.0, HANG_GAP_FACTOR * self._slowest_gap)
+        stop = self._lifeline.attempt(self._watch.attempt, self._proc.pid, signals, grace,
+                                      group=launch.is_command)
+        if stop is not None:
+            self.events.emit("attempt_process", attempt=self._watch.attempt, **stop)
 
     def _begin_attempt(self, launch: Launch, log_path: Path, preset) -> None:
         self._stop_stage, self._stop_sent, self._slowed = 0, 0.0, False
@@ -548,7 +597,8 @@ class Supervisor:
         now = time.monotonic()
         for e in events:
             if self._watch and e.get("attempt") == self._watch.attempt and e["type"] not in \
-                    ("memory", "warning", "attempt_started", "crash", "attempt_ended"):
+                    ("memory", "warning", "attempt_started", "attempt_process", "crash",
+                                  "attempt_ended"):
                 gap = self._watch.see(e, now)
                 if e["type"] not in ("trainer_ready",):  # start-up is not a step interval
                     self._slowest_gap = max(self._slowest_gap, gap)
@@ -614,7 +664,7 @@ def start_detached(run: RunDir) -> int:
         proc = subprocess.Popen([sys.executable, "-P", "-m", "engine.run.supervisor", str(run.path)],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 env=child_env({}), start_new_session=True)
-    run.pid_path.write_text(f"{proc.pid}\n")
+    run.write_supervisor_pid(proc.pid)
     return proc.pid
 
 

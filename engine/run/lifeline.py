@@ -1,0 +1,149 @@
+"""The lifeline: an attempt never trains on unsupervised after its supervisor dies.
+
+The supervisor can die without running any code of its own: `kill -9`, the OOM killer, the TUI
+it ran in killed with it. Its attempt runs in a session of its own (so a Ctrl-C or a closed SSH
+connection does not reach it) and would train on as an orphan: no hang watch, no memory
+samples, no fallback, a run listed as `lost` forever.
+
+So each supervisor starts a lifeline: a small process in its own session whose stdin is a pipe
+from the supervisor. The supervisor tells it each attempt's identity and how that attempt is
+stopped, and says `bye` when it ends normally. When the pipe closes without a `bye`, the
+supervisor is gone (the kernel closes a dead process's pipes on macOS and Linux alike, at once,
+with no polling). The lifeline then stops the attempt the way the supervisor would have (the
+trainer: SIGTERM, it finishes its step, checkpoints and exits; a command: SIGINT as Ctrl-C,
+then SIGTERM, then SIGKILL), and records the run as `interrupted`, with the command that
+continues it:
+
+    supervisor_lost -> (the attempt's own checkpoint) -> attempt_ended -> run_interrupted
+
+    python -m engine.run.lifeline RUN_DIR        (started by the supervisor, stdin a pipe)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from engine.run.events import EventWriter
+from engine.run.identity import ProcessId
+from engine.run.rundir import RunDir  # imported now: when the supervisor dies, every moment counts
+
+POLL_S = 0.1
+
+
+class Lifeline:
+    """The supervisor's end of the pipe."""
+
+    def __init__(self, run_path: Path, log_path: Path, env: dict[str, str]):
+        with open(log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-P", "-m", "engine.run.lifeline", str(run_path)],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
+                start_new_session=True)
+
+    def attempt(self, attempt: int, pid: int, signals: tuple[signal.Signals, ...],
+                grace_s: float, group: bool) -> dict | None:
+        """The attempt now running, and how to stop it: `signals` in order, `grace_s` apart,
+        to its whole process group (a command) or to the process (the trainer). Returns what
+        was said (None if the attempt is already gone)."""
+        process = ProcessId.of(pid)
+        if process is None:
+            return None
+        stop = {"pid": process.pid, "start": process.start, "signals": [s.name for s in signals],
+                "grace_s": grace_s, "group": group}
+        self._say({"attempt": attempt, **stop})
+        return stop
+
+    def attempt_ended(self) -> None:
+        self._say({"attempt": None})
+
+    def close(self) -> None:
+        """The supervisor is ending normally: nothing for the lifeline to do."""
+        self._say("bye")
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+    def _say(self, message) -> None:
+        try:
+            self.proc.stdin.write((json.dumps(message) + "\n").encode())
+            self.proc.stdin.flush()
+        except (OSError, ValueError):
+            pass  # the lifeline itself is gone; the run goes on without it
+
+
+def watch(run_path: Path, lines) -> bool:
+    """Read the supervisor's messages until `bye` (True) or the pipe closes without one."""
+    current = None
+    for line in lines:
+        message = json.loads(line)
+        if message == "bye":
+            return True
+        current = message if message.get("attempt") is not None else None
+    stop_orphan(run_path, current)
+    return False
+
+
+def stop_orphan(run_path: Path, current: dict | None) -> None:
+    run = RunDir(run_path)
+    attempt = current["attempt"] if current else 0
+    with EventWriter(run.events_path, attempt=attempt) as events:
+        running = current is not None and ProcessId(current["pid"], current["start"]).alive()
+        events.emit("supervisor_lost", message="the supervisor died" + (
+            f"; stopping attempt {attempt} so that it does not train unsupervised" if running else ""))
+        if running:
+            how = _stop(current)
+            events.emit("attempt_ended", outcome="interrupted", exit=f"stopped by the lifeline ({how})")
+        events.emit("run_interrupted", reason="the supervisor died",
+                    resume=f"cockpit runs resume {run.id}")
+    run.pid_path.unlink(missing_ok=True)
+
+
+def _stop(current: dict) -> str:
+    """Stop the orphaned attempt as its supervisor would have; returns what it took."""
+    process = ProcessId(current["pid"], current["start"])
+    sent = "nothing"
+    for name in current["signals"]:
+        if not process.alive():
+            break
+        _send(process.pid, signal.Signals[name], current["group"])
+        sent = name
+        deadline = time.monotonic() + current["grace_s"]
+        while process.alive() and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+    _send(process.pid, signal.SIGKILL, group=True)  # what it left behind (DataLoader workers)
+    return f"{sent}, exited" if sent != "SIGKILL" else "SIGKILL"
+
+
+def _send(pid: int, sig: signal.Signals, group: bool) -> None:
+    try:
+        os.killpg(pid, sig) if group else os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m engine.run.lifeline RUN_DIR (stdin: the supervisor's pipe)",
+              file=sys.stderr)
+        return 2
+    # Signals meant for the terminal's foreground job are not for the lifeline.
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    watch(Path(argv[0]), sys.stdin.buffer)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""A run's life past its first supervisor: resume of a stopped, failed or interrupted run, the
+lifeline that stops an attempt whose supervisor died, and liveness by process identity."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from conftest import TINY, cockpit_cmd, child_env, user_preset
+from engine import runconfig
+from engine.run import supervisor as supervisor_module
+from engine.run.identity import ProcessId
+from engine.run.resume import History
+from engine.run.rundir import RunDir, find_run, summarize
+from engine.run.supervisor import Supervisor
+
+LONG = TINY + ["train.epochs=4", "train.checkpoint_every_steps=4"]   # 32 steps, 8 checkpoints
+DEADLINE_S = 120  # only a real hang gets near this
+
+
+def of_type(run: RunDir, kind: str) -> list[dict]:
+    return [e for e in run.events() if e["type"] == kind]
+
+
+def cockpit(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(cockpit_cmd(*args), capture_output=True, text=True, env=child_env(),
+                          timeout=DEADLINE_S * 2)
+
+
+def wait_for(predicate, what: str):
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        if (value := predicate()):
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"no {what} within {DEADLINE_S} s")
+
+
+def stop_at_first_checkpoint(run: RunDir) -> Supervisor:
+    supervisor = Supervisor(run, poll_s=0.05)
+
+    def on_events(events):
+        if any(e["type"] == "checkpoint" for e in events):
+            supervisor.request_stop()
+
+    supervisor.on_events = on_events
+    return supervisor
+
+
+def resumed_at(run: RunDir, attempt: int) -> dict:
+    (ready,) = [e for e in of_type(run, "trainer_ready") if e["attempt"] == attempt]
+    return ready["resumed_from"]
+
+
+def test_a_stopped_run_resumes_at_its_checkpoint_as_the_next_attempt(home):
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", LONG))
+    assert stop_at_first_checkpoint(run).supervise() == "stopped"
+    newest = of_type(run, "checkpoint")[-1]
+    with open(run.events_path, "ab") as f:
+        f.write(b'{"v":1,"t":1,"type":"ste')   # a writer killed mid-write: ended, not joined
+    result = cockpit("runs", "resume", run.id)
+    assert result.returncode == 0, result.stderr
+    assert "resumed: attempt 2 on cpu" in result.stdout
+    assert [e["attempt"] for e in of_type(run, "attempt_started")] == [1, 2]
+    resumed = resumed_at(run, 2)
+    assert (resumed["step"], resumed["samples_seen"]) == (newest["step"], newest["samples_seen"])
+    (event,) = of_type(run, "run_resumed")
+    assert event["next_attempt"] == 2 and event["resume"]["step"] == newest["step"]
+    s = summarize(run)
+    assert s.status == "finished" and s.step == 32
+    result = cockpit("runs", "resume", run.id)
+    assert result.returncode == 2 and "finished; there is nothing to resume" in result.stderr
+
+
+def test_a_failed_run_resumes_without_firing_its_recorded_fault_again(home):
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", LONG + ["inject=['user-code@10']"]))
+    assert Supervisor(run, poll_s=0.05).supervise() == "failed"
+    result = cockpit("runs", "resume", "last")
+    assert result.returncode == 0, result.stderr
+    assert len(of_type(run, "fault_injected")) == 1
+    assert resumed_at(run, 2)["step"] == 8   # the last checkpoint before the fault at step 10
+    assert summarize(run).status == "finished"
+
+
+def test_resume_on_another_preset_keeps_the_previous_run_toml_and_refuses_bad_changes(home):
+    user_preset(home, "devices", "small", 'device = "cpu"\nbatch_size = 4\naccumulation = 8\nthreads = 1\n')
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", LONG))
+    assert stop_at_first_checkpoint(run).supervise() == "stopped"
+    before, events = run.config_path.read_bytes(), run.events_path.read_bytes()
+    for args, named in ((["--set", "params.n=32"], "params.n"), (["-d", "no-such-preset"], "no-such-preset")):
+        result = cockpit("runs", "resume", run.id, *args)
+        assert result.returncode == 2 and named in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+        assert run.config_path.read_bytes() == before and run.events_path.read_bytes() == events
+    result = cockpit("runs", "resume", run.id, "-d", "small", "--set", "train.epochs=2")
+    assert result.returncode == 0, result.stderr
+    assert (run.path / "run.before-attempt-2.toml").read_bytes() == before
+    config = run.config()
+    assert (config.device_preset, config.device.batch_size, config.workload.train.epochs) == ("small", 4, 2)
+    (ready,) = [e for e in of_type(run, "trainer_ready") if e["attempt"] == 2]
+    assert (ready["batch_size"], ready["accumulation"]) == (4, 8)
+    assert summarize(run).status == "finished"
+
+
+def start_detached_and_wait_for_checkpoint(run: RunDir) -> ProcessId:
+    supervisor_module.start_detached(run)
+    wait_for(lambda: of_type(run, "checkpoint"), "checkpoint")
+    return ProcessId.parse(run.pid_path.read_text())
+
+
+def test_a_killed_supervisor_leaves_no_trainer_behind_and_the_run_resumes(home):
+    # Slow enough (a pause per step) that the run is mid-training when its supervisor dies.
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", LONG + ["train.epochs=40", "inject=['slow@1+']"]))
+    supervisor = start_detached_and_wait_for_checkpoint(run)
+    os.kill(supervisor.pid, signal.SIGKILL)
+    wait_for(lambda: of_type(run, "run_interrupted"), "run_interrupted")
+    process = History.of(run.events()).process
+    assert not ProcessId(process["pid"], process["start"]).alive()
+    events = run.events()
+    lost = next(i for i, e in enumerate(events) if e["type"] == "supervisor_lost")
+    # The trainer was told, finished its step and checkpointed on the way out.
+    assert any(e["type"] == "checkpoint" and e["attempt"] == 1 for e in events[lost:])
+    s = summarize(run)
+    assert s.status == "interrupted" and s.attempts[-1].outcome == "interrupted"
+    assert not run.pid_path.exists()
+    newest = of_type(run, "checkpoint")[-1]
+    result = cockpit("runs", "resume", run.id, "--set", "train.epochs=4", "--set", "inject=[]")
+    assert result.returncode == 0, result.stderr
+    assert resumed_at(run, 2)["samples_seen"] == newest["samples_seen"]
+
+
+COMMAND = textwrap.dedent("""
+    import pathlib, sys, time
+    out = pathlib.Path(sys.argv[1])
+    try:
+        for step in range(1, 100000):
+            print(f"step {step} loss {1 / step:.4f}", flush=True)
+            if step == 3:
+                (out / "ckpt-3.txt").write_text("3")
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        (out / "interrupted").write_text("saved on Ctrl-C")
+""")
+
+
+def test_a_killed_supervisor_stops_the_command_as_ctrl_c_would(home, tmp_path):
+    script = tmp_path / "loop.py"
+    script.write_text(COMMAND)
+    run = RunDir.create(runconfig.resolve_command(
+        [sys.executable, str(script), str(tmp_path)], "loop", "cpu",
+        ["command.checkpoints=" + str(tmp_path / "ckpt-*.txt")]))
+    supervisor_module.start_detached(run)
+    wait_for(lambda: [e for e in of_type(run, "step") if e["step"] >= 5], "step 5")
+    os.kill(ProcessId.parse(run.pid_path.read_text()).pid, signal.SIGKILL)
+    wait_for(lambda: of_type(run, "run_interrupted"), "run_interrupted")
+    assert (tmp_path / "interrupted").read_text() == "saved on Ctrl-C"
+    assert summarize(run).status == "interrupted"
+
+
+def test_a_pid_file_naming_an_unrelated_live_process_is_not_trusted(home):
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", TINY))
+    assert Supervisor(run, poll_s=0.05).supervise() == "finished"
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        # A reused pid: an old file with a bare pid, then one whose start time is another's.
+        for text in (f"{stranger.pid}\n", f"{stranger.pid} {time.time() - 3600:.3f}\n"):
+            run.pid_path.write_text(text)
+            assert run.supervisor_pid() is None
+            result = cockpit("runs", "stop", run.id)
+            assert result.returncode == 1 and "not running" in result.stdout
+            assert stranger.poll() is None   # not signalled
+        # The pid file is trusted for the process it names.
+        run.pid_path.write_text(f"{ProcessId.of(stranger.pid)}\n")
+        assert run.supervisor_pid() == stranger.pid
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_runs_stop_stops_an_attempt_whose_supervisor_and_lifeline_both_died(home):
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", LONG + ["train.epochs=40", "inject=['slow@1+']"]))
+    supervisor = start_detached_and_wait_for_checkpoint(run)
+    lifeline = [p for p in __import__("psutil").Process(supervisor.pid).children()
+                if "engine.run.lifeline" in " ".join(p.cmdline())]
+    for p in lifeline:
+        p.kill()
+    os.kill(supervisor.pid, signal.SIGKILL)
+    wait_for(lambda: summarize(run).status == "lost", "lost status")
+    assert History.of(run.events()).orphan() is not None
+    result = cockpit("runs", "resume", run.id)
+    assert result.returncode == 2 and "still running without a supervisor" in result.stderr
+    result = cockpit("runs", "stop", run.id)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert History.of(run.events()).orphan() is None
+    assert summarize(run).status == "interrupted"
+    assert find_run(run.id).id == run.id
+
+
+CORRUPTING = textwrap.dedent("""
+    import argparse, os, pathlib, torch
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out"); parser.add_argument("--resume")
+    args = parser.parse_args()
+    out = pathlib.Path(args.out)
+    start = torch.load(args.resume)["step"] if args.resume else 0
+    print(f"resumed at {start}", flush=True)
+    for step in range(start + 1, 9):
+        print(f"step {step}/8 loss {1 / step:.4f}", flush=True)
+        if step == 2:
+            torch.save({"step": step}, out / "ckpt-2.pt")
+        if step == 4 and not args.resume:
+            (out / "ckpt-4.pt").write_bytes(b"PK\\x03\\x04 torn by a full disk")
+            os.abort()
+""")
+
+
+def test_a_command_that_cannot_load_its_newest_checkpoint_resumes_from_the_one_before(home, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(CORRUPTING)
+    user_preset(home, "devices", "a", 'device = "cpu"\nfallback = ["b"]\n')
+    user_preset(home, "devices", "b", 'device = "cpu"\n')
+    run = RunDir.create(runconfig.resolve_command(
+        [sys.executable, str(script), "--out", str(tmp_path)], "corrupting", "a",
+        ['command.resume=["--resume", "{checkpoint}"]', "command.checkpoints=" + str(tmp_path / "ckpt-*.pt")]))
+    assert Supervisor(run, poll_s=0.05).supervise() == "finished"
+    crashes = [e["kind"] for e in of_type(run, "crash")]
+    assert crashes == ["native-crash", "checkpoint"]
+    resumes = [e["resume"]["path"] for e in of_type(run, "attempt_started") if e.get("resume")]
+    assert [Path(p).name for p in resumes] == ["ckpt-4.pt", "ckpt-2.pt"]
+    assert "resumed at 2" in run.attempt_log(3).read_text()
