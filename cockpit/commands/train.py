@@ -12,6 +12,7 @@ from cockpit.headless import HeadlessPrinter, duration
 from engine import command, presets, runconfig
 from engine.errors import ConfigError
 from engine.run.events import EventFollower, run_end
+from engine.run.resume import orphaned_attempt
 from engine.run.rundir import RunDir, RunSummary, summarize
 
 EXIT_BY_STATUS = {"finished": 0, "stopped": 130}
@@ -127,7 +128,7 @@ def follow(run_dir: RunDir, as_json: bool) -> int:
         end = run_end(events, end)
         if end is not None and run_dir.supervisor_pid() is None:
             return EXIT_BY_STATUS.get(end.get("status", "interrupted"), 1)
-        if not events and run_dir.supervisor_pid() is None:
+        if not events and run_dir.supervisor_pid() is None and orphaned_attempt(run_dir) is None:
             # Nothing running and nothing new: the run is over (or its supervisor was lost).
             status = summarize(run_dir).status
             print(f"run {status}", file=sys.stderr)

@@ -16,6 +16,7 @@ from textual.message import Message
 
 from engine.run import supervisor
 from engine.run.events import EventFollower, run_end
+from engine.run.resume import orphaned_attempt
 from engine.run.rundir import RunDir
 
 POLL_S = 0.1
@@ -43,7 +44,7 @@ def follow(run: RunDir, post: Callable[[RunEvents], object], cancelled: Callable
         live = run.supervisor_pid() is not None
         end = run_end(events, end)
         done = end is not None and not live
-        ended = done or (not events and not live)
+        ended = done or (not events and not live and orphaned_attempt(run) is None)
         if events or live != last_live or ended:
             post(RunEvents(run.id, events, live and not done, ended))
         if ended:

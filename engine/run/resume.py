@@ -64,6 +64,12 @@ class History:
         return process if process.alive() else None
 
 
+def orphaned_attempt(run: RunDir) -> ProcessId | None:
+    """The run's last attempt if it runs on with no supervisor: the lifeline is stopping it
+    (events still arrive), or the lifeline died too (`cockpit runs stop` stops it)."""
+    return History.of(run.events()).orphan()
+
+
 def check(run: RunDir) -> str:
     """The run's status if it can be resumed; a one-line ConfigError if not."""
     status = summarize(run).status
@@ -74,8 +80,7 @@ def check(run: RunDir) -> str:
                                          "e.g. with more train.epochs)")
     if status not in RESUMABLE:
         raise ConfigError("run", run.id, f"is {status}; expected a stopped, failed or interrupted run")
-    orphan = History.of(run.events()).orphan()
-    if orphan is not None:
+    if (orphan := orphaned_attempt(run)) is not None:
         raise ConfigError("run", run.id, f"its attempt (pid {orphan.pid}) is still running without a "
                                          f"supervisor; stop it first: cockpit runs stop {run.id}")
     return status
