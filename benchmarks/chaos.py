@@ -15,7 +15,7 @@ run is then continued with `cockpit runs resume`. Every draw is checked:
                  a checkpoint and announcing it resumes from the file), earlier is a failure
     finished     the run ended `finished`
     events       every line of events.jsonl parses (a torn line is a failure)
-    checkpoints  every checkpoint file left loads with torch.load
+    checkpoints  every checkpoint left loads, checksums verified (engine.train.checkpoint)
 
     python benchmarks/chaos.py                 # 12 draws, seed 0
     python benchmarks/chaos.py --draws 30 --seed 7
@@ -134,12 +134,13 @@ def draw_once(rng: random.Random, runs: Path) -> dict:
 
 
 def checkpoints_load(run: RunDir) -> bool:
-    import torch
+    """Every checkpoint left loads, checksums verified (engine.train.checkpoint.load)."""
+    from engine.train import checkpoint
 
     for path in run.checkpoints.glob("*.pt"):
         try:
-            torch.load(path, map_location="cpu", weights_only=False)
-        except Exception:  # noqa: BLE001 -- any failure to load is what is counted
+            checkpoint.load(path)
+        except checkpoint.Unreadable:
             return False
     return True
 
@@ -160,6 +161,7 @@ def main() -> int:
         home = Path(home)
         os.environ["COCKPIT_RUNS_DIR"] = str(home / "runs")
         os.environ["COCKPIT_CONFIG_DIR"] = str(home / "config")
+        os.environ["COCKPIT_CACHE_DIR"] = str(home / "cache")
         presets = home / "config" / "presets" / "devices"
         presets.mkdir(parents=True)
         (presets / "chaos.toml").write_text('device = "cpu"\nfallback = ["chaos-2"]\nmax_attempts = 5\n')

@@ -45,9 +45,12 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
         return f"run {e['run']}: workload {e['workload']}, device preset {e['device_preset']}"
     if kind == "run_resumed":
         resume = e.get("resume")
-        where = f"from {resume_text(resume)}" if resume else "from the start (no checkpoint yet)"
+        where = f"from {resume_text(resume)}" if resume else "from the start (no checkpoint to resume from)"
         return (f"run {e['run']} resumed: attempt {e['next_attempt']} on {e['device_preset']}, "
                 f"{where}")
+    if kind == "stop_requested":
+        return (f"stopping attempt {e['attempt']}: {e['signal']}" +
+                (f" (request {e['request']}: at once)" if e["request"] > 1 else ""))
     if kind == "supervisor_lost":
         return e["message"]
     if kind == "run_interrupted":

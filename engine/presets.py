@@ -333,10 +333,13 @@ def check(ref: PresetRef, table: dict) -> None:
         workload_from_table(table, where)
 
 
-def check_ladder(name: str, preset: DevicePreset, where: str,
-                 key: str = "fallback") -> dict[str, DevicePreset]:
+def check_ladder(name: str, preset: DevicePreset, where: str, key: str = "fallback",
+                 known: dict[str, DevicePreset] | None = None) -> dict[str, DevicePreset]:
     """The fallback ladder's presets, each loaded and checked; no cycles back to the start.
-    `where` and `key` name what gave the ladder: the preset file, or --set device.fallback."""
+    `where` and `key` name what gave the ladder: the preset file, or --set device.fallback.
+    `known` presets (a resumed run's, as it recorded them) are taken as they are, not reloaded
+    from a file that may have changed since."""
+    known = known or {}
     ladder = {}
     for step in preset.fallback:
         if step == name:
@@ -344,7 +347,7 @@ def check_ladder(name: str, preset: DevicePreset, where: str,
         if step in ladder:
             raise ConfigError(where, key, f"names {step!r} twice")
         try:
-            ladder[step] = load_device(step)
+            ladder[step] = known[step] if step in known else load_device(step)
         except ConfigError as e:
             raise ConfigError(where, key, f"{step!r}: {e.line()}") from None
     return ladder

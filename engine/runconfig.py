@@ -154,14 +154,24 @@ def resolve_command(argv: list[str], name: str, device_name: str,
 
 def _resolve(workload: WorkloadPreset, workload_name: str, where: str, device_name: str,
              overrides: list[str] | None) -> RunConfig:
-    overrides = list(overrides or [])
     device_ref = presets.find("devices", device_name)
-    in_file = presets.load_device(device_name)
-    workload, device = apply_overrides(workload, in_file, overrides)
+    return configure(workload, workload_name, where, device_name, presets.load_device(device_name),
+                     str(device_ref.path), list(overrides or []))
+
+
+def configure(workload: WorkloadPreset, workload_name: str, where: str, device_name: str,
+              start: DevicePreset, start_where: str, overrides: list[str],
+              known: dict[str, DevicePreset] | None = None) -> RunConfig:
+    """A run's configuration from its workload, its starting device preset as loaded (from
+    `start_where`) and the `--set` overrides: the ladder loaded and checked, the user's device
+    settings carried down it, a command checked against this machine, the first step against
+    the data set. A new run and a resumed one (engine.run.resume, with the presets it recorded
+    as `known`) are configured alike."""
+    workload, device = apply_overrides(workload, start, overrides)
     # A ladder given with --set is the argument's to fix, not the preset file's.
     ladder = presets.check_ladder(device_name, device, *(
-        (str(device_ref.path), "fallback") if device.fallback == in_file.fallback
-        else ("--set", "device.fallback")))
+        (start_where, "fallback") if device.fallback == start.fallback
+        else ("--set", "device.fallback")), known=known)
     ladder = carry_overrides(workload, ladder, overrides)
     if workload.is_command:
         workload = check_command(workload, where, {device_name: device, **ladder})

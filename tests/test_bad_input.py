@@ -171,8 +171,8 @@ def test_runs_list_shows_a_broken_run_dir_as_broken_and_lists_the_rest(home, cap
     out = capsys.readouterr().out
     rows = {line.split()[0]: line for line in out.splitlines()[1:]}
     assert set(rows) == {r.id for r in list_runs()} and "finished" in rows[good.id]
-    assert f"broken    {latin.config_path}: is not UTF-8 text" in rows[latin.id]
-    assert f"broken    {no_t.events_path}: an event lacks 't'" in rows[no_t.id]
+    assert f"broken      {latin.config_path}: is not UTF-8 text" in rows[latin.id]
+    assert f"broken      {no_t.events_path}: an event lacks 't'" in rows[no_t.id]
     assert f"{no_step.events_path}: an event lacks 'step'" in rows[no_step.id]
     assert summarize(no_t).workload == "matmul"
     line = bad_input(capsys, "runs", "show", no_t.id)

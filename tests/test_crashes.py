@@ -60,17 +60,34 @@ def test_the_native_crash_sentence_names_metal_only_on_mps(device):
     assert ("CUDA" in sentence) == (device == "cuda:0")
 
 
+TORN = "PytorchStreamReader failed reading zip archive: failed finding central directory"
+UNPICKLING = ("Traceback (most recent call last):\n  File \"train.py\", line 9\n"
+              "_pickle.UnpicklingError: invalid load key, '\\x00'.")
+
+
 @pytest.mark.parametrize("end", [
     AttemptEnd(1, None, exception={"error": "Unreadable", "message": "runs/x/checkpoints/step-5.pt: "
                                    "is not a whole checkpoint"}),
-    AttemptEnd(1, None, exception={"error": "RuntimeError", "message": "PytorchStreamReader failed "
-                                   "reading zip archive: failed finding central directory"}),
-    AttemptEnd(1, None, tail="Traceback (most recent call last):\n  File \"train.py\", line 9\n"
-                             "_pickle.UnpicklingError: invalid load key, '\\x00'."),
+    # A command given a checkpoint to resume from, failing to load before its first step.
+    AttemptEnd(1, None, command=True, resumed_from="out/ckpt-4.pt",
+               tail=f"Traceback (most recent call last):\nRuntimeError: {TORN}"),
+    AttemptEnd(1, None, command=True, resumed_from="out/ckpt-4.pt", tail=UNPICKLING),
 ])
 def test_a_checkpoint_that_cannot_be_loaded_is_never_user_code(end):
     verdict = classify(end)
     assert verdict.kind == "checkpoint" and "not a bug" in verdict.sentence
+
+
+@pytest.mark.parametrize("end", [
+    # The trainer's own load errors are engine.train.checkpoint.Unreadable; any other is the
+    # workload's (its data, its pretrained weights).
+    AttemptEnd(1, None, exception={"error": "RuntimeError", "message": TORN}),
+    # A command that was not resuming, or that trained past the load: its own file.
+    AttemptEnd(1, None, command=True, tail=UNPICKLING),
+    AttemptEnd(1, None, command=True, resumed_from="out/ckpt-4.pt", last_step=12, tail=UNPICKLING),
+])
+def test_the_same_load_errors_about_the_users_own_files_are_user_code(end):
+    assert classify(end).kind == "user-code"
 
 
 MPS = DevicePreset(device="mps", batch_size=32, accumulation=16, fallback=("mps-safe", "cpu"))

@@ -11,8 +11,11 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import TINY, cockpit_cmd, child_env, user_preset
 from engine import runconfig
+from engine.errors import ConfigError
 from engine.run import supervisor as supervisor_module
 from engine.run.identity import ProcessId
 from engine.run.resume import History
@@ -233,3 +236,69 @@ def test_a_command_that_cannot_load_its_newest_checkpoint_resumes_from_the_one_b
     resumes = [e["resume"]["path"] for e in of_type(run, "attempt_started") if e.get("resume")]
     assert [Path(p).name for p in resumes] == ["ckpt-4.pt", "ckpt-2.pt"]
     assert "resumed at 2" in run.attempt_log(3).read_text()
+
+
+def test_a_resume_continues_on_the_preset_as_it_ran_after_a_rule_changed_it(home):
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", LONG + ["inject=['oom@6']"]))
+    supervisor = Supervisor(run, poll_s=0.05)
+    supervisor.on_events = lambda events: any(
+        e["type"] == "checkpoint" and e["attempt"] == 2 for e in events) and supervisor.request_stop()
+    assert supervisor.supervise() == "stopped"
+    result = cockpit("runs", "resume", run.id)
+    assert result.returncode == 0, result.stderr
+    ready = {e["attempt"]: (e["batch_size"], e["accumulation"]) for e in of_type(run, "trainer_ready")}
+    assert ready == {1: (8, 4), 2: (4, 8), 3: (4, 8)}   # halve-batch's change holds
+
+
+def test_resume_checks_its_changes_as_a_new_run_does_and_writes_nothing_when_refused(home):
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", LONG))
+    assert stop_at_first_checkpoint(run).supervise() == "stopped"
+    before, events = run.config_path.read_bytes(), run.events_path.read_bytes()
+    for args, named in ((["--set", "batch_size=300", "--set", "accumulation=1"], "batch_size"),
+                        (["--set", 'device.fallback=["nowhere"]'], "nowhere")):
+        result = cockpit("runs", "resume", run.id, *args)
+        assert result.returncode == 2 and named in result.stderr, result.stderr
+        assert run.config_path.read_bytes() == before and run.events_path.read_bytes() == events
+    assert sorted(p.name for p in run.path.glob("*.toml")) == ["run.toml"]
+    # A ladder given on resume is loaded and the user's settings are carried down it.
+    user_preset(home, "devices", "b", 'device = "cpu"\nthreads = 1\n')
+    result = cockpit("runs", "resume", run.id, "--set", 'device.fallback=["b"]', "--set", "threads=2",
+                     "--set", "inject=['native-crash@20+']", "--set", "rules={native-crash='next'}")
+    assert result.returncode == 0, result.stderr
+    (move,) = of_type(run, "fallback")
+    assert move["to_preset"] == "b"
+    assert [e["config"]["threads"] for e in of_type(run, "attempt_started")][1:] == [2, 2]
+
+
+def test_a_run_is_never_supervised_twice(home):
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", LONG))
+    assert stop_at_first_checkpoint(run).supervise() == "stopped"
+    lock = run.try_lock()   # as a live supervisor (or its lifeline) holds it
+    try:
+        result = cockpit("runs", "resume", run.id)
+        assert result.returncode == 2 and "is running" in result.stderr
+        with pytest.raises(ConfigError, match="is being supervised already"):
+            Supervisor(run).supervise()
+    finally:
+        os.close(lock)
+    assert len(of_type(run, "run_resumed")) == 0
+
+
+def test_a_command_that_takes_no_checkpoint_starts_over_when_resumed(home, tmp_path):
+    script = tmp_path / "loop.py"
+    script.write_text(COMMAND)
+    (tmp_path / "ckpt-9.txt").write_text("9")
+    run = RunDir.create(runconfig.resolve_command(
+        [sys.executable, str(script), str(tmp_path)], "loop", "cpu",
+        ["command.checkpoints=" + str(tmp_path / "ckpt-*.txt")]))
+    supervisor = Supervisor(run, poll_s=0.05)
+    supervisor.on_events = lambda events: any(
+        e["type"] == "step" and e["step"] >= 4 for e in events) and supervisor.request_stop()
+    assert supervisor.supervise() == "stopped"
+    supervisor = Supervisor(run, poll_s=0.05)
+    supervisor.on_events = lambda events: any(
+        e["type"] == "step" and e["step"] >= 2 for e in events) and supervisor.request_stop()
+    assert supervisor.supervise() == "stopped"
+    (resumed,) = of_type(run, "run_resumed")
+    assert resumed["resume"] is None   # its checkpoints are never passed to it
+    assert all(e.get("resume") is None for e in of_type(run, "attempt_started"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import dataclasses
 import json
 
@@ -28,13 +29,13 @@ def list_(args: argparse.Namespace) -> int:
     if not summaries:
         print("no runs yet; start one with: cockpit --no-ui")
         return 0
-    print(f"{'run':<44} {'status':<9} {'step':>13} {'samples':>10} {'time':>7}")
+    print(f"{'run':<44} {'status':<11} {'step':>13} {'samples':>10} {'time':>7}")
     for s in summaries:
         if s.error:  # listed as broken, with why; the other runs are still listed
-            print(f"{s.id:<44} {s.status:<9} {s.error}")
+            print(f"{s.id:<44} {s.status:<11} {s.error}")
             continue
         progress = f"{s.step}/{s.total_steps or '?'}"
-        print(f"{s.id:<44} {s.status:<9} {progress:>13} "
+        print(f"{s.id:<44} {s.status:<11} {progress:>13} "
               f"{_rate(s.samples_per_s):>10} {duration(s.duration_s):>7}")
     return 0
 
@@ -73,26 +74,50 @@ def follow(args: argparse.Namespace) -> int:
 
 def stop(args: argparse.Namespace) -> int:
     run = find_run(args.run)
+    stopping = _stopping(run)
     if not supervisor.request_stop(run):
         history = resumption.History.of(run.events())
         if history.orphan() is not None:
-            # Its supervisor and the lifeline both died: stop the attempt as they would have.
-            print(f"run {run.id} has no supervisor; stopping its attempt (pid {history.process['pid']})")
-            lifeline.stop_orphan(run.path, history.process)
+            lock = run.try_lock()
+            if lock is None:
+                print(f"run {run.id} lost its supervisor; its lifeline is stopping the attempt "
+                      f"(pid {history.process['pid']}) already")
+                return 0
+            try:  # its supervisor and lifeline both died: stop the attempt as they would have
+                print(f"run {run.id} has no supervisor; stopping its attempt (pid {history.process['pid']})")
+                lifeline.stop_orphan(run.path, history.process, by="cockpit runs stop")
+            finally:
+                os.close(lock)
             print(f"stopped; continue it with: cockpit runs resume {run.id}")
             return 0
         print(f"run {run.id} is not running")
         return 1
+    command = summarize(run).command
+    if stopping:
+        how = ("its command gets the next signal now (SIGTERM, then SIGKILL)" if command else
+               "it stops now, without a checkpoint: the steps since its last one are lost")
+        print(f"run {run.id} was already stopping (asked {stopping} time{'s' if stopping > 1 else ''}); {how}")
+        return 0
     how = ("its command gets SIGINT (Ctrl-C), then SIGTERM and SIGKILL if it does not exit"
-           if summarize(run).command else "it checkpoints and exits after the current step")
+           if command else "it checkpoints and exits after the current step (asking again "
+                           "stops it at once, without a checkpoint)")
     print(f"asked run {run.id} to stop; {how}")
     return 0
+
+
+def _stopping(run) -> int:
+    """How many stop requests the run's current attempt has had already."""
+    attempt, asked = None, 0
+    for e in run.events():
+        if e.get("type") == "attempt_started":
+            attempt, asked = e.get("attempt"), 0
+        elif e.get("type") == "stop_requested" and e.get("attempt") == attempt:
+            asked += 1
+    return asked
 
 
 def resume(args: argparse.Namespace) -> int:
     """Continue a stopped, failed or interrupted run from its newest checkpoint."""
     run = find_run(args.run)
-    resumption.check(run)
-    config = resumption.plan(run, args.device, args.set)
-    resumption.save(run, config, resumption.History.of(run.events()).attempts + 1)
+    resumption.prepare(run, args.device, args.set)
     return train.supervise(run, args)

@@ -126,9 +126,9 @@ def follow(run_dir: RunDir, as_json: bool) -> int:
         events = follower.poll()
         printer(events)
         end = run_end(events, end)
-        if end is not None and run_dir.supervisor_pid() is None:
+        if end is not None and not run_dir.locked():
             return EXIT_BY_STATUS.get(end.get("status", "interrupted"), 1)
-        if not events and run_dir.supervisor_pid() is None and orphaned_attempt(run_dir) is None:
+        if not events and not run_dir.locked() and orphaned_attempt(run_dir) is None:
             # Nothing running and nothing new: the run is over (or its supervisor was lost).
             status = summarize(run_dir).status
             print(f"run {status}", file=sys.stderr)

@@ -44,7 +44,9 @@ def follow(run: RunDir, post: Callable[[RunEvents], object], cancelled: Callable
         live = run.supervisor_pid() is not None
         end = run_end(events, end)
         done = end is not None and not live
-        ended = done or (not events and not live and orphaned_attempt(run) is None)
+        # The lifeline of a supervisor that died holds the run's lock until it has written
+        # how the run ended: no news then is not the end.
+        ended = done or (not events and not live and not run.locked() and orphaned_attempt(run) is None)
         if events or live != last_live or ended:
             post(RunEvents(run.id, events, live and not done, ended))
         if ended:

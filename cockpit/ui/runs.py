@@ -165,8 +165,7 @@ class RunsScreen(Screen):
         """Continue the run on the preset its last attempt ran on (what `cockpit runs resume`
         does without -d), then watch it. Checking it may load torch: off the UI thread."""
         try:
-            resumption.check(run)
-            resumption.save(run, resumption.plan(run), resumption.History.of(run.events()).attempts + 1)
+            resumption.prepare(run)
         except ConfigError as e:
             self.app.call_from_thread(self.notify, e.line(), severity="warning")
             return

@@ -31,10 +31,13 @@ _BACKEND = re.compile(r"Placeholder storage has not been allocated on MPS device
                       r"MPSGraph|MPSNDArray|CUDA error|CUBLAS_STATUS_\w+|cuDNN error|"
                       r"NCCL error|device-side assert")
 # A checkpoint that cannot be loaded (a torn write, bit rot): engine.train.checkpoint's
-# Unreadable, torch.load's zip and unpickling errors. Not a bug in the workload.
-_CHECKPOINT = re.compile(r"^Unreadable: |checkpoint\.Unreadable\b|PytorchStreamReader failed|"
-                         r"failed finding central directory|Weights only load failed|"
-                         r"UnpicklingError|invalid load key|BadZipFile|Bad CRC-32")
+# Unreadable, from the trainer; torch.load's zip and unpickling errors, from a command -- but
+# only about the checkpoint it was given to resume from (the same errors about the user's own
+# data file or pretrained weights are a bug or a bad file of theirs: user-code).
+_UNREADABLE = re.compile(r"^Unreadable: |checkpoint\.Unreadable\b")
+_LOAD_FAILED = re.compile(r"PytorchStreamReader failed|failed finding central directory|"
+                          r"Weights only load failed|UnpicklingError|invalid load key|BadZipFile|"
+                          r"Bad CRC-32")
 _TRACEBACK = "Traceback (most recent call last)"
 # argparse's refusal (exit 2): a command's arguments, as the preset templated them, are wrong.
 _USAGE = re.compile(r"^usage: .*$|: error: (?:unrecognized arguments|argument |the following arguments)"
@@ -85,6 +88,7 @@ class AttemptEnd:
     device: str | None = None           # the device it ran on (trainer_ready)
     slowdown: dict | None = None        # the warning for which the supervisor stopped it
     command: bool = False               # the user's command: its exit codes are its own
+    resumed_from: str | None = None     # the checkpoint a command was given to resume from
 
 
 @dataclass(frozen=True)
@@ -132,10 +136,10 @@ def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
             return verdict("numerical", num.get("message"))
         if end.slowdown and not end.stop_requested:
             return verdict("slowdown", end.slowdown.get("message"))
+        if end.stop_requested:
+            return verdict("stopped")   # however it exits: a script may save and exit 0 on Ctrl-C
         if code == 0:
             return verdict("finished")
-        if end.stop_requested:
-            return verdict("stopped")
         if code == 2 and _USAGE.search(end.tail or ""):
             return Verdict("config", "The command refused its arguments (as the presets filled "
                                      "them in).", {**evidence, "message": last_line(end.tail)})
@@ -161,7 +165,7 @@ def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
     if line := _first_match(_BACKEND, message, end.tail):
         backend = "CUDA" if re.search(r"CUDA|CUBLAS|cuDNN|NCCL|device-side", line) else "MPS/Metal"
         return verdict("backend", line, backend=backend)
-    if line := _first_match(_CHECKPOINT, message, end.tail if code is not None else ""):
+    if line := _unloadable(end, message, code):
         return verdict("checkpoint", line)
     if exc or (code is not None and _TRACEBACK in end.tail):
         raised = exc.get("error") or _raised(end.tail)
@@ -177,6 +181,18 @@ def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
     if sig:
         return verdict("killed")
     return verdict("unknown", last_line(end.tail) or None)
+
+
+def _unloadable(end: AttemptEnd, message: str | None, code: int | None) -> str | None:
+    """The line saying the checkpoint the attempt resumed from could not be loaded, or None."""
+    tail = end.tail if code is not None else ""
+    if not end.command:
+        return _first_match(_UNREADABLE, message, tail)
+    if end.resumed_from is None or end.last_step is not None:
+        return None  # nothing to resume from, or it trained: the checkpoint loaded
+    # Resumed and failed to load something before its first step: the same data and weights
+    # loaded in the attempt before, so it is the checkpoint.
+    return _first_match(_LOAD_FAILED, message, tail)
 
 
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?"

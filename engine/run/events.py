@@ -7,7 +7,8 @@ descriptor, so lines never interleave. A reader stops before a torn last line (a
 that died mid-write) and picks it up once it is complete.
 
 Types: run_started (run_resumed when a run is continued), attempt_started, attempt_process,
-step, eval, checkpoint, memory, warning, crash, fallback, attempt_ended, run_finished; and
+step, eval, checkpoint, memory, warning, stop_requested, crash, fallback, attempt_ended,
+run_finished; and
 from the lifeline (engine.run.lifeline), supervisor_lost and run_interrupted.
 """
 

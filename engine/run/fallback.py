@@ -43,7 +43,7 @@ DEFAULT_RULES = {
     "hang": "next",
     "killed": "retry",
     "user-code": "stop",
-    "checkpoint": "next",
+    "checkpoint": "retry",   # from the checkpoint before it: the supervisor skips the bad one
     "slowdown": "next",
     "unknown": "next",
 }
@@ -102,7 +102,8 @@ def got_further(before: dict | None, after: dict | None) -> bool:
         return True
     if before.get("step") is not None and after.get("step") is not None:
         return after["step"] > before["step"]
-    return after.get("path") != before.get("path")  # a command's checkpoint named without a step
+    # A command's checkpoint named without a step: another file, or the same one written again
+    return (after.get("path"), after.get("written")) != (before.get("path"), before.get("written"))
 
 
 def decide(verdict: Verdict, current: Step, ladder: Ladder, attempts: int, max_attempts: int,

@@ -39,12 +39,14 @@ POLL_S = 0.1
 class Lifeline:
     """The supervisor's end of the pipe."""
 
-    def __init__(self, run_path: Path, log_path: Path, env: dict[str, str]):
+    def __init__(self, run_path: Path, log_path: Path, env: dict[str, str], lock: int):
+        # `lock`, the run's lock, is shared with the lifeline: the run stays locked until an
+        # orphaned attempt is stopped, so no new supervisor starts beside it.
         with open(log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-P", "-m", "engine.run.lifeline", str(run_path)],
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
-                start_new_session=True)
+                start_new_session=True, pass_fds=(lock,))
 
     def attempt(self, attempt: int, pid: int, signals: tuple[signal.Signals, ...],
                 grace_s: float, group: bool) -> dict | None:
@@ -94,7 +96,9 @@ def watch(run_path: Path, lines) -> bool:
     return False
 
 
-def stop_orphan(run_path: Path, current: dict | None) -> None:
+def stop_orphan(run_path: Path, current: dict | None, by: str = "the lifeline") -> None:
+    """Record the supervisor's death, stop its attempt if it still runs, and mark the run
+    interrupted. The caller holds the run's lock (the lifeline shares its supervisor's)."""
     run = RunDir(run_path)
     attempt = current["attempt"] if current else 0
     with EventWriter(run.events_path, attempt=attempt) as events:
@@ -103,7 +107,7 @@ def stop_orphan(run_path: Path, current: dict | None) -> None:
             f"; stopping attempt {attempt} so that it does not train unsupervised" if running else ""))
         if running:
             how = _stop(current)
-            events.emit("attempt_ended", outcome="interrupted", exit=f"stopped by the lifeline ({how})")
+            events.emit("attempt_ended", outcome="interrupted", exit=f"stopped by {by}: {how}")
         events.emit("run_interrupted", reason="the supervisor died",
                     resume=f"cockpit runs resume {run.id}")
     run.pid_path.unlink(missing_ok=True)
@@ -112,6 +116,8 @@ def stop_orphan(run_path: Path, current: dict | None) -> None:
 def _stop(current: dict) -> str:
     """Stop the orphaned attempt as its supervisor would have; returns what it took."""
     process = ProcessId(current["pid"], current["start"])
+    if process.alive():  # a command paused by the `slow` fault must run to hear its stop
+        _send(process.pid, signal.SIGCONT, group=True)
     sent = "nothing"
     for name in current["signals"]:
         if not process.alive():

@@ -2,15 +2,18 @@
 
 A supervisor started on a run directory that already has events continues that run instead of
 starting it over (engine.run.supervisor reads its `History`): attempts are numbered on from the
-last one, faults already injected are not injected again, the checkpoints the run wrote are
-known, and a `run_resumed` event says where it continues. Every attempt resumes from the newest
-loadable checkpoint on its own (the trainer; a command through its `resume` arguments), so a
-stopped, failed or interrupted run continues at the checkpoint's sample.
+last one, faults already injected are not injected again, the checkpoints the run wrote (and
+those found unreadable) are known, and a `run_resumed` event says where it continues. Every
+attempt resumes from the newest loadable checkpoint on its own (the trainer; a command through
+its `resume` arguments), so a stopped, failed or interrupted run continues at the checkpoint's
+sample.
 
-`plan` decides the configuration of the continuation: by default the preset the last attempt
-ran on, as run.toml recorded it; `-d` another preset (loaded and checked like a new run's) and
-`--set` changes to the device or training settings. A change keeps the previous run.toml beside
-it (run.before-attempt-N.toml): nothing the user had is overwritten. Torch-free.
+`plan` decides the continuation's configuration, the way a new run's is decided
+(runconfig.configure): by default the preset the last attempt ran on, as it ran (a rule's
+halved batch or fp32 included), with what was left of its ladder; `-d` another preset, loaded
+with its ladder like a new run's; `--set` changes to the device, training or command settings,
+carried down the ladder. A change keeps the previous run.toml beside it
+(run.before-attempt-N.toml): nothing the user had is overwritten. Torch-free.
 """
 
 from __future__ import annotations
@@ -35,45 +38,53 @@ class History:
     started: float | None = None        # when the run first started
     fired: set[tuple[str, str]] = field(default_factory=set)   # (preset, fault spec)
     checkpoints: dict[str, dict] = field(default_factory=dict)  # path -> checkpoint event
+    unreadable: set[str] = field(default_factory=set)           # checkpoints that did not load
     process: dict | None = None         # the last attempt's process (attempt_process event)
+    last: dict | None = None            # the last attempt_started event: its preset as it ran
 
     @classmethod
     def of(cls, events: list[dict]) -> "History":
         history, preset_of = cls(), {}
         for e in events:
-            kind = e["type"]
+            kind = e.get("type")
             if kind == "run_started" and history.started is None:
-                history.started = e["t"]
+                history.started = e.get("t")
             elif kind == "attempt_started":
-                history.attempts = max(history.attempts, e.get("attempt", 0))
+                history.attempts = max(history.attempts, e.get("attempt") or 0)
                 preset_of[e.get("attempt")] = e.get("preset")
+                history.last = e
             elif kind == "attempt_process":
                 history.process = e
             elif kind == "fault_injected":
                 history.fired.add((preset_of.get(e.get("attempt")), e.get("spec")))
             elif kind == "checkpoint" and e.get("path"):
                 history.checkpoints[e["path"]] = e
+            elif kind == "warning" and e.get("kind") == "checkpoint-unreadable" and e.get("path"):
+                history.unreadable.add(e["path"])
         return history
 
     def orphan(self) -> ProcessId | None:
-        """The last attempt's process if it is still running (its supervisor and lifeline both
-        gone); None otherwise."""
-        if not self.process:
+        """The last attempt's process if it is still running (its supervisor gone); None
+        otherwise."""
+        try:
+            process = ProcessId(self.process["pid"], self.process["start"])
+        except (TypeError, KeyError):
             return None
-        process = ProcessId(self.process["pid"], self.process["start"])
         return process if process.alive() else None
 
 
 def orphaned_attempt(run: RunDir) -> ProcessId | None:
     """The run's last attempt if it runs on with no supervisor: the lifeline is stopping it
     (events still arrive), or the lifeline died too (`cockpit runs stop` stops it)."""
+    if run.supervisor_pid() is not None:
+        return None
     return History.of(run.events()).orphan()
 
 
 def check(run: RunDir) -> str:
     """The run's status if it can be resumed; a one-line ConfigError if not."""
     status = summarize(run).status
-    if status == "running":
+    if run.locked() or status == "running":
         raise ConfigError("run", run.id, f"is running; follow it with: cockpit runs follow {run.id}")
     if status == "finished":
         raise ConfigError("run", run.id, "finished; there is nothing to resume (start a new run, "
@@ -96,24 +107,33 @@ def plan(run: RunDir, device: str | None = None, overrides: list[str] | None = N
                                             "of the workload as it was; expected device.*, train.* "
                                             "or command.* settings")
     if device is None:
-        attempts = summarize(run).attempts
-        name = attempts[-1].preset if attempts else config.device_preset
-        preset = config.device if name == config.device_preset else config.ladder.get(name, config.device)
-        ladder = {}
+        name, start, known = *_where_it_was(run, config), config.ladder
+        start_where = str(run.config_path)
     else:
         ref = presets.find("devices", device)
-        name, preset = device, presets.load_device(device)
-        ladder = presets.check_ladder(device, preset, str(ref.path))
-    workload, preset = runconfig.apply_overrides(config.workload, preset, overrides)
-    ladder = {**config.ladder, **ladder}
-    if workload.is_command:
-        workload = runconfig.check_command(workload, str(run.config_path), {name: preset, **ladder})
-    else:
+        name, start, known, start_where = device, presets.load_device(device), None, str(ref.path)
+    resumed = runconfig.configure(config.workload, config.workload_preset, str(run.config_path),
+                                  name, start, start_where, overrides, known=known)
+    if not resumed.workload.is_command:
         from engine.train import device as devices
 
-        devices.resolve(preset, where=f"device preset {name!r}")
-    return dataclasses.replace(config, device_preset=name, device=preset, workload=workload,
-                               ladder=ladder, overrides=config.overrides + tuple(overrides))
+        devices.resolve(resumed.device, where=f"device preset {name!r}")
+    return dataclasses.replace(resumed, overrides=config.overrides + tuple(overrides))
+
+
+def _where_it_was(run: RunDir, config: RunConfig) -> tuple[str, "presets.DevicePreset"]:
+    """The preset the last attempt ran on, as it ran, falling back along what was left of the
+    run's ladder (a preset's own `fallback` names the ladder only when the run started on it)."""
+    last = History.of(run.events()).last
+    order = [config.device_preset, *config.device.fallback]
+    if last is None or last.get("preset") not in order:
+        return config.device_preset, config.device
+    name = last["preset"]
+    try:
+        ran = presets.device_from_table(last["config"], f"{run.events_path} attempt {last['attempt']}")
+    except (KeyError, ConfigError):
+        ran = config.device if name == config.device_preset else config.ladder[name]
+    return name, dataclasses.replace(ran, fallback=tuple(order[order.index(name) + 1:]))
 
 
 def save(run: RunDir, config: RunConfig, next_attempt: int) -> None:
@@ -124,3 +144,12 @@ def save(run: RunDir, config: RunConfig, next_attempt: int) -> None:
         return
     presets.atomic_write(run.path / f"run.before-attempt-{next_attempt}.toml", old)
     presets.atomic_write(run.config_path, new)
+
+
+def prepare(run: RunDir, device: str | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """Everything `cockpit runs resume` and the TUI's `r` do before a supervisor continues the
+    run: check it can be resumed, plan the continuation, write its run.toml."""
+    check(run)
+    config = plan(run, device, overrides)
+    save(run, config, History.of(run.events()).attempts + 1)
+    return config

@@ -5,7 +5,8 @@
         events.jsonl      append-only events (engine.run.events)
         checkpoints/      step-<n>.pt, the last K kept
         attempt-<n>.log   the trainer's stdout and stderr, one file per attempt
-        supervisor.pid    pid of the supervising process while it runs
+        supervisor.pid    pid and start time of the supervising process while it runs
+        run.lock          held (flock) by the supervisor and its lifeline
         supervisor.log    a detached supervisor's own output
 
 Everything here can be read with no live process: the TUI, `cockpit runs`, tests and
@@ -14,6 +15,8 @@ users' scripts all go through RunDir and summarize().
 
 from __future__ import annotations
 
+import fcntl
+import os
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -75,6 +78,26 @@ class RunDir:
     def write_supervisor_pid(self, pid: int) -> None:
         if (supervisor := ProcessId.of(pid)) is not None:
             presets.atomic_write(self.pid_path, f"{supervisor}\n".encode())
+
+    def try_lock(self) -> int | None:
+        """The run's exclusive lock (run.lock, flock: macOS and Linux alike), so that no two
+        supervisors ever run one run: its supervisor holds it, and shares it with its lifeline,
+        which keeps it until an orphaned attempt is stopped. Returns the open descriptor (the
+        lock lasts while it, or a child's copy of it, is open), or None if it is held."""
+        fd = os.open(self.path / "run.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+        return fd
+
+    def locked(self) -> bool:
+        """A supervisor, or its lifeline, is at work on this run."""
+        fd = self.try_lock()
+        if fd is not None:
+            os.close(fd)
+        return fd is None
 
     @classmethod
     def create(cls, config: RunConfig, root: Path | None = None) -> "RunDir":

@@ -54,6 +54,7 @@ from engine.run.resume import History
 from engine.run.rundir import RunDir
 from engine.monitor.slowdown import Context, SlowdownDetector
 from engine.monitor.sysmon import SystemSampler
+from engine.errors import ConfigError
 from engine.schema import to_table
 from engine.command.tracker import Tracker
 
@@ -168,9 +169,14 @@ class Supervisor:
     def supervise(self) -> str:
         """Run attempts until the run ends; returns its status: finished, stopped or failed.
         A run that has events already is continued (engine.run.resume), not started over."""
+        lock = self.run.try_lock()
+        if lock is None:
+            self.events.close()
+            raise ConfigError("run", self.run.id, "is being supervised already (its supervisor, or "
+                                                  "the lifeline stopping its attempt, holds run.lock)")
         self.run.write_supervisor_pid(os.getpid())
         self._install_signal_handlers()
-        self._lifeline = Lifeline(self.run.path, self.run.supervisor_log, child_env({}))
+        self._lifeline = Lifeline(self.run.path, self.run.supervisor_log, child_env({}), lock)
         ended = False
         try:
             resume = self._begin_run()
@@ -187,6 +193,7 @@ class Supervisor:
                 self._lifeline.close()
                 self.run.pid_path.unlink(missing_ok=True)
             self.events.close()
+            os.close(lock)  # the lifeline's copy keeps the run locked until it is done
 
     def _begin_run(self) -> dict | None:
         """run_started, or run_resumed for a run that earlier supervisors worked on; returns
@@ -204,6 +211,7 @@ class Supervisor:
         self.follower.offset = self.run.events_path.stat().st_size
         self._first_attempt, self._started = history.attempts + 1, history.started
         self._fired = set(history.fired)
+        self._unreadable = set(history.unreadable)
         self._checkpoints.update(history.checkpoints)
         resume = self._resume_point()
         self.events.emit("run_resumed", **fields, next_attempt=self._first_attempt, resume=resume)
@@ -231,7 +239,7 @@ class Supervisor:
             fixed = command.fixed_settings(self.config.workload.params) \
                 if self.config.workload.is_command else frozenset()
             if verdict.kind == "checkpoint" and resume and self.config.workload.is_command:
-                self._unreadable.add(resume["path"])  # the script could not load it: not again
+                self._set_aside(result.attempt, resume["path"], verdict)
             previous, resume = resume, self._resume_point(result.watch.numerical)
             # len(results): a continued run gets max_attempts of its own, the user asked for more
             decision = fallback.decide(verdict, current, ladder, len(results), start.preset.max_attempts,
@@ -252,6 +260,8 @@ class Supervisor:
         run, and, after a non-finite loss, before the loss went bad (a script that saves on
         the way out would otherwise resume from the garbage)."""
         if self.config.workload.is_command:
+            if not self.config.workload.params.resume:
+                return None  # it takes no checkpoint: every attempt starts over
             bad = numerical or {}
             excluded = set(self._unreadable)
             while (latest := command.newest_checkpoint(
@@ -260,7 +270,8 @@ class Supervisor:
                 step = self._checkpoints.get(str(latest), {}).get("step")
                 step = step if step is not None else command.step_in_name(latest)
                 if bad.get("step") is None or step is None or step < bad["step"]:
-                    return {"step": step, "samples_seen": None, "path": str(latest)}
+                    return {"step": step, "samples_seen": None, "path": str(latest),
+                            "written": _mtime_ns(latest)}
                 excluded.add(str(latest))  # written at or after the step whose loss went bad
             return None
         if (latest := checkpoint.newest_intact(self.run.checkpoints)) is None:
@@ -268,6 +279,15 @@ class Supervisor:
         path = str(latest.relative_to(self.run.path))
         seen = self._checkpoints.get(path, {}).get("samples_seen")
         return {"step": checkpoint.step_of(latest), "samples_seen": seen, "path": path}
+
+    def _set_aside(self, attempt: int, path: str, verdict: Verdict) -> None:
+        """A command's checkpoint it could not load: not handed to it again, in this run or a
+        resumed one (the warning names it; engine.run.resume.History reads it back)."""
+        self._unreadable.add(path)
+        self.events.emit("warning", attempt=attempt, kind="checkpoint-unreadable", path=path,
+                         error=verdict.evidence.get("message"), advice=[], fallback=False,
+                         message=f"checkpoint {path} could not be loaded; the next attempt resumes "
+                                 "from the one before it")
 
     def _emit_fallback(self, result: AttemptResult, decision: Decision, resume: dict | None) -> None:
         to = decision.next.name + (f" ({fallback.describe_change(decision.changed)})"
@@ -301,8 +321,8 @@ class Supervisor:
                 log.write(f"cockpit: cannot start {launch.argv[0]!r}: {e.strerror}\n".encode())
                 return self._end_attempt(attempt, name, preset, None, log_path, None, unstarted=e)
         self._pid = self._proc.pid
+        self._tell_lifeline(launch)  # first: from here on, the attempt must not outlive us
         self._sampler = SystemSampler(self._proc.pid)
-        self._tell_lifeline(launch)
         hung_for = None
         try:
             while self._proc.poll() is None:
@@ -373,7 +393,7 @@ class Supervisor:
                 numerical=watch.numerical, last_step=watch.last_step,
                 stop_requested=bool(self.stop_requests), hung_for_s=hung_for,
                 memory_percent=self._memory_percent, device=watch.device, slowdown=watch.slowdown,
-                command=launch.is_command))
+                command=launch.is_command, resumed_from=(launch.resume or {}).get("path")))
         self._unfired_faults(launch)
         result = AttemptResult(attempt, Step(name, preset), verdict, None if sig else code, sig, tail, watch)
         if verdict.crashed:
@@ -573,6 +593,8 @@ class Supervisor:
             return
         signals = self._launch.stop_signals
         while self._stop_stage < min(self.stop_requests, len(signals)):
+            self.events.emit("stop_requested", attempt=self._watch.attempt, request=self._stop_stage + 1,
+                             signal=signals[self._stop_stage].name)
             self._escalate_stop()
         grace = self._launch.stop_grace_s
         if grace and 0 < self._stop_stage < len(signals) and time.monotonic() - self._stop_sent > grace:
@@ -598,7 +620,7 @@ class Supervisor:
         for e in events:
             if self._watch and e.get("attempt") == self._watch.attempt and e["type"] not in \
                     ("memory", "warning", "attempt_started", "attempt_process", "crash",
-                                  "attempt_ended"):
+                                  "attempt_ended", "stop_requested"):
                 gap = self._watch.see(e, now)
                 if e["type"] not in ("trainer_ready",):  # start-up is not a step interval
                     self._slowest_gap = max(self._slowest_gap, gap)
@@ -629,11 +651,12 @@ def _sigint_preexec(launch: Launch):
     return None
 
 
-def _kill(pid: int, sig: signal.Signals) -> None:
+def _mtime_ns(path: Path) -> int | None:
+    """When a file was last written: a script overwriting one `last.pt` makes progress too."""
     try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
 
 
 def run_summary(results: list[AttemptResult]) -> dict:
@@ -658,13 +681,23 @@ def run_summary(results: list[AttemptResult]) -> dict:
 # ---------------------------------------------------------------- detached runs
 
 
-def start_detached(run: RunDir) -> int:
-    """Start a supervisor for the run in its own session; returns its pid at once."""
+def start_detached(run: RunDir, timeout_s: float = 60.0) -> int:
+    """Start a supervisor for the run in its own session; returns its pid once it has taken the
+    run (its pid file names it), so that whoever follows the run next finds it live. A
+    supervisor that cannot take the run (another holds it) is a ConfigError with its word."""
     with open(run.supervisor_log, "ab") as log:
+        start = log.tell()
         proc = subprocess.Popen([sys.executable, "-P", "-m", "engine.run.supervisor", str(run.path)],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 env=child_env({}), start_new_session=True)
-    run.write_supervisor_pid(proc.pid)
+    deadline = time.monotonic() + timeout_s   # start-up takes a fraction of a second
+    while run.supervisor_pid() != proc.pid and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if proc.poll() is not None and run.supervisor_pid() != proc.pid:
+        with open(run.supervisor_log, "rb") as log:
+            log.seek(start)
+            said = last_line(log.read().decode(errors="replace")) or f"exit {proc.returncode}"
+        raise ConfigError("run", run.id, f"its supervisor did not start: {said.removeprefix('cockpit: ')}")
     return proc.pid
 
 
@@ -682,7 +715,11 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m engine.run.supervisor RUN_DIR", file=sys.stderr)
         return 2
-    status = Supervisor(RunDir(Path(argv[0]))).supervise()
+    try:
+        status = Supervisor(RunDir(Path(argv[0]))).supervise()
+    except ConfigError as e:
+        print(f"cockpit: {e.line()}", file=sys.stderr)
+        return 2
     return {"finished": 0, "stopped": 130}.get(status, 1)
 
 

@@ -39,7 +39,11 @@ def continue_prompt(run: RunDir, prompt: str, *, tokens: int = 200, temperature:
     if path is None:
         raise ConfigError(f"run {run.id}", None, "has no checkpoint yet; expected a run that "
                                                  "has saved one (at the end or on its schedule)")
-    state = checkpoint.load(path)
+    try:
+        state = checkpoint.load(path)
+    except checkpoint.Unreadable as e:
+        raise ConfigError(f"run {run.id}", None, f"its newest checkpoint could not be loaded: {e}; "
+                                                 "expected a whole checkpoint") from None
     text = workload.continue_text(state["model"], prompt, tokens=tokens, temperature=temperature,
                                   seed=seed)
     return Continuation(text=text, checkpoint=path, step=state["step"])
