@@ -224,9 +224,13 @@ def test_zero_touch_script_gives_steps_with_loss_and_eta(home):
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     steps = [e for e in lines if e["type"] == "step"]
     assert len(steps) >= 2 and steps[-1]["step"] == steps[-1]["total"] == 300
-    assert all(e["loss"] is not None and e["samples_per_s"] > 0 for e in steps)
+    assert all(e["samples_per_s"] > 0 for e in steps)
+    # The bar shows the loss from step 10 on: a window that ends before (the first second of
+    # a loaded machine may not get that far) has none yet; every later one has it.
+    assert all(e["loss"] is not None for e in steps if e["step"] >= 10)
     assert any(e["eta_s"] is not None for e in steps)
-    assert steps[-1]["loss"] < steps[0]["loss"]
+    losses = [e["loss"] for e in steps if e["loss"] is not None]
+    assert len(losses) >= 2 and losses[-1] < losses[0]
     (started,) = [e for e in lines if e["type"] == "attempt_started"]
     assert started["command"][2:6] == ["--bs", "8", "--accum", "2"]  # the cpu preset's micro-batch
     run = only_run()
@@ -236,12 +240,14 @@ def test_zero_touch_script_gives_steps_with_loss_and_eta(home):
 
 def test_native_crash_resumes_on_the_next_preset_from_the_newest_checkpoint(home):
     ladder(home)
+    # The fault is delivered once the supervisor reads step 120 from the bar, a few steps
+    # later; the next checkpoint after 100 would be 200, the end, far beyond any such lag.
     done = cockpit("run", "-d", "first", "--inject", "native-crash@120",
                    "--set", "rules={native-crash='next'}",  # not the default retry-progress
                    "--set", "command.resume=['--resume', '{checkpoint}']",
                    "--set", "command.checkpoints={run_dir}/out/*.pt",
                    "--", PY, TRAIN, "--bs", "{batch_size}", "--accum", "{accumulation}",
-                   "--out", "{run_dir}/out", "--steps", "200", "--ckpt-every", "50",
+                   "--out", "{run_dir}/out", "--steps", "200", "--ckpt-every", "100",
                    "--step-delay", "0.01")
     assert done.returncode == 0, done.stdout + done.stderr
     run = only_run()

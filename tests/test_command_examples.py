@@ -63,7 +63,12 @@ def runs(tmp_path_factory):
                      "100000", "--out", str(base / "interrupted"), stderr=bar)
         resumed = {s: finish(p) for s, p in procs.items()}
         assert long.stdout.readline().startswith("step 0: val_loss")
-        time.sleep(0.5)  # well into the loop
+        # Well into the loop: its bar has counted steps. (A fixed sleep can end before the
+        # first step on a loaded machine, and a Ctrl-C before the loop is not the one tested.)
+        deadline = time.monotonic() + 60
+        while not re.search(r"\b[1-9]\d*/100000\b", (base / "interrupted.err").read_text()):
+            assert time.monotonic() < deadline and long.poll() is None, "the loop never started"
+            time.sleep(0.05)
         long.send_signal(signal.SIGINT)
         out, _ = long.communicate(timeout=60)
         bar.seek(0)

@@ -433,9 +433,8 @@ def test_a_trainer_that_exited_but_is_not_yet_reaped_is_not_read_as_zero_rss():
     that is no process, not a process using no memory."""
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     zombie = psutil.Process(proc.pid)
-    for _ in range(200):
-        if zombie.status() == psutil.STATUS_ZOMBIE:
-            break
+    deadline = time.monotonic() + 60  # `python -c pass` exits in a fraction of that, even loaded
+    while zombie.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
         time.sleep(0.02)
     assert zombie.status() == psutil.STATUS_ZOMBIE
     sample = sysmon.SystemSampler(proc.pid).sample()

@@ -76,7 +76,8 @@ def test_batch_finder_in_the_ui_saves_a_new_preset_once(home):
             devices.highlighted = [o.id for o in devices._options].index("cpu")
             launch.query_one("#overrides").value = MATMUL + " threads=1"
             await pilot.pause()
-            app.push_screen(ProbeScreen(launch.resolve(), max_batch=64, trial_s=0.2))
+            # a finder budget for a hang only: the search ends once it has found the boundary
+            app.push_screen(ProbeScreen(launch.resolve(), max_batch=64, trial_s=0.2, finder_budget_s=300))
             await pilot.pause()
             probe = app.screen
             await pilot.press("b")  # asks for a memory limit; escape takes the question back
@@ -93,7 +94,7 @@ def test_batch_finder_in_the_ui_saves_a_new_preset_once(home):
             assert probe.asking == "batch" and not probe.busy
             probe.query_one("#ask").value = ""  # no limit
             await pilot.press("enter")
-            await wait_for(pilot, lambda: probe.batch is not None and not probe.busy, timeout=60,
+            await wait_for(pilot, lambda: probe.batch is not None and not probe.busy, timeout=360,
                            what="the batch finder")
             trials = probe.query_one("#trials", DataTable)
             assert _cells(trials, "batch") == ["8", "16", "32", "64"] and set(_cells(trials, "fits")) == {"yes"}
