@@ -24,7 +24,8 @@ def _text(screen, selector: str) -> str:
 
 
 def test_real_run_through_the_ui_crashes_falls_back_and_finishes(home):
-    overrides = TINY + ["train.checkpoint_every_steps=2", "device.inject=['native-crash@4']"]
+    overrides = TINY + ["train.checkpoint_every_steps=2", "device.inject=['native-crash@4']",
+                        "device.rules={native-crash='next'}"]  # not the default retry-progress
 
     async def drive():
         app = make_app(attach=False)
@@ -89,7 +90,7 @@ def test_stop_asks_the_supervisor_to_stop(home):
     try:
         lines = (path / "events.jsonl").read_text().splitlines(keepends=True)
         (path / "events.jsonl").write_text("".join(lines[:40]))
-        (path / "supervisor.pid").write_text(f"{proc.pid}\n")
+        RunDir(path).write_supervisor_pid(proc.pid)
 
         async def drive():
             app = make_app(attach=False)
@@ -112,7 +113,7 @@ def test_a_flood_of_events_is_kept_up_with_in_bounded_memory(home):
     events = read_events(path / "events.jsonl")
     body = [e for e in events if e["type"] in ("step", "memory", "eval", "checkpoint")]
     (path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events[:3]))
-    (path / "supervisor.pid").write_text(f"{__import__('os').getpid()}\n")
+    RunDir(path).write_supervisor_pid(__import__('os').getpid())
     rounds, written = 60, [0]
 
     def writer():
