@@ -22,7 +22,9 @@ from engine.run.resume import History
 from engine.run.rundir import RunDir, find_run, summarize
 from engine.run.supervisor import Supervisor
 
-LONG = TINY + ["train.epochs=4", "train.checkpoint_every_steps=4"]   # 32 steps, 8 checkpoints
+# 320 steps, a checkpoint every 4: long enough that a stop asked for at the first checkpoint
+# lands well before the end, however late a loaded machine delivers it.
+LONG = TINY + ["train.epochs=40", "train.checkpoint_every_steps=4"]
 DEADLINE_S = 120  # only a real hang gets near this
 
 
@@ -75,7 +77,7 @@ def test_a_stopped_run_resumes_at_its_checkpoint_as_the_next_attempt(home):
     (event,) = of_type(run, "run_resumed")
     assert event["next_attempt"] == 2 and event["resume"]["step"] == newest["step"]
     s = summarize(run)
-    assert s.status == "finished" and s.step == 32
+    assert s.status == "finished" and s.step == 320
     result = cockpit("runs", "resume", run.id)
     assert result.returncode == 2 and "finished; there is nothing to resume" in result.stderr
 
@@ -118,7 +120,7 @@ def start_detached_and_wait_for_checkpoint(run: RunDir) -> ProcessId:
 
 def test_a_killed_supervisor_leaves_no_trainer_behind_and_the_run_resumes(home):
     # Slow enough (a pause per step) that the run is mid-training when its supervisor dies.
-    run = RunDir.create(runconfig.resolve("matmul", "cpu", LONG + ["train.epochs=40", "inject=['slow@1+']"]))
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", LONG + ["inject=['slow@1+']"]))
     supervisor = start_detached_and_wait_for_checkpoint(run)
     os.kill(supervisor.pid, signal.SIGKILL)
     wait_for(lambda: of_type(run, "run_interrupted"), "run_interrupted")
@@ -186,7 +188,7 @@ def test_a_pid_file_naming_an_unrelated_live_process_is_not_trusted(home):
 
 
 def test_runs_stop_stops_an_attempt_whose_supervisor_and_lifeline_both_died(home):
-    run = RunDir.create(runconfig.resolve("matmul", "cpu", LONG + ["train.epochs=40", "inject=['slow@1+']"]))
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", LONG + ["inject=['slow@1+']"]))
     supervisor = start_detached_and_wait_for_checkpoint(run)
     lifeline = [p for p in __import__("psutil").Process(supervisor.pid).children()
                 if "engine.run.lifeline" in " ".join(p.cmdline())]
@@ -253,6 +255,7 @@ def test_a_resume_continues_on_the_preset_as_it_ran_after_a_rule_changed_it(home
 def test_resume_checks_its_changes_as_a_new_run_does_and_writes_nothing_when_refused(home):
     run = RunDir.create(runconfig.resolve("matmul", "cpu", LONG))
     assert stop_at_first_checkpoint(run).supervise() == "stopped"
+    crash_at = of_type(run, "checkpoint")[-1]["step"] + 2   # the stop may land a few steps late
     before, events = run.config_path.read_bytes(), run.events_path.read_bytes()
     for args, named in ((["--set", "batch_size=300", "--set", "accumulation=1"], "batch_size"),
                         (["--set", 'device.fallback=["nowhere"]'], "nowhere")):
@@ -263,7 +266,7 @@ def test_resume_checks_its_changes_as_a_new_run_does_and_writes_nothing_when_ref
     # A ladder given on resume is loaded and the user's settings are carried down it.
     user_preset(home, "devices", "b", 'device = "cpu"\nthreads = 1\n')
     result = cockpit("runs", "resume", run.id, "--set", 'device.fallback=["b"]', "--set", "threads=2",
-                     "--set", "inject=['native-crash@20+']", "--set", "rules={native-crash='next'}")
+                     "--set", f"inject=['native-crash@{crash_at}+']", "--set", "rules={native-crash='next'}")
     assert result.returncode == 0, result.stderr
     (move,) = of_type(run, "fallback")
     assert move["to_preset"] == "b"
