@@ -12,7 +12,7 @@ from cockpit.headless import HeadlessPrinter, duration
 from engine import command, presets, runconfig
 from engine.errors import ConfigError
 from engine.run.events import EventFollower, run_end
-from engine.run.resume import orphaned_attempt
+from engine.run.resume import at_work
 from engine.run.rundir import RunDir, RunSummary, summarize
 
 EXIT_BY_STATUS = {"finished": 0, "stopped": 130}
@@ -126,9 +126,9 @@ def follow(run_dir: RunDir, as_json: bool) -> int:
         events = follower.poll()
         printer(events)
         end = run_end(events, end)
-        if end is not None and not run_dir.locked():
+        if end is not None and not run_dir.locked():  # its lifeline may still be writing
             return EXIT_BY_STATUS.get(end.get("status", "interrupted"), 1)
-        if not events and not run_dir.locked() and orphaned_attempt(run_dir) is None:
+        if not events and not at_work(run_dir):
             # Nothing running and nothing new: the run is over (or its supervisor was lost).
             status = summarize(run_dir).status
             print(f"run {status}", file=sys.stderr)

@@ -16,7 +16,7 @@ from textual.message import Message
 
 from engine.run import supervisor
 from engine.run.events import EventFollower, run_end
-from engine.run.resume import orphaned_attempt
+from engine.run.resume import at_work
 from engine.run.rundir import RunDir
 
 POLL_S = 0.1
@@ -46,7 +46,7 @@ def follow(run: RunDir, post: Callable[[RunEvents], object], cancelled: Callable
         done = end is not None and not live
         # The lifeline of a supervisor that died holds the run's lock until it has written
         # how the run ended: no news then is not the end.
-        ended = done or (not events and not live and not run.locked() and orphaned_attempt(run) is None)
+        ended = done or (not events and not live and not at_work(run))
         if events or live != last_live or ended:
             post(RunEvents(run.id, events, live and not done, ended))
         if ended:

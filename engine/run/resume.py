@@ -73,15 +73,14 @@ class History:
         return process if process.alive() else None
 
 
-def orphaned_attempt(run: RunDir) -> ProcessId | None:
-    """The run's last attempt if it runs on with no supervisor: the lifeline is stopping it
-    (events still arrive), or the lifeline died too (`cockpit runs stop` stops it)."""
-    if run.supervisor_pid() is not None:
-        return None
-    return History.of(run.events()).orphan()
+def at_work(run: RunDir) -> bool:
+    """Something may still write to the run: its supervisor or the lifeline of a dead one holds
+    its lock, or its last attempt runs on with neither (`cockpit runs stop` stops it). A
+    follower that reads no news while this holds has not seen the end."""
+    return run.locked() or History.of(run.events()).orphan() is not None
 
 
-def check(run: RunDir) -> str:
+def check(run: RunDir, history: History) -> str:
     """The run's status if it can be resumed; a one-line ConfigError if not."""
     status = summarize(run).status
     if run.locked() or status == "running":
@@ -91,13 +90,14 @@ def check(run: RunDir) -> str:
                                          "e.g. with more train.epochs)")
     if status not in RESUMABLE:
         raise ConfigError("run", run.id, f"is {status}; expected a stopped, failed or interrupted run")
-    if (orphan := orphaned_attempt(run)) is not None:
+    if (orphan := history.orphan()) is not None:
         raise ConfigError("run", run.id, f"its attempt (pid {orphan.pid}) is still running without a "
                                          f"supervisor; stop it first: cockpit runs stop {run.id}")
     return status
 
 
-def plan(run: RunDir, device: str | None = None, overrides: list[str] | None = None) -> RunConfig:
+def plan(run: RunDir, history: History, device: str | None = None,
+         overrides: list[str] | None = None) -> RunConfig:
     """The continuation's configuration, checked; run.toml is not touched (see `save`)."""
     config, overrides = run.config(), list(overrides or [])
     for item in overrides:
@@ -107,7 +107,7 @@ def plan(run: RunDir, device: str | None = None, overrides: list[str] | None = N
                                             "of the workload as it was; expected device.*, train.* "
                                             "or command.* settings")
     if device is None:
-        name, start, known = *_where_it_was(run, config), config.ladder
+        name, start, known = *_where_it_was(run, history.last, config), config.ladder
         start_where = str(run.config_path)
     else:
         ref = presets.find("devices", device)
@@ -121,10 +121,10 @@ def plan(run: RunDir, device: str | None = None, overrides: list[str] | None = N
     return dataclasses.replace(resumed, overrides=config.overrides + tuple(overrides))
 
 
-def _where_it_was(run: RunDir, config: RunConfig) -> tuple[str, "presets.DevicePreset"]:
-    """The preset the last attempt ran on, as it ran, falling back along what was left of the
-    run's ladder (a preset's own `fallback` names the ladder only when the run started on it)."""
-    last = History.of(run.events()).last
+def _where_it_was(run: RunDir, last: dict | None, config: RunConfig) -> tuple[str, "presets.DevicePreset"]:
+    """The preset the last attempt (its attempt_started event) ran on, as it ran, falling back
+    along what was left of the run's ladder (a preset's own `fallback` names the ladder only
+    when the run started on it)."""
     order = [config.device_preset, *config.device.fallback]
     if last is None or last.get("preset") not in order:
         return config.device_preset, config.device
@@ -149,7 +149,8 @@ def save(run: RunDir, config: RunConfig, next_attempt: int) -> None:
 def prepare(run: RunDir, device: str | None = None, overrides: list[str] | None = None) -> RunConfig:
     """Everything `cockpit runs resume` and the TUI's `r` do before a supervisor continues the
     run: check it can be resumed, plan the continuation, write its run.toml."""
-    check(run)
-    config = plan(run, device, overrides)
-    save(run, config, History.of(run.events()).attempts + 1)
+    history = History.of(run.events())
+    check(run, history)
+    config = plan(run, history, device, overrides)
+    save(run, config, history.attempts + 1)
     return config
