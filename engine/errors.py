@@ -33,3 +33,26 @@ def describe(value: object) -> str:
     else:
         text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+class ProtocolError(Exception):
+    """A workload's code broke the workload protocol (engine/workloads/custom.py): loss() gave
+    something other than a scalar tensor, configure_optimizers() something other than an
+    optimizer. A bug in the workload, so the run stops (user-code); the message names the
+    workload and the method, and `where` is the method's own file and line, not the trainer's."""
+
+    def __init__(self, workload: str, method: str, problem: str, code: object = None):
+        self.workload, self.method, self.problem = workload, method, problem
+        self.where = _location(code)
+        super().__init__(f"workload {workload!r}: {problem}")
+
+
+def _location(code: object) -> str | None:
+    """'file:line' where a function or method is defined, or None."""
+    import inspect
+
+    try:
+        function = inspect.unwrap(getattr(code, "__func__", code))
+        return f"{inspect.getsourcefile(function)}:{function.__code__.co_firstlineno}"
+    except (TypeError, AttributeError, OSError):
+        return None

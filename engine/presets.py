@@ -129,8 +129,25 @@ class TrainSettings:
     max_steps: int = setting(0, "stop after this many optimizer steps of the first attempt's "
                                 "global batch (a budget of samples, kept across fallbacks); "
                                 "0 = no limit", min=0)
-    lr: float = setting(1e-3, "AdamW learning rate", min=0.0)
-    weight_decay: float = setting(0.0, "AdamW weight decay", min=0.0)
+    optimizer: Literal["adamw", "sgd"] = setting("adamw", "adamw (betas, eps; fused on CUDA) or sgd "
+                                                          "(with momentum)")
+    lr: float = setting(1e-3, "peak learning rate: reached after warmup_steps, then kept (schedule "
+                              "'constant') or decayed to min_lr", min=0.0)
+    schedule: Literal["constant", "cosine", "linear"] = setting(
+        "constant", "the learning rate after warmup, over the samples of the run: constant, or a "
+                    "cosine or linear decay from lr to min_lr")
+    warmup_steps: int = setting(0, "linear warmup from 0 to lr over this many optimizer steps of the "
+                                   "first attempt's global batch (samples: kept across fallbacks)", min=0)
+    min_lr: float = setting(0.0, "where cosine and linear decay end, at the last sample", min=0.0)
+    weight_decay: float = setting(0.0, "weight decay (decoupled in AdamW)", min=0.0)
+    weight_decay_params: Literal["matrices", "all"] = setting(
+        "matrices", "which parameters weight decay reaches: 'matrices' (2-D and up; norms, biases "
+                    "and embeddings excluded) or 'all'")
+    beta1: float = setting(0.9, "AdamW's beta1: decay of the gradient's running mean", min=0.0)
+    beta2: float = setting(0.999, "AdamW's beta2: decay of the squared gradient's running mean "
+                                  "(0.95 for LLMs, as nanoGPT)", min=0.0)
+    eps: float = setting(1e-8, "AdamW's epsilon", above=0.0)
+    momentum: float = setting(0.9, "SGD's momentum; 0 = plain SGD", min=0.0)
     grad_clip: float = setting(0.0, "clip the gradient norm to this; 0 = off", min=0.0)
     seed: int = setting(0, "seeds the model, the data order and every RNG", min=0, max=MAX_SEED)
     report_every_s: float = setting(0.5, "seconds per reporting window (one step event each)",
@@ -140,6 +157,15 @@ class TrainSettings:
     checkpoint_every_steps: int = setting(0, "checkpoint every N optimizer steps; 0 = off", min=0)
     checkpoint_every_minutes: float = setting(5.0, "checkpoint every M minutes; 0 = off", min=0.0)
     keep_checkpoints: int = setting(3, "how many recent checkpoints to keep", min=1)
+
+    def __post_init__(self):
+        for name in ("beta1", "beta2", "momentum"):
+            if getattr(self, name) >= 1:
+                raise FieldError(name, f"got {getattr(self, name)!r}, expected a number from 0 to "
+                                       "below 1 (at 1 nothing is ever forgotten)")
+        if self.min_lr > self.lr:
+            raise FieldError("min_lr", f"got {self.min_lr!r}, above lr {self.lr!r}; expected at most "
+                                       "lr (the schedule decays from lr to min_lr)")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from engine import presets, workloads
-from engine.train import checkpoint, device as devices
+from engine.train import checkpoint, device as devices, optim
 from engine.run.crashes import EXIT_CONFIG, EXIT_FAILED, EXIT_FINISHED, EXIT_NUMERICAL, EXIT_STOPPED
 from engine.train.data import SampleOrder
 from engine.train.distributed import World
@@ -105,9 +105,11 @@ class Trainer:
         self.forward = torch.compile(wrapped) if preset.compile else wrapped
         # Evaluation and epoch preparation run per rank, outside DDP's collectives.
         self.local_forward = self.forward if self.ddp is None else self.model
-        self.optimizer = torch.optim.AdamW(
-            [p for p in self.model.parameters() if p.requires_grad],
-            lr=self.train.lr, weight_decay=self.train.weight_decay)
+        # The workload's own optimizer (and scheduler), or the one [train] describes.
+        own = optim.from_workload(self.workload, config.workload.workload, self.model, self.train)
+        self.optimizer, self.scheduler = own or (optim.build(self.model, self.train, self.device), None)
+        self.peak_lrs = [g["lr"] for g in self.optimizer.param_groups]  # what the schedule scales
+        self.lr = self.peak_lrs[0]
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.resolved.precision == "fp16")
         self.order = SampleOrder(self.workload.num_samples, self.train.seed)
         self.total_samples = max(1, round(self.train.epochs * self.workload.num_samples))
@@ -123,6 +125,8 @@ class Trainer:
             self.total_samples = min(self.total_samples, self.train.max_steps * self.first_global_batch)
         self.total_steps = self.step + math.ceil(
             max(0, self.total_samples - self.samples_seen) / self.global_batch)
+        # Warmup counts steps of the first attempt's global batch too: the curve is one of samples.
+        self.schedule = optim.Schedule.of(self.train, self.first_global_batch, self.total_samples)
         self._saved_step = self.step if self.resumed_from else None  # the step on disk
 
         self._last_checkpoint_t = time.monotonic()
@@ -188,13 +192,26 @@ class Trainer:
         if self.train.grad_clip:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train.grad_clip)
+        self.set_lr(self.samples_seen + group)
+        self.lr = self.optimizer.param_groups[0]["lr"]  # this step's, for its report
         self.scaler.step(self.optimizer)
         self.scaler.update()
+        if self.scheduler is not None:
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self.samples_seen += group
         self._window_samples += group
         self._window_steps += 1
+
+    def set_lr(self, samples: int) -> None:
+        """The learning rate of the step that ends at `samples` seen: the schedule's factor of
+        each group's peak (a workload's own scheduler sets it instead)."""
+        if self.scheduler is not None:
+            return
+        factor = self.schedule.factor(samples)
+        for group, peak in zip(self.optimizer.param_groups, self.peak_lrs):
+            group["lr"] = peak * factor
 
     def maybe_prepare_epoch(self, epoch: int) -> None:
         """Let the workload prepare an epoch with the current model (e.g. mine negatives)."""
@@ -237,7 +254,7 @@ class Trainer:
         event = dict(
             step=self.step, total=self.total_steps, samples_seen=self.samples_seen,
             total_samples=self.total_samples, epoch=self.order.epoch_of(max(0, self.samples_seen - 1)),
-            loss=loss, lr=self.optimizer.param_groups[0]["lr"],
+            loss=loss, lr=self.lr,
             samples_per_s=round(samples_per_s, 3), steps_per_s=round(steps_per_s, 4),
             window_s=round(elapsed, 4), eta_s=round(self.eta_s(), 1),
             smoothed_samples_per_s=round(self._rate * self.samples_seen / max(1, self.step), 3),
@@ -312,6 +329,8 @@ class Trainer:
             "first_global_batch": self.first_global_batch,
             "model": self.model.state_dict(),  # the uncompiled module's names
             "optimizer": self.optimizer.state_dict(),
+            "scheduler": (self.scheduler.state_dict() if self.scheduler is not None
+                          else {"schedule": self.schedule.state_dict()}),
             "scaler": self.scaler.state_dict(),
             "rng": devices.rng_state(),
             "config": {"device": to_table(self.preset), "train": to_table(self.train)},
@@ -331,7 +350,8 @@ class Trainer:
             return None
         # What a fresh start needs back should a half-restored checkpoint fail (the model is
         # restored last, once everything else has loaded, so it never needs putting back).
-        fresh = self.optimizer.state_dict(), self.scaler.state_dict(), devices.rng_state()
+        fresh = self.optimizer.state_dict(), self.scaler.state_dict(), devices.rng_state(), \
+            self.scheduler.state_dict() if self.scheduler is not None else None
         for path in reversed(files):
             name = str(path.relative_to(self.run.path))
             try:
@@ -347,6 +367,8 @@ class Trainer:
         self.optimizer.load_state_dict(fresh[0])
         self.scaler.load_state_dict(fresh[1])
         devices.set_rng_state(fresh[2])
+        if fresh[3] is not None:
+            self.scheduler.load_state_dict(fresh[3])
         self.emit("warning", kind="checkpoint-unreadable", path=None, error="none loads",
                   message=f"none of the run's {len(files)} checkpoints loads; training starts from "
                           "the beginning", advice=[], fallback=False)
@@ -363,6 +385,8 @@ class Trainer:
                 raise checkpoint.Unreadable(path, "does not fit this run's model ("
                                             + ", ".join(sorted(misfits)[:3]) + ")")
             self.optimizer.load_state_dict(state["optimizer"])
+            if self.scheduler is not None and "scheduler" in state:
+                self.scheduler.load_state_dict(state["scheduler"])
             self.scaler.load_state_dict(state["scaler"])  # a no-op when the scaler is disabled
             devices.set_rng_state(state["rng"])
             step, samples_seen = int(state["step"]), int(state["samples_seen"])
@@ -418,8 +442,23 @@ class Trainer:
             parameters=sum(p.numel() for p in self.model.parameters()),
             trainable=sum(p.numel() for p in self.model.parameters() if p.requires_grad),
             pid=os.getpid(), torch=torch.__version__, world_size=self.world.size,
-            global_batch=self.global_batch,
+            global_batch=self.global_batch, optimizer=self._optimizer_text(),
         )
+
+    def _optimizer_text(self) -> str:
+        """'AdamW (fused), cosine from 0.0006 to 6e-05 after 100 warmup steps', or the workload's."""
+        o, t = self.optimizer, self.train
+        name = type(o).__name__ + (" (fused)" if o.defaults.get("fused") else "")
+        if hasattr(self.workload, "configure_optimizers"):
+            name += " from configure_optimizers"
+        if self.scheduler is not None:
+            return f"{name} and its {type(self.scheduler).__name__}"
+        peak = "its lr" if hasattr(self.workload, "configure_optimizers") else f"{t.lr:g}"
+        curve = f"constant at {peak}" if t.schedule == "constant" else \
+            f"{t.schedule} from {peak} to {t.min_lr / t.lr if t.lr else 0:g}x" \
+            if peak == "its lr" else f"{t.schedule} from {peak} to {t.min_lr:g}"
+        warm = f" after {t.warmup_steps} warmup steps" if t.warmup_steps else ""
+        return f"{name}, {curve}{warm}"
 
 
 def _rank() -> int:

@@ -43,6 +43,18 @@ The workload object (the engine's protocol, engine.workloads.Workload)
         Called under no_grad before the first sample of every epoch an attempt trains
         (work that needs the current model, such as mining hard negatives); `emit(type,
         **fields)` writes an event. Optional.
+    configure_optimizers(model, train) -> optimizer | (optimizer, scheduler)
+        Your own optimizer over `model.parameters()` (the model on its device; `train` is the
+        preset's [train], engine.presets.TrainSettings: lr, weight_decay, beta1, ...). Optional:
+        without it the trainer builds the one [train] describes (optimizer = "adamw" | "sgd",
+        betas, eps, momentum; weight decay on matrices only unless weight_decay_params = "all";
+        engine.train.optim.param_groups(model, weight_decay) makes that split for you). [train]'s
+        schedule (warmup_steps, then constant, cosine or linear to min_lr, counted in samples
+        seen) scales each parameter group's learning rate from the one you gave it. Return a
+        scheduler too (torch.optim.lr_scheduler) to set the rate yourself: it is stepped once
+        per optimizer step, so its curve counts steps (a fallback to another batch size
+        changes it), its state is checkpointed, and [train] must leave schedule = "constant"
+        and warmup_steps = 0.
 
 Parameters
     The preset's [params] table goes to the factory. If the factory's module defines `Params`,
@@ -241,7 +253,7 @@ def check(name: str, workload: Any):
     n = getattr(workload, "num_samples", None)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         problems.append("num_samples (a positive int" + (f", got {describe(n)})" if n is not None else ")"))
-    for method in ("evaluate", "prepare_epoch"):
+    for method in ("evaluate", "prepare_epoch", "configure_optimizers"):
         if hasattr(workload, method) and not callable(getattr(workload, method)):
             problems.append(f"{method} (not callable)")
     flops = getattr(workload, "flops_per_sample", None)
