@@ -274,8 +274,11 @@ def device_from_table(table: dict, where: str) -> DevicePreset:
     return from_table(DevicePreset, table, where=where)
 
 
-def workload_from_table(table: dict, where: str) -> WorkloadPreset:
-    from engine.workloads import params_class
+def workload_from_table(table: dict, where: str, base: Path | None = None) -> WorkloadPreset:
+    """A workload preset's table, checked. `base` is the directory of the file it came from:
+    a workload named by a relative file path ('./model.py:factory') is taken from there and kept
+    absolute, so the run (and every later attempt, probe and resume) finds it from anywhere."""
+    from engine.workloads import custom, params_class
 
     table = dict(table)
     from engine.command import CommandSpec
@@ -292,8 +295,11 @@ def workload_from_table(table: dict, where: str) -> WorkloadPreset:
     name = table.get("workload")
     if not isinstance(name, str):
         raise ConfigError(where, "workload", "missing, expected the name of a workload "
-                                             "(e.g. 'matmul') or 'package.module:factory', or "
-                                             "command = [...] for your own training command")
+                                             "(e.g. 'matmul'), './file.py:factory' or "
+                                             "'package.module:factory', or command = [...] for "
+                                             "your own training command")
+    if custom.is_file(name):
+        name = custom.absolute(name, base, where)
     description = table.get("description", "")
     if not isinstance(description, str):
         raise ConfigError(where, "description", "expected a string")
@@ -342,7 +348,7 @@ def load_device(name: str) -> DevicePreset:
 
 def load_workload(name: str) -> WorkloadPreset:
     ref = find("workloads", name)
-    return workload_from_table(read_toml(ref.path), str(ref.path))
+    return workload_from_table(read_toml(ref.path), str(ref.path), ref.path.parent)
 
 
 def check(ref: PresetRef, table: dict) -> None:
@@ -352,11 +358,13 @@ def check(ref: PresetRef, table: dict) -> None:
     if ref.kind == "devices":
         check_ladder(ref.name, device_from_table(table, where), where)
         return
-    from engine.workloads import BUILTIN
+    from engine.workloads import BUILTIN, custom
 
     name = table.get("workload")
     if not isinstance(name, str) or name == COMMAND or name in BUILTIN:
-        workload_from_table(table, where)
+        workload_from_table(table, where, ref.path.parent)
+    elif custom.is_file(name):
+        custom.absolute(name, ref.path.parent, where)  # the file is there (it is not imported)
 
 
 def check_ladder(name: str, preset: DevicePreset, where: str, key: str = "fallback",
@@ -422,6 +430,6 @@ def save_user_preset(kind: str, name: str, table: dict) -> Path:
     if kind == "devices":
         table = to_table(device_from_table(table, str(path)))
     else:
-        table = workload_to_table(workload_from_table(table, str(path)))
+        table = workload_to_table(workload_from_table(table, str(path), path.parent))
     atomic_write(path, dump_toml(table))
     return path

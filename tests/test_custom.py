@@ -147,8 +147,8 @@ def test_an_entry_point_names_a_workload(home, tmp_path, monkeypatch):
     config = runconfig.resolve(preset_for(home, "demo-fake", "n = 2\n"), "cpu")
     workloads.build(config.workload.workload, config.workload.params, 0)
     assert sys.modules[mod].received[-1] == ({"n": 2}, 0)
-    with pytest.raises(ConfigError, match=r"got 'demo-fak', expected one of 'matmul', .*'package\.module:"
-                                          r"factory' for your own workload, or an entry point in group "
+    with pytest.raises(ConfigError, match=r"got 'demo-fak', expected one of 'matmul', .*'\./file\.py:factory' "
+                                          r"or 'package\.module:factory' for your own workload, or an entry point in group "
                                           r"'cockpit\.workloads' \('demo-fake'\)"):
         runconfig.resolve(preset_for(home, "demo-fak"), "cpu")
 

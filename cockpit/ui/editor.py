@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Mapping, get_args, get_origin
 
 from rich.text import Text
@@ -63,11 +64,12 @@ def field_specs(kind: str, table: dict) -> list[FieldSpec]:
     return specs
 
 
-def full_table(kind: str, raw: dict, where: str) -> dict:
-    """A preset file's table with every default filled in (raises ConfigError if invalid)."""
+def full_table(kind: str, raw: dict, where: str, base: Path | None = None) -> dict:
+    """A preset file's table with every default filled in (raises ConfigError if invalid);
+    `base`, the file's directory, is where a workload's relative file path starts."""
     if kind == "devices":
         return to_table(presets.device_from_table(raw, where))
-    return presets.workload_to_table(presets.workload_from_table(raw, where))
+    return presets.workload_to_table(presets.workload_from_table(raw, where, base))
 
 
 def flat(kind: str, table: dict) -> dict[str, Any]:
@@ -131,8 +133,10 @@ class EditorScreen(Screen):
         self.kind, self.preset_name = kind, name
         self.ref = presets.find(kind, name)
         raw = presets.read_toml(self.ref.path)
-        self.workload = raw.get("workload") if kind == "workloads" else None
-        self.specs = field_specs(kind, full_table(kind, raw, str(self.ref.path)))
+        loaded = full_table(kind, raw, str(self.ref.path), self.ref.path.parent)
+        # as loaded: a workload file's path made absolute, so the preset saves anywhere
+        self.workload = loaded.get("workload") if kind == "workloads" else None
+        self.specs = field_specs(kind, loaded)
         self.shipped = self._shipped_values()
         self.errors: dict[str, str] = {}
         self.saved_values: dict[str, Any] | None = None
@@ -142,7 +146,7 @@ class EditorScreen(Screen):
         if not path.is_file():
             return None
         try:
-            return flat(self.kind, full_table(self.kind, presets.read_toml(path), str(path)))
+            return flat(self.kind, full_table(self.kind, presets.read_toml(path), str(path), path.parent))
         except ConfigError:
             return None
 

@@ -2,8 +2,14 @@
 
 Name it in a workload preset, instead of a built-in workload:
 
+    workload = "./my_workload.py:make_workload"       # a file: relative to the preset file's
+                                                      # directory, or absolute ('~' expanded)
     workload = "my_package.my_module:make_workload"   # module:factory, imported from the Python path
     workload = "sine"                                 # or an entry point in group "cockpit.workloads"
+
+A file needs no PYTHONPATH: cockpit imports it by its path wherever it is started from (the
+CLI, the TUI, the probe, `cockpit runs resume`), with its directory on the Python path so that
+it can import the modules beside it (a model.py next to it). The run records its absolute path.
 
 An entry point is declared by an installed package, in its pyproject.toml:
 
@@ -71,7 +77,8 @@ Imports
     show`): keep torch out of its top level, as the built-in workloads do, if you want that
     to stay quick. The trainer process imports the same module from the directory the checking
     process found it in: that directory is put first on the trainer's PYTHONPATH, and the
-    trainer's own working directory is not on its path.
+    trainer's own working directory is not on its path. A file workload is imported from its
+    absolute path by every process.
 """
 
 from __future__ import annotations
@@ -80,9 +87,12 @@ import dataclasses
 import difflib
 import importlib
 import importlib.metadata
+import hashlib
+import importlib.util
 import inspect
 import keyword
 import math
+import os
 import re
 import site
 import sys
@@ -103,6 +113,9 @@ PROTOCOL = "num_samples, build_model, batch and loss (see engine/workloads/custo
 
 # module name -> the directory on sys.path it was imported from, for the trainer's PYTHONPATH
 _roots: dict[str, str] = {}
+# a file workload's absolute path -> (its modification time when imported, the module)
+_files: dict[str, tuple[int, ModuleType]] = {}
+ATTRIBUTE = re.compile(rf"^{_NAME}(\.{_NAME})*$")
 
 
 @dataclass(frozen=True)
@@ -130,7 +143,8 @@ def _target(name: str, where: str) -> tuple[str, str]:
             installed = sorted(ep.name for ep in importlib.metadata.entry_points(group=GROUP))
             raise ConfigError(where, "workload", (
                 f"got {name!r}, expected one of " + ", ".join(repr(n) for n in BUILTIN)
-                + ", 'package.module:factory' for your own workload, or an entry point in group "
+                + ", './file.py:factory' or 'package.module:factory' for your own workload, or an "
+                + "entry point in group "
                 + f"{GROUP!r} (" + (", ".join(repr(n) for n in installed) or "none installed") + ")"))
         name = ep.value
     if not SPEC.match(name):
@@ -140,10 +154,42 @@ def _target(name: str, where: str) -> tuple[str, str]:
     return module, attr
 
 
+def is_file(name: str) -> bool:
+    """Whether a workload names a file ('./x.py:factory', '/abs/x.py:f', '~/x.py:f'), not a module."""
+    path, colon, _ = name.rpartition(":")
+    return bool(colon) and (path.endswith(".py") or "/" in path or os.sep in path or path.startswith("~"))
+
+
+def absolute(name: str, base: Path | None, where: str) -> str:
+    """A file workload with its path made absolute: '~' expanded, a relative path taken from
+    `base` (the preset file's directory); the file must exist."""
+    path_text, _, attr = name.rpartition(":")
+    if not ATTRIBUTE.match(attr):
+        raise ConfigError(where, "workload", f"got {name!r}, expected 'path/to/file.py:factory' "
+                                             "(a dotted Python name after the last ':')")
+    written = Path(path_text).expanduser()
+    if not written.is_absolute() and base is None:
+        raise ConfigError(where, "workload", f"{name!r} is a relative path, and {where} is not a "
+                                             "preset file it could be relative to; expected an "
+                                             "absolute path")
+    path = Path(os.path.abspath(written if written.is_absolute() else base / written))
+    if not path.is_file():
+        hint = "" if written.is_absolute() else f" (relative to {base}, the preset's directory)"
+        raise ConfigError(where, "workload", f"{name!r}: no file {path}{hint}; expected a Python "
+                                             "file defining the factory")
+    return f"{path}:{attr}"
+
+
 def load(name: str, where: str) -> Factory:
     """Import the factory a preset names; every way this can fail is one ConfigError line."""
-    module_name, attr = _target(name, where)
-    module = _import(name, module_name, where)
+    if is_file(name):
+        name = absolute(name, None, where)
+        path_text, _, attr = name.rpartition(":")
+        module = _import_file(name, Path(path_text), where)
+        module_name = module.__name__
+    else:
+        module_name, attr = _target(name, where)
+        module = _import(name, module_name, where)
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -175,6 +221,57 @@ def _import(name: str, module_name: str, where: str) -> ModuleType:
                                              f"{type(e).__name__}: {e}") from None
     _remember_root(module_name)
     return module
+
+
+def _import_file(name: str, path: Path, where: str) -> ModuleType:
+    """Import a workload's file by its path (again if it changed since), its directory on the
+    Python path for the modules beside it."""
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError as e:
+        raise ConfigError(where, "workload", f"{name!r}: cannot read {path} ({e.strerror})") from None
+    known = _files.get(str(path))
+    if known and known[0] == mtime:
+        return known[1]
+    if str(path.parent) not in sys.path:
+        sys.path.append(str(path.parent))  # after everything else: it never shadows a library
+    module_name = _module_name(path)
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # before running it: dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as e:
+        sys.modules.pop(module_name, None)
+        if isinstance(e, SyntaxError):
+            raise ConfigError(where, "workload", f"{name!r}: syntax error in {e.filename}, line "
+                                                 f"{e.lineno}: {e.msg}") from None
+        if isinstance(e, Exception):  # whatever the file's top level raised
+            raise ConfigError(where, "workload", f"{name!r}: importing {path} raised "
+                                                 f"{type(e).__name__}: {e}") from None
+        raise
+    _files[str(path)] = (mtime, module)
+    return module
+
+
+def _module_name(path: Path) -> str:
+    """The file's own name when that names nothing else (so `import nanogpt_workload` from a
+    module beside it finds the same module), else one made unique by the path."""
+    stem = path.stem
+    if stem.isidentifier() and not keyword.iskeyword(stem):
+        loaded = sys.modules.get(stem)
+        if loaded is not None:
+            if getattr(loaded, "__file__", None) == str(path):
+                return stem
+        else:
+            try:
+                found = importlib.util.find_spec(stem)
+            except (ImportError, ValueError):
+                found = None
+            if found is None or found.origin == str(path):
+                return stem
+    clean = re.sub(r"\W", "_", stem)
+    return f"cockpit_workload_{clean}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
 
 
 def _check_factory(name: str, obj: Any, where: str) -> None:
