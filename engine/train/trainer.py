@@ -38,7 +38,7 @@ from engine.train import checkpoint, device as devices, optim
 from engine.run.crashes import EXIT_CONFIG, EXIT_FAILED, EXIT_FINISHED, EXIT_NUMERICAL, EXIT_STOPPED
 from engine.train.data import SampleOrder
 from engine.train.distributed import World
-from engine.errors import ConfigError
+from engine.errors import ConfigError, ProtocolError
 from engine.run.events import EventWriter
 from engine.run.faults import Injector
 from engine.presets import DevicePreset
@@ -92,7 +92,8 @@ class Trainer:
             torch.set_num_threads(preset.threads)
 
         devices.seed_everything(self.train.seed)
-        self.workload = workloads.build(config.workload.workload, config.workload.params, self.train.seed)
+        self.name = config.workload.workload
+        self.workload = workloads.build(self.name, config.workload.params, self.train.seed)
         workloads.check_batch(preset, self.workload.num_samples, f"device preset {preset_name!r}")
         self.model = self.workload.build_model(grad_checkpointing=preset.grad_checkpointing).to(self.device)
         self.ddp = None
@@ -180,7 +181,7 @@ class Trainer:
             sync = self.ddp is None or m == micro_batches - 1
             with contextlib.nullcontext() if sync else self.ddp.no_sync():
                 with self.resolved.autocast():
-                    loss = self.workload.loss(self.forward, batch)
+                    loss = checked_loss(self.workload.loss(self.forward, batch), self.name, self.workload)
                 if self.faults.poison_loss:
                     loss = loss * float("nan")
                 # Weight each micro-batch by its share of the group: the step's gradient is the
@@ -461,6 +462,33 @@ class Trainer:
         return f"{name}, {curve}{warm}"
 
 
+def checked_loss(loss, name: str, workload) -> torch.Tensor:
+    """The loss, if it is what the protocol asks for: a scalar floating-point tensor with a
+    gradient. Anything else is the workload's bug, named as such (ProtocolError), not a
+    confusing error from the trainer's line that first trips over it. Metadata only: no sync."""
+    if isinstance(loss, torch.Tensor) and loss.dim() == 0 and loss.is_floating_point() \
+            and loss.requires_grad:
+        return loss
+    if isinstance(loss, tuple):
+        got = (f"a tuple of {len(loss)} ({', '.join(type(v).__name__ for v in loss)}); return the "
+               "loss alone (report other figures from evaluate())")
+    elif isinstance(loss, (int, float)) and not isinstance(loss, bool):
+        got = f"a Python {type(loss).__name__} ({loss:g}), which has no gradient; return the tensor, " \
+              "not .item()"
+    elif not isinstance(loss, torch.Tensor):
+        got = f"a {type(loss).__name__}"
+    elif loss.dim() != 0:
+        got = (f"a tensor of shape {tuple(loss.shape)}; return the mean over the batch "
+               "(.mean()), one number")
+    elif not loss.is_floating_point():
+        got = f"a tensor of dtype {loss.dtype}; expected a floating-point loss"
+    else:
+        got = ("a tensor that does not require grad (computed under torch.no_grad(), or "
+               "detached): nothing to train")
+    raise ProtocolError(name, "loss", f"loss() must return a scalar tensor, got {got}",
+                        getattr(workload, "loss", None))
+
+
 def _rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
@@ -472,6 +500,12 @@ def report_failure(events: EventWriter, error: Exception, step: int | None) -> i
         print(error.line(), file=sys.stderr, flush=True)
         events.emit("config_error", message=error.line())
         return EXIT_CONFIG
+    if isinstance(error, ProtocolError):  # the workload's bug, told without the trainer's frames
+        text = f"ProtocolError: {error}" + (f"\n  {error.method}() is at {error.where}" if error.where else "")
+        events.emit("exception", error="ProtocolError", message=str(error), where=error.where,
+                    step=step, rank=_rank(), traceback=text)
+        print(text, file=sys.stderr, flush=True)
+        return EXIT_FAILED
     if isinstance(error, NonFiniteLoss):
         events.emit("numerical", step=error.step, message=str(error), rank=_rank())
         print(f"numerical: {error}", file=sys.stderr, flush=True)

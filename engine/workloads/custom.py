@@ -38,8 +38,11 @@ The workload object (the engine's protocol, engine.workloads.Workload)
         fallback to another batch size or accumulation continues at exactly the same sample.
         Do not shuffle or keep a cursor of your own. Required.
     loss(model, batch) -> torch.Tensor
-        The mean loss over the batch, a scalar on the device. Keep it on the device: the
-        trainer reads it once per reporting window, never per step. Required.
+        The mean loss over the batch, a scalar (0-dim) floating-point tensor with a gradient,
+        on the device. Keep it on the device: the trainer reads it once per reporting window,
+        never per step. Anything else (a tuple, a Python number, a per-sample vector, a
+        detached tensor) stops the run as the workload's bug, with one sentence naming the
+        workload ("loss() must return a scalar tensor, got ..."). Required.
     evaluate(model, device) -> dict[str, float]
         Held-out metrics, called under torch.no_grad() with the model in eval mode every
         train.eval_every_steps and at the end. Optional: without it a run reports no eval.
