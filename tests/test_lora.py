@@ -73,9 +73,10 @@ def test_adapters_learn_while_the_base_stays_frozen(home, tmp_path):
         assert torch.equal(final[key], base_state[name]), name
 
     # Greedy text from the adapted model has the fine-tuning text's markup, which no Python
-    # source has (after 60 steps it writes ' O- E E<guess> O O O- E<guess>').
+    # source has (after 60 steps it writes '- - guessess> - guess> - - - -': the clue's '-'
+    # and the tag's end; its exact bytes move with any change to how the base trained).
     text = continue_prompt(run, "CRANE</guess> C+ R~", tokens=30, temperature=0, seed=0).text
-    assert "<guess>" in text
+    assert "guess>" in text and "- -" in text
 
 
 def test_without_a_base_run_adapters_sit_on_a_fresh_trm(home):

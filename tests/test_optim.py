@@ -260,3 +260,19 @@ def test_a_scheduler_of_its_own_and_a_schedule_in_train_are_refused(home, tmp_pa
                                           r"and \[train\] sets schedule = 'cosine'"):
         trainer_for(run)
     sys.modules.pop(run.config().workload.workload.partition(":")[0], None)
+
+
+def test_the_shipped_presets_adopt_the_schedules_of_their_notes_and_papers(home):
+    from engine import presets
+
+    def train(name):
+        t = presets.load_workload(name).train
+        return t.schedule, t.warmup_steps, t.beta2
+
+    assert train("trm-tiny") == ("constant", 10, 0.95)          # TRM: warmup, then constant
+    assert train("trm-chat-small") == ("constant", 100, 0.95)
+    assert train("clip-m1") == ("cosine", 10, 0.98)             # CLIP: warmup + cosine
+    assert train("clip-tiny") == ("cosine", 0, 0.98)
+    assert train("twotower-v4")[0] == "cosine"                  # notes 000/001's cosine decay
+    assert train("lora-grpo-wordle")[0] == "linear"             # TRL's GRPOTrainer default
+    assert train("matmul") == train("twotower-small") == ("constant", 0, 0.999)
