@@ -17,7 +17,8 @@ so the script runs as before anywhere:
 
 - `report.step(step, total=None, loss=None, samples=None, **metrics)`: the optimizer step,
   the total steps, the loss, the samples seen so far (cumulative: cockpit measures throughput
-  from it) and any other scalars (lr=..., grad_norm=...).
+  from it) and any other scalars (grad_norm=...); `lr=` and `epoch=` are shown as the
+  learning rate and the (fractional) epoch.
 - `report.eval(**metrics)`: held-out metrics, recorded at the last step reported.
 - `report.checkpoint(path, step)`: a checkpoint the script has written; cockpit resumes from the
   newest one, with your command's `resume` arguments, after a crash or a fallback.

@@ -417,3 +417,16 @@ def test_bars_around_training_and_qualified_values_are_not_steps_or_losses():
     assert parser.feed("\n".join(lines) + "\n") == []
     (obs,) = parser.feed("Epoch 1: train loss 0.5, best loss inf\n")
     assert obs.loss == 0.5
+
+
+def test_a_bar_of_another_total_after_training_is_not_training():
+    """hf_trainer_then_evaluate.txt: a real transformers 5.23.0 run of examples/hf/train_lm.py
+    (12 steps, logging every 4, eval every 8) whose script calls trainer.evaluate() after
+    training: that evaluation draws a plain top-level bar of 17 batches, no description."""
+    found = parse(read("hf_trainer_then_evaluate.txt"))
+    bar = [o for o in found if o.source == "tqdm"]
+    assert bar and {o.total for o in bar} == {12} and bar[-1].step == 12
+    assert_increasing(steps_of(bar))
+    # Before a loss is read, nothing says which bar trains: a second bar still counts.
+    text = "train: 50%|#  | 5/10 [00:01<00:01, 5it/s]\nother: 20%|#  | 1/5 [00:01<00:01, 5it/s]\n"
+    assert [o.total for o in parse(text)] == [10, 5]

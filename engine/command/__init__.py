@@ -42,7 +42,18 @@ PLACEHOLDERS = {
     "run_dir": "the run directory (absolute)",
     "attempt": "the attempt number, from 1",
     "checkpoint": "the newest checkpoint (in `resume` only)",
+    # Derived, for the frameworks' own flags (an argument that is one placeholder alone and
+    # comes out empty is left out, so `{hf_precision_flag}` adds nothing for fp32):
+    "hf_precision_flag": "Hugging Face TrainingArguments' precision flag: --bf16, --fp16, or "
+                         "nothing for fp32",
+    "hf_device_flag": "--use_cpu on the CPU (the Trainer would otherwise take CUDA or MPS "
+                      "itself), else nothing",
+    "lightning_precision": "Lightning's precision string: 32-true, bf16-mixed or 16-mixed",
 }
+# Lightning takes {device} as its accelerator as it is: "cpu", "cuda" or "mps".
+_HF_PRECISION_FLAG = {"fp32": "", "bf16": "--bf16", "fp16": "--fp16"}
+_LIGHTNING_PRECISION = {"fp32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}
+_PRECISION_PLACEHOLDERS = frozenset({"precision", "hf_precision_flag", "lightning_precision"})
 # Only a resume knows its checkpoint; the glob that finds it cannot depend on it either.
 _RESUME_ONLY = ("checkpoint",)
 # What a checkpoint glob may name: it is filled before any attempt's device is known.
@@ -131,8 +142,20 @@ def display(args) -> str:
 
 
 def fill(args: tuple[str, ...] | list[str], values: dict[str, str]) -> list[str]:
-    """The arguments with their placeholders replaced (checked when the preset was read)."""
-    return [arg.format_map(values) for arg in args]
+    """The arguments with their placeholders replaced (checked when the preset was read). An
+    argument that is a placeholder alone and comes out empty is left out: `{hf_precision_flag}`
+    is `--bf16` in one attempt and no argument at all in an fp32 one (an empty string would be
+    an argument the script's parser refuses)."""
+    filled = []
+    for arg in args:
+        value = arg.format_map(values)
+        if value or not _alone(arg):
+            filled.append(value)
+    return filled
+
+
+def _alone(arg: str) -> bool:
+    return re.fullmatch(r"\{[a-z_]+\}", arg) is not None
 
 
 # ---------------------------------------------------------------- one attempt's values
@@ -161,7 +184,10 @@ def values(preset: "DevicePreset", run_dir: Path, attempt: int,
     return {"device": device, "batch_size": str(preset.batch_size),
             "accumulation": str(preset.accumulation), "effective_batch": str(preset.effective_batch),
             "precision": precision, "threads": str(threads), "run_dir": str(Path(run_dir).resolve()),
-            "attempt": str(attempt), "checkpoint": str(checkpoint) if checkpoint else ""}
+            "attempt": str(attempt), "checkpoint": str(checkpoint) if checkpoint else "",
+            "hf_precision_flag": _HF_PRECISION_FLAG[precision],
+            "hf_device_flag": "--use_cpu" if device == "cpu" else "",
+            "lightning_precision": _LIGHTNING_PRECISION[precision]}
 
 
 def used(spec: CommandSpec) -> frozenset[str]:
@@ -170,8 +196,14 @@ def used(spec: CommandSpec) -> frozenset[str]:
 
 
 def fixed_settings(spec: CommandSpec) -> frozenset[str]:
-    """Device preset settings this command cannot feel: those whose placeholder its argv lacks."""
-    return frozenset(k for k in ("batch_size", "precision") if k not in used(spec))
+    """Device preset settings this command cannot feel: those whose placeholders its argv lacks."""
+    takes = used(spec)
+    fixed = set()
+    if not {"batch_size", "effective_batch"} & takes:
+        fixed.add("batch_size")
+    if not _PRECISION_PLACEHOLDERS & takes:
+        fixed.add("precision")
+    return frozenset(fixed)
 
 
 def samples_per_step(spec: CommandSpec, preset: "DevicePreset") -> int:

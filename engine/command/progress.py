@@ -33,7 +33,9 @@ Understood formats, tried in this order on each line:
    does), total unknown, epoch = E + N/M. Lightning's ``v_num`` is dropped. Bars
    described as validation, evaluation, testing, sanity checking or prediction, and bars
    drawn below another one (tqdm's nested bars, e.g. the Trainer's evaluation bar) give
-   nothing, as does an epoch bar at 0.
+   nothing, as does an epoch bar at 0. Once a loss has been read beside a bar (on it, or
+   on a log line while it counts), a bar of another total is another loop and gives
+   nothing: the Trainer's `evaluate()` after training draws a plain bar of its own.
 
 4. A line that starts with a step count, followed by values as in 5:
        ``step 120/5000 loss=2.31``, ``Step 3 of 10: loss: 0.5``, ``iter 10: loss 3.1234,
@@ -155,6 +157,8 @@ class OutputParser:
             else compile_regex(regex)
         self._partial = ""
         self._skipping = False  # inside a line already dropped for its length
+        self._bar_total: int | None = None       # the total of the bar giving steps now
+        self._training_total: int | None = None  # that of the bar known to be training
 
     def feed(self, text: str) -> list[Observation]:
         """Parse the complete lines in `text`; a trailing partial line waits for more."""
@@ -183,9 +187,24 @@ class OutputParser:
         if len(raw) > MAX_LINE:
             return []
         try:
-            return _parse_line(raw, self._regex)
+            return [o for o in _parse_line(raw, self._regex) if self._training(o)]
         except Exception:  # a line we misread is a line we skip, never a crash
             return []
+
+    def _training(self, o: Observation) -> bool:
+        """Whether an observation belongs to the training loop. A bar is known to be the
+        training loop's once a loss is read beside it (on the bar or on a log line while it
+        is the bar giving steps); after that a bar of another total is another loop — the
+        Trainer's `evaluate()` after training draws a plain bar, no description, of its own."""
+        if o.kind != "step":
+            return True
+        if o.source == "tqdm" and o.total is not None:
+            if self._training_total is not None and o.total != self._training_total:
+                return False
+            self._bar_total = o.total
+        if o.loss is not None and self._bar_total is not None:
+            self._training_total = self._bar_total
+        return True
 
 
 def _parse_line(raw: str, regex: re.Pattern | None = None) -> list[Observation]:

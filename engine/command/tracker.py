@@ -71,8 +71,13 @@ class Tracker:
     def reported(self, event: dict) -> list[tuple[str, dict]]:
         """A `progress` event the script wrote (cockpit.report.step)."""
         self.reported_steps = True
+        metrics = dict(event.get("metrics") or {})
+        # lr= and epoch= are fields of a step event, as the trainer's are, not metrics
+        lr = metrics.pop("lr", None)
+        lr = metrics.pop("learning_rate", None) if lr is None else lr
+        epoch = metrics.pop("epoch", None)
         return self._update(event["t"], event.get("step"), event.get("total"), event.get("loss"),
-                            None, None, event.get("metrics") or {}, event.get("samples"), "report")
+                            lr, epoch, metrics, event.get("samples"), "report")
 
     def saw_reported_eval(self) -> None:
         self.reported_evals = True

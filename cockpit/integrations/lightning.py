@@ -1,0 +1,177 @@
+"""cockpit's callback for PyTorch Lightning, imported as `lightning` or as `pytorch_lightning`.
+
+    from cockpit.integrations.lightning import CockpitCallback
+
+    trainer = L.Trainer(accelerator=args.accelerator, precision=args.precision, max_steps=2000,
+                        callbacks=[CockpitCallback(), ModelCheckpoint(every_n_train_steps=100)])
+    trainer.fit(model, train, val, ckpt_path=args.ckpt_path)
+
+Under cockpit (`cockpit run -- python train.py ...`) it reports:
+- steps: the trainer's global step (optimizer steps) of `max_steps`, or of the steps its
+  `max_epochs` come to (the ETA); the samples seen (global step x the batch x
+  `accumulate_grad_batches` x the world size); the epoch; the first optimizer's learning
+  rate; and at each of its logging steps (`log_every_n_steps`) the loss and what the module
+  logged;
+- evaluations: the metrics logged during each validation (not the sanity check);
+- checkpoints: every checkpoint the trainer writes (ModelCheckpoint's, or your own
+  `trainer.save_checkpoint`) but weights-only ones, so a crash or a fallback resumes from it
+  with the command's `resume` arguments (`--ckpt_path {checkpoint}` into `fit(ckpt_path=...)`).
+The loss is what the module logged as `train_loss`, `loss`, `train/loss` (or `..._step`),
+else what `training_step` returned. Outside cockpit it does nothing.
+
+It subclasses the Callback of the package the script imported (`lightning` when both or
+neither are imported yet, and installed); Lightning calls a callback's hooks by name, so either
+works with either trainer.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+from cockpit import report
+from cockpit.integrations._common import Throttle, needs_framework, scalars
+
+__all__ = ["CockpitCallback"]
+
+
+def _callback_base():
+    names = ["lightning.pytorch", "pytorch_lightning"]
+    if "pytorch_lightning" in sys.modules and "lightning" not in sys.modules:
+        names.reverse()
+    for name in names:
+        try:
+            module = __import__(name, fromlist=["Callback"])
+        except ImportError:
+            continue
+        return module.Callback
+    raise needs_framework(__name__, "PyTorch Lightning", "lightning")
+
+
+_LOSS_NAMES = ("train_loss", "loss", "train/loss", "train_loss_step", "loss_step",
+               "train/loss_step")
+
+
+class CockpitCallback(_callback_base()):
+    """Reports a Lightning run's steps, validations and checkpoints to cockpit; a no-op outside it."""
+
+    def __init__(self):
+        self._throttle = Throttle()
+        self._reported_step = None
+        self._stepped = None          # the global step at the last batch's end
+        self._batch = None            # samples in one micro-batch on one process
+        self._total = None
+        self._before_validation = {}
+        self._eval_names = set()
+        self._trainer = None
+
+    # ------------------------------------------------------------ checkpoints
+
+    def setup(self, trainer, pl_module, stage):
+        if stage != "fit" or not report.active:
+            return
+        self._trainer = trainer
+        save = trainer.save_checkpoint  # every ModelCheckpoint save goes through it
+
+        def save_checkpoint(filepath, weights_only=None, storage_options=None):
+            save(filepath, weights_only, storage_options)
+            where = os.fspath(filepath)
+            if not weights_only and trainer.is_global_zero and "://" not in where:
+                report.checkpoint(where, trainer.global_step)  # a weights-only one cannot resume
+
+        trainer.save_checkpoint = save_checkpoint
+
+    def teardown(self, trainer, pl_module, stage):
+        if self._trainer is trainer and "save_checkpoint" in vars(trainer):
+            del trainer.save_checkpoint
+        self._trainer = None
+
+    # ------------------------------------------------------------ steps
+
+    def on_train_start(self, trainer, pl_module):
+        if not report.active:
+            return
+        total = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 \
+            else trainer.estimated_stepping_batches
+        self._total = int(total) if total and math.isfinite(total) else None
+        self._stepped = trainer.global_step  # where it starts: 0, or a checkpoint's step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        step = trainer.global_step
+        if not report.active or step == self._stepped:
+            return  # outside cockpit, or a micro-batch that did not end an optimizer step
+        self._stepped = step
+        if self._batch is None:
+            self._batch = _batch_size(batch)
+        logging_step = step % max(1, trainer.log_every_n_steps) == 0
+        final = self._total is not None and step >= self._total
+        if logging_step:
+            self._step(trainer, batch_idx, loss=self._loss(trainer, outputs),
+                       **self._logged(trainer))
+            self._throttle.reported()
+        elif self._throttle.due(final=final):
+            self._step(trainer, batch_idx)
+
+    def _step(self, trainer, batch_idx=None, loss=None, **metrics):
+        step = trainer.global_step
+        batches = trainer.num_training_batches
+        if batch_idx is not None and isinstance(batches, int) and batches > 0:
+            metrics["epoch"] = trainer.current_epoch + (batch_idx + 1) / batches
+        if trainer.optimizers and "lr" not in metrics:
+            metrics["lr"] = trainer.optimizers[0].param_groups[0]["lr"]  # a float: no sync
+        samples = None
+        if self._batch:
+            samples = step * self._batch * trainer.accumulate_grad_batches * trainer.world_size
+        report.step(step, total=self._total, loss=loss, samples=samples, **metrics)
+        self._reported_step = step
+
+    def _loss(self, trainer, outputs):
+        logged = trainer.callback_metrics
+        for name in _LOSS_NAMES:
+            if name in logged:
+                return logged[name]
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if loss is None or not hasattr(loss, "item"):
+            return None
+        # What training_step returned, as Lightning hands it on: divided by the accumulation.
+        return loss.item() * trainer.accumulate_grad_batches
+
+    def _logged(self, trainer) -> dict:
+        def drop(name):
+            return name in _LOSS_NAMES or name in self._eval_names or name in ("step", "epoch")
+        return scalars(trainer.callback_metrics, drop=drop)
+
+    # ------------------------------------------------------------ validation
+
+    def on_validation_start(self, trainer, pl_module):
+        if report.active and not trainer.sanity_checking:
+            self._before_validation = scalars(trainer.callback_metrics)
+
+    def on_validation_end(self, trainer, pl_module):
+        if not report.active or trainer.sanity_checking:
+            return
+        before = self._before_validation
+        logged = {k: v for k, v in scalars(trainer.callback_metrics).items()
+                  if before.get(k) != v and k not in ("step", "epoch")}
+        if not logged:
+            return
+        self._eval_names.update(logged)
+        if self._reported_step != trainer.global_step:
+            self._step(trainer)  # an evaluation is recorded at the last step reported
+        report.eval(**logged)
+
+
+def _batch_size(batch) -> int | None:
+    """Samples in a batch: the first dimension of its first tensor (Lightning's own rule)."""
+    try:
+        from lightning.pytorch.utilities.data import extract_batch_size
+    except ImportError:
+        try:
+            from pytorch_lightning.utilities.data import extract_batch_size
+        except ImportError:
+            return None
+    try:
+        return int(extract_batch_size(batch))
+    except Exception:  # a batch it cannot read (it raises MisconfigurationException)
+        return None

@@ -1,0 +1,229 @@
+"""The framework callbacks (cockpit.integrations) and the placeholders that map a device preset
+onto the frameworks' flags, checked in this process against the real libraries: what each
+callback reports under cockpit, that it reports nothing outside it, and the one line a user
+reads when the framework is missing. The examples run end to end through `cockpit run` in
+test_integration_examples.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, child_env
+from cockpit import report
+from engine import command
+from engine.presets import DevicePreset
+
+pytest.importorskip("transformers")
+pytest.importorskip("lightning")
+
+TEXT = (ROOT / "README.md").read_bytes()[:20_000]
+
+
+@pytest.fixture
+def events_file(tmp_path, monkeypatch):
+    """What a script sees under cockpit: COCKPIT_EVENTS set, cockpit.report active."""
+    path = tmp_path / "events.jsonl"
+    for var in ("COCKPIT_INJECT", "RANK"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("COCKPIT_EVENTS", str(path))
+    monkeypatch.setenv("COCKPIT_ATTEMPT", "1")
+    report._reset()
+    yield path
+    monkeypatch.undo()
+    report._reset()
+
+
+def read(path: Path) -> dict[str, list[dict]]:
+    by_type: dict[str, list[dict]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            event = json.loads(line)
+            by_type.setdefault(event["type"], []).append(event)
+    return by_type
+
+
+def example(relative: str):
+    spec = importlib.util.spec_from_file_location(Path(relative).stem, ROOT / "examples" / relative)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---------------------------------------------------------------- Hugging Face Trainer
+
+
+def hf_trainer(out: Path, callbacks: list):
+    from transformers import Trainer, TrainingArguments
+
+    lm = example("hf/train_lm.py")
+    script = lm.ScriptArguments(block_size=32, hidden=32, layers=1, heads=2)
+    args = TrainingArguments(output_dir=str(out), max_steps=12, per_device_train_batch_size=4,
+                             gradient_accumulation_steps=2, logging_steps=4, eval_strategy="steps",
+                             eval_steps=8, save_steps=8, learning_rate=1e-3, use_cpu=True,
+                             disable_tqdm=True, report_to="none")
+    return Trainer(model=lm.build_model(script), args=args, train_dataset=lm.Blocks(TEXT, 32),
+                   eval_dataset=lm.Blocks(TEXT[:2048], 32), callbacks=callbacks)
+
+
+def test_hf_callback_reports_steps_evals_and_checkpoints(events_file, tmp_path):
+    from cockpit.integrations.transformers import CockpitCallback
+
+    hf_trainer(tmp_path / "out", [CockpitCallback()]).train()
+    got = read(events_file)
+    progress = got["progress"]
+    assert progress[-1]["step"] == 12 and {e["total"] for e in progress} == {12}
+    # samples = global step x per-device batch x accumulation x world size
+    assert all(e["samples"] == e["step"] * 4 * 2 for e in progress)
+    logged = [e for e in progress if e["loss"] is not None]
+    assert [e["step"] for e in logged] == [4, 8, 12]  # the Trainer's logging steps
+    assert all(e["metrics"]["lr"] > 0 and "grad_norm" in e["metrics"] and e["metrics"]["epoch"] > 0
+               for e in logged)
+    assert logged[-1]["loss"] < logged[0]["loss"]
+    evals = got["eval"]  # eval_steps, and the Trainer's evaluation at the last step
+    assert [e["step"] for e in evals] == [8, 12]
+    assert all(set(e["metrics"]) == {"eval_loss"} for e in evals)  # its timings left out
+    checkpoints = {e["step"]: Path(e["path"]) for e in got["checkpoint"]}
+    assert 8 in checkpoints and checkpoints[8].name == "checkpoint-8"
+    assert all(p.is_dir() and command.step_in_name(p) == s for s, p in checkpoints.items())
+
+
+def test_hf_callback_does_nothing_outside_cockpit(tmp_path, monkeypatch):
+    from cockpit.integrations.transformers import CockpitCallback
+
+    monkeypatch.delenv("COCKPIT_EVENTS", raising=False)
+    report._reset()
+    trainer = hf_trainer(tmp_path / "out", [CockpitCallback()])
+    trainer.train()
+    assert trainer.state.global_step == 12 and not report.active
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+# ---------------------------------------------------------------- Lightning
+
+
+def lightning_run(package: str, root: Path, callbacks: list):
+    """A four-feature regression trained 12 optimizer steps (batch 4 x accumulation 2) with
+    the given package's Trainer, validated every 8 batches, checkpointed every 6 steps."""
+    import torch
+
+    pl = importlib.import_module(package)
+    checkpoint = importlib.import_module(package + ".callbacks").ModelCheckpoint
+
+    class Regression(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            loss = torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+            self.log("train_loss", loss)
+            return loss
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val_loss", torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1]))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    torch.manual_seed(0)
+    x = torch.randn(256, 4)
+    data = torch.utils.data.TensorDataset(x, x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]]))
+    loader = torch.utils.data.DataLoader(data, batch_size=4)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=12, accumulate_grad_batches=2,
+                         log_every_n_steps=4, val_check_interval=8, limit_val_batches=2,
+                         num_sanity_val_steps=1, logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, default_root_dir=str(root),
+                         callbacks=[*callbacks, checkpoint(dirpath=str(root / "ckpt"),
+                                                           every_n_train_steps=6, save_top_k=-1)])
+    trainer.fit(Regression(), loader, loader)
+    return trainer
+
+
+@pytest.mark.parametrize("package", ["lightning.pytorch", "pytorch_lightning"])
+def test_lightning_callback_reports_steps_validations_and_checkpoints(events_file, tmp_path, package):
+    pytest.importorskip(package)
+    from cockpit.integrations.lightning import CockpitCallback
+
+    trainer = lightning_run(package, tmp_path, [CockpitCallback()])
+    assert "save_checkpoint" not in vars(trainer)  # the wrapper is gone after fit
+    got = read(events_file)
+    progress = got["progress"]
+    assert progress[-1]["step"] == 12 and {e["total"] for e in progress} == {12}
+    assert all(e["samples"] == e["step"] * 4 * 2 for e in progress)
+    logged = [e for e in progress if e["loss"] is not None]
+    assert [e["step"] for e in logged] == [4, 8, 12]  # log_every_n_steps
+    assert all(e["metrics"]["lr"] == 0.05 and e["metrics"]["epoch"] > 0 for e in logged)
+    assert logged[-1]["loss"] < logged[0]["loss"]
+    assert not any("val_loss" in e["metrics"] for e in progress)  # evals are not step metrics
+    # val_check_interval counts batches: 8, 16, 24 are optimizer steps 4, 8, 12; the sanity
+    # check before training is not an evaluation
+    evals = got["eval"]
+    assert [e["step"] for e in evals] == [4, 8, 12]
+    assert all(set(e["metrics"]) == {"val_loss"} for e in evals)
+    assert evals[-1]["metrics"]["val_loss"] < evals[0]["metrics"]["val_loss"]
+    checkpoints = [(e["step"], Path(e["path"])) for e in got["checkpoint"]]
+    assert [s for s, _ in checkpoints] == [6, 12]
+    assert all(p.is_file() and command.step_in_name(p) == s for s, p in checkpoints)
+
+
+def test_lightning_callback_does_nothing_outside_cockpit(tmp_path, monkeypatch):
+    from cockpit.integrations.lightning import CockpitCallback
+
+    monkeypatch.delenv("COCKPIT_EVENTS", raising=False)
+    report._reset()
+    trainer = lightning_run("lightning.pytorch", tmp_path, [CockpitCallback()])
+    assert trainer.global_step == 12 and sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+# ---------------------------------------------------------------- without the framework
+
+
+@pytest.mark.parametrize("module, blocked, needle", [
+    ("transformers", ["transformers"], "pip install transformers"),
+    ("lightning", ["lightning", "lightning.pytorch", "pytorch_lightning"], "pip install lightning"),
+])
+def test_importing_an_integration_without_its_framework_says_what_to_install(module, blocked, needle):
+    code = (f"import sys; sys.modules.update(dict.fromkeys({blocked!r}))\n"
+            f"import cockpit.integrations.{module}")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=child_env(), timeout=60)
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: cockpit.integrations.") and last.endswith(needle)
+
+
+# ---------------------------------------------------------------- placeholders
+
+
+@pytest.mark.parametrize("device, precision, hf, lightning", [
+    ("cpu", "fp32", ["--use_cpu"], "32-true"),
+    ("cpu", "bf16", ["--bf16", "--use_cpu"], "bf16-mixed"),
+    ("cuda", "auto", ["--bf16"], "bf16-mixed"),
+    ("cuda", "fp16", ["--fp16"], "16-mixed"),
+    ("mps", "auto", [], "32-true"),
+])
+def test_derived_placeholders_fill_the_frameworks_flags(tmp_path, device, precision, hf, lightning):
+    preset = DevicePreset(device=device, precision=precision, batch_size=4, accumulation=3)
+    values = command.values(preset, tmp_path, 1)
+    argv = command.fill(["train.py", "--per_device_train_batch_size", "{batch_size}",
+                         "--gradient_accumulation_steps", "{accumulation}",
+                         "{hf_precision_flag}", "{hf_device_flag}"], values)
+    assert argv == ["train.py", "--per_device_train_batch_size", "4",
+                    "--gradient_accumulation_steps", "3", *hf]  # fp32: no argument at all
+    assert command.fill(["--accelerator", "{device}", "--precision={lightning_precision}"],
+                        values) == ["--accelerator", device, f"--precision={lightning}"]
+
+
+def test_a_command_that_takes_a_derived_precision_placeholder_feels_precision():
+    spec = command.CommandSpec(command=("python", "train.py", "{hf_precision_flag}"))
+    assert command.fixed_settings(spec) == {"batch_size"}
+    spec = command.CommandSpec(command=("python", "train.py", "--bs", "{effective_batch}",
+                                        "--precision", "{lightning_precision}"))
+    assert command.fixed_settings(spec) == set()
