@@ -31,6 +31,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
+from engine.errors import ConfigError
 from engine.schema import FieldError, setting
 
 HERE = Path(__file__).resolve().parent
@@ -53,12 +54,8 @@ class Params:
             raise FieldError("n_head", f"{self.n_head} does not divide n_embd {self.n_embd}")
         if self.dropout >= 1:
             raise FieldError("dropout", f"got {self.dropout}, expected below 1")
-        folder = data_path(self.data_dir)
-        for name in ("train.bin", "val.bin"):
-            if not (folder / name).is_file():
-                raise FieldError("data_dir", f"{folder} has no {name}; write them with python "
-                                             "examples/lm_prepare.py (from any text), or point "
-                                             "data_dir at your own")
+        # Whether data_dir holds the files is checked when the workload is built, not here:
+        # the preset's own value is checked before a --set can replace it.
 
 
 def data_path(data_dir: str) -> Path:
@@ -132,6 +129,11 @@ class LMWorkload:
     def __init__(self, params: Params, seed: int):
         self.params = params
         folder = data_path(params.data_dir)
+        for name in ("train.bin", "val.bin"):
+            if not (folder / name).is_file():  # a bad setting: the run stops as bad input (exit 2)
+                raise ConfigError(str(Path(__file__).name), "params.data_dir", (
+                    f"{folder} has no {name}; write them with python examples/lm_prepare.py "
+                    "(from any text), or point data_dir at your own"))
         # Memory-mapped: nothing is read until a batch asks for its windows.
         self.train = np.memmap(folder / "train.bin", dtype=np.uint16, mode="r")
         self.val = np.memmap(folder / "val.bin", dtype=np.uint16, mode="r")
