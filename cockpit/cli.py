@@ -19,6 +19,8 @@ examples:
   cockpit --no-ui --detach                          start, print the run id, leave it running
   cockpit --no-ui --device mps --inject native-crash@117   rehearse a crash and its fallback
   cockpit run -d mps -- python train.py --bs {batch_size} --device {device}   your own script
+  cockpit --no-ui --notify-command 'curl -s -H "Title: $COCKPIT_ALERT_TITLE" -d "$COCKPIT_ALERT_MESSAGE" ntfy.sh/TOPIC'
+                                                    alerts to your phone (the alert as JSON on stdin too)
   cockpit runs follow last                          watch a detached run
   cockpit runs resume last                          continue a stopped, failed or interrupted run
   cockpit presets list
@@ -28,6 +30,28 @@ examples:
 
 exit codes: 0 finished, 1 failed, 2 bad input, 130 interrupted or stopped
 """
+
+
+def _seconds(text: str) -> float:
+    """--log-every: seconds, a positive finite number."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected seconds > 0 (e.g. 30)")
+    return value
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """How a headless run talks: log lines and alerts (cockpit --no-ui, run, runs resume)."""
+    parser.add_argument("--log-every", type=_seconds, default=30.0, metavar="S",
+                        help="not on a terminal: a progress line every S seconds of the run, "
+                             "plus every event (default: 30)")
+    parser.add_argument("--notify-command", metavar="CMD",
+                        help="run CMD through the shell with each alert (crash, fallback, finish, "
+                             "failure, slowdown, hang) as JSON on stdin, instead of settings.toml's "
+                             "notify_command; '' for none")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -58,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print every event as a JSON line")
     parser.add_argument("--detach", action="store_true",
                         help="start the run in the background, print its id and return")
+    add_output_arguments(parser)
     parser.add_argument("--runs-dir", metavar="DIR", help="where runs live (default: COCKPIT_RUNS_DIR "
                                                           "or the user data dir)")
     sub = parser.add_subparsers(dest="command", metavar="{run,presets,runs,probe,sample}", parser_class=_Parser)
@@ -96,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="change a device.*, train.* or command.* setting for the rest of the run")
     q.add_argument("--json", action="store_true", help="print every event as a JSON line")
     q.add_argument("--detach", action="store_true", help="continue in the background")
+    add_output_arguments(q)
     q.set_defaults(handler=runs_cmd.resume)
     _add_run_parser(sub)
     probe_cmd.add_parser(sub)
@@ -136,6 +162,7 @@ def _add_run_parser(sub) -> None:
                         "supervisor); oom, backend, openmp, nan, user-code (raised by cockpit.report)")
     q.add_argument("--json", action="store_true", help="print every event as a JSON line")
     q.add_argument("--detach", action="store_true", help="start in the background, print the run id")
+    add_output_arguments(q)
     q.add_argument("--save", metavar="NAME", help="write the command as workload preset NAME "
                                                   "instead of running it")
     q.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...",

@@ -1,13 +1,31 @@
-"""Headless output: one human line per event worth a line, or every event as JSON."""
+"""Headless output, for people and for log files.
+
+- On a terminal: one live status line (progress bar, step, loss, samples/s, ETA, pressure),
+  redrawn in place, with every event worth a line (eval, checkpoint, crash, fallback, warnings)
+  printed above it.
+- Not on a terminal (nohup, a pipe, a file): a plain progress line at most every `log_every_s`
+  seconds of the run's own clock (the events' times), the first and last of each attempt, and
+  every event worth a line: a five-hour run is a few hundred lines, not tens of thousands.
+- `--json`: every event as a JSON line, exactly as events.jsonl has it.
+
+An attempt's first step windows measure warm-up (allocation, caches, compilation), so its ETA
+says "settling" until SETTLE_WINDOWS of them are in.
+"""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from typing import TextIO
 
 from engine.run.fallback import describe_change
 from engine.numbers import rate
+
+
+SETTLE_WINDOWS = 5
+LOG_EVERY_S = 30.0
+BAR = 12
 
 
 def duration(seconds: float | None) -> str:
@@ -35,6 +53,63 @@ def memory_text(m: dict) -> str:
     level = (m.get("pressure") or {}).get("level")
     parts.append(f"pressure {level or 'n/a'}")
     return ", ".join(parts)
+
+
+def eta_text(eta_s: float | None, windows: int | None = None) -> str | None:
+    """'ETA 3m10s', 'ETA settling' while the attempt has fewer than SETTLE_WINDOWS step windows
+    (`windows` None: no count kept, the figure as it is), or None with no ETA."""
+    if eta_s is None:
+        return None
+    return "ETA settling" if windows is not None and windows < SETTLE_WINDOWS else f"ETA {duration(eta_s)}"
+
+
+def step_line(e: dict, memory: dict | None = None, windows: int | None = None) -> str:
+    """'step 40/400 (10%)  loss 0.41  1,234 samples/s  ETA 2m10s  | rss 0.3 GB, ...'."""
+    line = f"step {e['step']}"
+    if e.get("total"):
+        line += f"/{e['total']} ({100 * e['step'] / e['total']:.0f}%)"
+    if e.get("loss") is not None:
+        line += f"  loss {e['loss']:.4g}"
+    if e.get("samples_per_s") is not None:
+        line += f"  {rate(e['samples_per_s'])} samples/s"
+    if "gflop_s" in e:
+        line += f"  {e['gflop_s']:,.1f} GFLOP/s"
+    if (eta := eta_text(e.get("eta_s"), windows)) is not None:
+        line += f"  {eta}"
+    if memory is not None:
+        line += f"  | {memory_text(memory)}"
+    return line
+
+
+def status_line(e: dict, memory: dict | None, windows: int, quiet_s: float | None = None,
+                width: int = 80) -> str:
+    """The live line, what fits in `width` in this order of importance:
+    '[=====>     ]  35%  step 140/400  ETA 2m10s  loss 0.41  1,234 samples/s  pressure normal'."""
+    total, step = e.get("total"), e["step"]
+    parts = []
+    if total:
+        done = min(1.0, step / total)
+        filled = int(done * BAR)
+        parts.append("[" + "=" * filled + (">" if filled < BAR else "") + " " * (BAR - filled - 1)
+                     + f"] {100 * done:3.0f}%")
+    parts.append(f"step {step}/{total}" if total else f"step {step}")
+    if quiet_s is not None:
+        parts.append(f"no step for {duration(quiet_s)}")
+    if (eta := eta_text(e.get("eta_s"), windows)) is not None:
+        parts.append(eta)
+    if e.get("loss") is not None:
+        parts.append(f"loss {e['loss']:.4g}")
+    if e.get("samples_per_s") is not None:
+        parts.append(f"{rate(e['samples_per_s'])} samples/s")
+    if memory is not None:
+        level = (memory.get("pressure") or {}).get("level")
+        parts.append(f"pressure {level or 'n/a'}")
+    line = ""
+    for part in parts:
+        if len(line) + 2 + len(part) > width:
+            break
+        line = f"{line}  {part}" if line else part
+    return line or parts[-1 if not total else 1][:width]
 
 
 def human_line(e: dict, memory: dict | None = None) -> str | None:
@@ -74,20 +149,7 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
                 f" (step {resumed['step']})" if resumed.get("step") is not None else "")
         return line
     if kind == "step":
-        line = f"step {e['step']}"
-        if e.get("total"):
-            line += f"/{e['total']} ({100 * e['step'] / e['total']:.0f}%)"
-        if e.get("loss") is not None:
-            line += f"  loss {e['loss']:.4g}"
-        if e.get("samples_per_s") is not None:
-            line += f"  {rate(e['samples_per_s'])} samples/s"
-        if "gflop_s" in e:
-            line += f"  {e['gflop_s']:,.1f} GFLOP/s"
-        if e.get("eta_s") is not None:
-            line += f"  ETA {duration(e['eta_s'])}"
-        if memory is not None:
-            line += f"  | {memory_text(memory)}"
-        return line
+        return step_line(e, memory)
     if kind == "eval":
         at = f" at step {e['step']}" if e.get("step") is not None else ""
         return f"eval{at}: {_metrics(e['metrics'])}"
@@ -105,6 +167,9 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
         if e.get("fallback"):
             lines.append("    the preset says fall back: checkpointing and moving to the next preset")
         return "\n".join(lines)
+    if kind == "checkpoint":
+        at = f" at step {e['step']}" if e.get("step") is not None else ""
+        return f"checkpoint{at}: {e.get('path', '?')}"
     if kind == "fault_injected":
         return f"attempt {e['attempt']}: injecting fault {e['spec']} at step {e['step']}"
     if kind == "crash":
@@ -162,24 +227,103 @@ def summary_text(summary: dict) -> str:
     return text
 
 
-class HeadlessPrinter:
-    """Callable on a list of events; survives its terminal going away (SSH drop, closed pipe)."""
+def _quiet(step: dict, t: float) -> float | None:
+    """How long there has been no step as of `t`, when that is unusual for this run (longer than
+    10 s and three of its windows)."""
+    gap = t - step["t"]
+    return gap if gap > max(10.0, 3 * (step.get("window_s") or 0.0)) else None
 
-    def __init__(self, as_json: bool = False, stream: TextIO | None = None):
+
+class HeadlessPrinter:
+    """Callable on a list of events; survives its terminal going away (SSH drop, closed pipe).
+    `live`: a status line redrawn in place (default: when the stream is a terminal)."""
+
+    def __init__(self, as_json: bool = False, stream: TextIO | None = None, *, live: bool | None = None,
+                 log_every_s: float = LOG_EVERY_S, width: int | None = None):
         self.as_json = as_json
         self.stream = stream or sys.stdout
         self.alive = True
-        self.memory: dict | None = None  # the latest memory event, shown on step lines
+        if live is None:
+            try:
+                live = self.stream.isatty()
+            except (AttributeError, ValueError):
+                live = False
+        self.live = live and not as_json
+        self.log_every_s = log_every_s
+        self.width = width
+        self.memory: dict | None = None  # the latest memory event, shown with the step
+        self.step: dict | None = None    # the attempt's latest step event
+        self.windows = 0                 # its step windows so far (the ETA settles)
+        self.logged_t: float | None = None   # the event time of the last progress line written
+        self.logged: dict | None = None      # the step it showed
+        self.status = ""                 # the live line now on screen
 
     def __call__(self, events: list[dict]) -> None:
         if not self.alive:
             return
-        lines = []
+        if self.as_json:
+            self._write("".join(json.dumps(e) + "\n" for e in events))
+            return
+        shown = self.status   # the live line on screen now: lines go where it is
+        lines: list[str] = []
         for e in events:
-            if e["type"] == "memory":
-                self.memory = e
-            lines.append(json.dumps(e) if self.as_json else human_line(e, self.memory))
-        text = "".join(line + "\n" for line in lines if line is not None)
+            lines += self._see(e)
+        text = "".join(line + "\n" for line in lines)
+        if self.live:
+            status = self._status()
+            if not text and status == shown:
+                return
+            text = ("\r\x1b[K" if shown else "") + text + status
+            self.status = status
+        self._write(text)
+
+    def _see(self, e: dict) -> list[str]:
+        kind = e["type"]
+        if kind == "memory":
+            self.memory = e
+            return self._progress(e["t"], stalled=True) if not self.live else []
+        if kind == "step":
+            self.step, self.windows = e, self.windows + 1
+            return self._progress(e["t"]) if not self.live else []
+        lines = []
+        if kind in ("crash", "attempt_started", "attempt_ended", "run_finished"):
+            lines += self._end_attempt()
+        line = human_line(e, self.memory)
+        return lines + ([line] if line is not None else [])
+
+    def _progress(self, t: float, stalled: bool = False) -> list[str]:
+        """Not live: the attempt's first step, then one line per log_every_s of event time."""
+        step = self.step
+        if step is None or (self.logged_t is not None and t - self.logged_t < self.log_every_s):
+            return []
+        line = step_line(step, self.memory, self.windows)
+        if stalled and (quiet := _quiet(step, t)) is not None:
+            line += f"  (no step for {duration(quiet)})"
+        self.logged_t, self.logged = t, step
+        return [line]
+
+    def _end_attempt(self) -> list[str]:
+        """Where the attempt got to: the live line kept on screen, or its last step written."""
+        step = self.step
+        line = None if step is None else self._status() if self.live else \
+            None if step is self.logged else step_line(step, self.memory, self.windows)
+        self.step, self.windows, self.logged_t, self.status = None, 0, None, ""
+        return [line] if line else []
+
+    def _status(self) -> str:
+        if self.step is None:
+            return ""
+        quiet = _quiet(self.step, self.memory["t"]) if self.memory is not None else None
+        width = self.width or shutil.get_terminal_size().columns
+        return status_line(self.step, self.memory, self.windows, quiet, max(20, width - 1))
+
+    def close(self) -> None:
+        """End the live line (the run is over); a no-op otherwise."""
+        if self.live and self.status:
+            self.status = ""
+            self._write("\n")
+
+    def _write(self, text: str) -> None:
         if not text:
             return
         try:

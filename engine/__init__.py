@@ -3,6 +3,7 @@
 It never imports a UI; the TUI and the headless CLI are front ends over it. By concern:
     engine.presets, engine.schema, engine.runconfig
                        presets read and checked; a run's resolved configuration
+    engine.settings    the user's settings.toml ([alerts])
     engine.run         the supervisor, an attempt's launch, crashes, fallback rules, fault
                        injection, events and the run directory (the reader API)
     engine.train       one attempt of the built-in trainer: loop, checkpoints, data order, device

@@ -12,11 +12,13 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 @pytest.fixture
 def home(tmp_path, monkeypatch):
-    """An empty user config dir and runs dir, so no test sees or touches the real ones."""
+    """An empty user config dir and runs dir, so no test sees or touches the real ones; alerts
+    off (tests/test_alerts.py turns them on)."""
     config, runs = tmp_path / "config", tmp_path / "runs"
     monkeypatch.setenv("COCKPIT_CONFIG_DIR", str(config))
     monkeypatch.setenv("COCKPIT_RUNS_DIR", str(runs))
     monkeypatch.setenv("COCKPIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("COCKPIT_ALERTS", "off")  # no desktop notifications from the test suite
     return tmp_path
 
 

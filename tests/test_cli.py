@@ -38,8 +38,11 @@ def test_headless_run_end_to_end(home):
     done = cockpit("--no-ui", "--device", "cpu", *sets())
     assert done.returncode == 0, done.stderr
     assert "step 8/8 (100%)" in done.stdout and "eval at step 8: r2" in done.stdout
-    assert done.stdout.rstrip().splitlines()[-1].startswith("finished: step 8/8")
     (run,) = list_runs()
+    # the summary, then where the run is and what to type next
+    assert done.stdout.rstrip().splitlines()[-2:] == [f"run dir {run.path}",
+                                                       f"  cockpit runs show {run.id}      its summary"]
+    assert done.stdout.rstrip().splitlines()[-3].startswith("finished: step 8/8")
     types = [e["type"] for e in run.events()]
     assert types[0] == "run_started" and types[-1] == "run_finished"
     assert {"attempt_started", "trainer_ready", "step", "eval", "checkpoint", "attempt_ended"} <= set(types)
@@ -98,7 +101,10 @@ def test_ctrl_c_stops_gracefully_with_a_checkpoint(home):
     assert ended[-1]["outcome"] == "stopped" and ended[-1]["exit_code"] == 3
     saved = [e for e in run.events() if e["type"] == "checkpoint"]
     assert saved and saved[-1]["samples_seen"] > 0
-    assert out.rstrip().splitlines()[-1].startswith("stopped: step")
+    last = out.rstrip().splitlines()
+    assert last[-4].startswith("stopped: step") and last[-3:] == [
+        f"run dir {run.path}", f"  cockpit runs show {run.id}      its summary",
+        f"  cockpit runs resume {run.id}    continue it from its newest checkpoint"]
 
 
 def test_detached_run_survives_its_launcher_and_can_be_followed_and_stopped(home):

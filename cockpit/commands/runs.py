@@ -10,7 +10,7 @@ import json
 from cockpit.commands import train
 from cockpit.commands.train import follow as follow_run
 from cockpit.headless import duration
-from engine import command
+from engine import command, settings
 from engine.errors import ConfigError
 from engine.run import lifeline, resume as resumption, supervisor
 from engine.numbers import rate
@@ -119,5 +119,6 @@ def _stopping(run) -> int:
 def resume(args: argparse.Namespace) -> int:
     """Continue a stopped, failed or interrupted run from its newest checkpoint."""
     run = find_run(args.run)
+    settings.load()  # a broken settings.toml is bad input, said before anything is written
     resumption.prepare(run, args.device, args.set)
     return train.supervise(run, args)

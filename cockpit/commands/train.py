@@ -8,9 +8,10 @@ import json
 import sys
 import time
 
-from cockpit.headless import HeadlessPrinter, duration
-from engine import command, presets, runconfig
+from cockpit.headless import LOG_EVERY_S, HeadlessPrinter, duration
+from engine import command, presets, runconfig, settings
 from engine.errors import ConfigError
+from engine.run.alerts import Terminal
 from engine.run.events import EventFollower, run_end
 from engine.run.resume import at_work
 from engine.run.rundir import RunDir, RunSummary, summarize
@@ -75,26 +76,38 @@ def _save(name: str, config) -> int:
 
 def start(config, args: argparse.Namespace) -> int:
     """Make the run directory and supervise the run, in the foreground or detached."""
+    settings.load()  # a broken settings.toml is bad input now, not a warning mid-run
     return supervise(RunDir.create(config), args)
 
 
 def supervise(run_dir: RunDir, args: argparse.Namespace) -> int:
     """Supervise a new run, or continue one (`cockpit runs resume`), in the foreground or
-    detached."""
+    detached. Alerts ring the terminal this was started from (engine.run.alerts): stdout's in
+    the foreground, stdout's or stderr's for a detached run (`RUN=$(cockpit ... --detach)`)."""
     from engine.run import supervisor
 
+    notify = getattr(args, "notify_command", None)
     if args.detach:
-        supervisor.start_detached(run_dir)
-        print(run_dir.id)
+        supervisor.start_detached(run_dir, terminal=Terminal.of_this_process((1, 2)), notify_command=notify)
+        print(run_dir.id, flush=True)
+        if sys.stderr.isatty():
+            print(f"follow it: cockpit runs follow {run_dir.id}   stop it: cockpit runs stop {run_dir.id}",
+                  file=sys.stderr)
         return 0
 
-    printer = HeadlessPrinter(as_json=args.json)
+    printer = HeadlessPrinter(as_json=args.json, log_every_s=getattr(args, "log_every", LOG_EVERY_S))
     if not args.json:
         print(f"run dir {run_dir.path}", flush=True)
-    status = supervisor.Supervisor(run_dir, on_events=printer).supervise()
+    terminal = None if args.json else Terminal.of_this_process((1,))
+    try:
+        status = supervisor.Supervisor(run_dir, on_events=printer, terminal=terminal,
+                                       notify_command=notify).supervise()
+    finally:
+        printer.close()
     summary = summarize(run_dir)
     if not args.json:
         _print_summary(summary)
+        _print_where(run_dir, summary)
     return exit_code(status, summary)
 
 
@@ -118,6 +131,17 @@ def _print_summary(s: RunSummary) -> None:
         pass
 
 
+def _print_where(run_dir: RunDir, s: RunSummary) -> None:
+    """The last lines: where the run is and what to type next."""
+    lines = [f"run dir {run_dir.path}", f"  cockpit runs show {run_dir.id}      its summary"]
+    if s.status in ("stopped", "failed", "interrupted", "lost"):
+        lines.append(f"  cockpit runs resume {run_dir.id}    continue it from its newest checkpoint")
+    try:
+        print("\n".join(lines), flush=True)
+    except OSError:
+        pass
+
+
 def follow(run_dir: RunDir, as_json: bool) -> int:
     """Print a run's events from the start, then live until it ends (`cockpit runs follow`)."""
     printer = HeadlessPrinter(as_json=as_json)
@@ -127,9 +151,11 @@ def follow(run_dir: RunDir, as_json: bool) -> int:
         printer(events)
         end = run_end(events, end)
         if end is not None and not run_dir.locked():  # its lifeline may still be writing
+            printer.close()
             return EXIT_BY_STATUS.get(end.get("status", "interrupted"), 1)
         if not events and not at_work(run_dir):
             # Nothing running and nothing new: the run is over (or its supervisor was lost).
+            printer.close()
             status = summarize(run_dir).status
             print(f"run {status}", file=sys.stderr)
             return EXIT_BY_STATUS.get(status, 1)

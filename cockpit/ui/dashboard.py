@@ -23,7 +23,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, ProgressBar, Static
 from textual.worker import get_current_worker
 
-from cockpit.headless import duration
+from cockpit.headless import duration, eta_text
+from cockpit.ui.alerts import ScreenAlerts
 from cockpit.ui.follow import RunEvents, follow
 from cockpit.ui.model import RunModel, rate_text
 from cockpit.ui.widgets.attempts import AttemptsPanel
@@ -79,6 +80,9 @@ class DashboardScreen(Screen):
         self._last_plot = 0.0
         self._plotted = False    # the first data reaches the plots at once, later data once per PLOT_S
         self.ended = False
+        # what happens from now on alerts (a replayed past does not); the supervisor does the
+        # rest -- desktop, notify command -- since it has no terminal of its own here
+        self._alerts = ScreenAlerts(self.model.workload)
         # For each frame, how long the oldest event it shows waited since it was written: the
         # benchmark's and the replay test's view of how far behind the screen is.
         self.frame_lags: deque[float] = deque(maxlen=1000)
@@ -116,6 +120,8 @@ class DashboardScreen(Screen):
         if message.events and self._unpainted_t is None:
             self._unpainted_t = message.events[0].get("t")
         changed = self.model.fold(message.events)
+        for alert in self._alerts.see(message.events):
+            self._alerts.ring(self.app, alert)
         if self.model.set_live(message.live):
             changed.add("status")
         if message.ended:
@@ -191,8 +197,8 @@ class DashboardScreen(Screen):
             parts.append(f"epoch {m.epoch}")
         if m.finished:
             parts.append(f"took {duration(m.duration_s(time.time()))}")
-        elif m.eta_s is not None:
-            parts.append(f"ETA {duration(m.eta_s)}")
+        elif (eta := eta_text(m.eta_s, m.attempts[-1].windows if m.attempts else None)) is not None:
+            parts.append(eta)
         if m.loss is not None:
             parts.append(f"loss {m.loss:.4g}")
         for k, v in list(m.metrics.items())[:2]:

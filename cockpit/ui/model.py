@@ -65,6 +65,7 @@ class Attempt:
     outcome: str = "running"
     exit: str = ""
     last_step: int | None = None
+    windows: int = 0                  # step windows seen: its ETA settles after a few
     resumed_from: dict | None = None  # {step, samples_seen} when it resumed from a checkpoint
     crash: dict | None = None         # its crash event
     fallback: dict | None = None      # the fallback event that followed it
@@ -271,6 +272,7 @@ def _step(m: RunModel, e: dict) -> set[str]:
         m.loss_series.add(x, m.loss)
     if m.attempts:
         m.attempts[-1].last_step = m.step
+        m.attempts[-1].windows += 1
     return _STEP_CHANGES_DEVICE if m.device_memory else _STEP_CHANGES
 
 

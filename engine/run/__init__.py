@@ -2,6 +2,7 @@
 how each ended and what comes next, and the run directory they leave behind.
 
     supervisor   runs a run's attempts, foreground or detached; hangs, memory, stops, faults
+    alerts       crash, fallback, finish, failure, slowdown, hang: terminal, desktop, notify command
     lifeline     stops the attempt when its supervisor dies; the run reads `interrupted`
     resume       continuing a stopped, failed or interrupted run (`cockpit runs resume`)
     identity     a process by pid and start time: liveness that a reused pid cannot fool

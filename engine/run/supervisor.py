@@ -42,11 +42,12 @@ from typing import Callable
 import psutil
 
 from engine import command
-from engine.run import events as event_log, fallback, faults, launch as launches
+from engine.run import alerts, events as event_log, fallback, faults, launch as launches
 from engine.train import checkpoint
 from engine.run.attempt_log import TAIL_LINES, OutputFollower, log_tail
 from engine.run.crashes import AttemptEnd, Verdict, classify, last_line, torchrun_root_cause
 from engine.run.events import EventFollower, EventWriter
+from engine.run.identity import ProcessId
 from engine.run.fallback import Decision, Ladder, Step
 from engine.run.launch import Launch, child_env
 from engine.run.lifeline import Lifeline
@@ -131,8 +132,12 @@ class AttemptResult:
 
 class Supervisor:
     def __init__(self, run: RunDir, on_events: Callable[[list[dict]], None] | None = None,
-                 poll_s: float = 0.1):
+                 poll_s: float = 0.1, *, terminal: alerts.Terminal | None = None,
+                 notify_command: str | None = None):
         self.run = run
+        # engine.run.alerts: where crashes, fallbacks, the finish... are told (settings.toml)
+        self._alert_to = dict(terminal=terminal, notify_command=notify_command)
+        self._alerts: alerts.Alerts | None = None
         self.config = run.config()
         self.on_events = on_events
         self.poll_s = poll_s
@@ -180,9 +185,12 @@ class Supervisor:
         ended = False
         try:
             resume = self._begin_run()
+            self._alerts = alerts.for_run(self.run, self.config, **self._alert_to, say=self._alert_trouble)
             status, results = self._attempts(resume)
             self.events.emit("run_finished", status=status, attempts=len(results),
                              summary=run_summary(results))
+            self._pump()
+            self._alerts.close()   # the last alerts' commands, each at most until its timeout
             self._pump()
             ended = True
             return status
@@ -194,6 +202,11 @@ class Supervisor:
                 self.run.pid_path.unlink(missing_ok=True)
             self.events.close()
             os.close(lock)  # the lifeline's copy keeps the run locked until it is done
+
+    def _alert_trouble(self, text: str) -> None:
+        """A notify command that failed or hung, a settings.toml broken since the run began: said
+        as a warning; the run goes on."""
+        self.events.emit("warning", kind="alert", message=text, advice=[], fallback=False)
 
     def _begin_run(self) -> dict | None:
         """run_started, or run_resumed for a run that earlier supervisors worked on; returns
@@ -639,6 +652,8 @@ class Supervisor:
                 self._checkpoints[e["path"]] = e
         if events and self.on_events:
             self.on_events(events)
+        if self._alerts is not None:
+            self._alerts.see(events)
 
 
 def _sigint_preexec(launch: Launch):
@@ -681,13 +696,18 @@ def run_summary(results: list[AttemptResult]) -> dict:
 # ---------------------------------------------------------------- detached runs
 
 
-def start_detached(run: RunDir, timeout_s: float = 60.0) -> int:
+def start_detached(run: RunDir, timeout_s: float = 60.0, *, terminal: alerts.Terminal | None = None,
+                   notify_command: str | None = None) -> int:
     """Start a supervisor for the run in its own session; returns its pid once it has taken the
     run (its pid file names it), so that whoever follows the run next finds it live. A
-    supervisor that cannot take the run (another holds it) is a ConfigError with its word."""
+    supervisor that cannot take the run (another holds it) is a ConfigError with its word.
+    `terminal`: where its alerts ring while that session lives; `notify_command`: settings.toml's,
+    replaced."""
+    extra = (terminal.arguments() if terminal else []) + \
+        (["--notify-command", notify_command] if notify_command is not None else [])
     with open(run.supervisor_log, "ab") as log:
         start = log.tell()
-        proc = subprocess.Popen([sys.executable, "-P", "-m", "engine.run.supervisor", str(run.path)],
+        proc = subprocess.Popen([sys.executable, "-P", "-m", "engine.run.supervisor", str(run.path), *extra],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 env=child_env({}), start_new_session=True)
     deadline = time.monotonic() + timeout_s   # start-up takes a fraction of a second
@@ -711,12 +731,19 @@ def request_stop(run: RunDir) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m engine.run.supervisor RUN_DIR", file=sys.stderr)
-        return 2
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m engine.run.supervisor")
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--terminal", help="the tty to alert (the launching session's)")
+    parser.add_argument("--terminal-owner", help="'PID START' of that session's leader")
+    parser.add_argument("--notify-command", help="instead of settings.toml's")
+    args = parser.parse_args(argv)
+    terminal = alerts.Terminal(args.terminal, ProcessId.parse(args.terminal_owner or "")) \
+        if args.terminal else None
     try:
-        status = Supervisor(RunDir(Path(argv[0]))).supervise()
+        status = Supervisor(RunDir(args.run_dir), terminal=terminal,
+                            notify_command=args.notify_command).supervise()
     except ConfigError as e:
         print(f"cockpit: {e.line()}", file=sys.stderr)
         return 2

@@ -1,0 +1,286 @@
+"""Alerts: which events alert (one alert per incident), the terminal's escape written only to a
+terminal and only while its session lives, a notify command that gets the alert as JSON and is
+killed when it hangs, and runs that alert from the CLI, a detached supervisor and the TUI."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import TINY, child_env, cockpit_cmd, user_preset
+from engine import runconfig
+from engine.run.alerts import Alert, AlertRules, Commands, Terminal, escape
+from engine.run.identity import ProcessId
+from engine.run.rundir import RunDir, list_runs, summarize
+from engine.run.supervisor import Supervisor
+
+ALL = frozenset({"crash", "fallback", "finish", "failure", "slowdown", "hang"})
+# A checkpoint every step: an injected crash is retried from the one before it (a fallback).
+FAST = TINY + ["train.checkpoint_every_steps=1", "train.epochs=3", "params.samples=128"]
+
+
+def sets(*overrides: str) -> list[str]:
+    return [a for o in (*FAST, *overrides) for a in ("--set", o)]
+
+
+@pytest.fixture
+def alerting(home, monkeypatch):
+    """Alerts on (the `home` fixture turns them off), but no desktop notifications from tests."""
+    monkeypatch.delenv("COCKPIT_ALERTS")
+    settings_toml(home, "")
+    return home
+
+
+def settings_toml(home, text: str) -> None:
+    (home / "config").mkdir(exist_ok=True)
+    (home / "config" / "settings.toml").write_text("[alerts]\ndesktop = false\n" + text)
+
+
+# ---------------------------------------------------------------- the rules
+
+CRASH = {"type": "crash", "attempt": 1, "preset": "mps", "kind": "native-crash", "t": 10.0}
+FALLBACK = {"type": "fallback", "attempt": 1, "to_preset": "cpu", "next_attempt": 2,
+            "resume": {"step": 40, "path": "checkpoints/step-40.pt"}, "t": 10.1}
+FINISHED = {"type": "run_finished", "status": "finished", "t": 20.0,
+            "summary": {"final_step": 100, "attempts": [{}, {}], "steps_lost": 3}}
+
+
+def test_a_crash_and_the_fallback_it_led_to_are_one_alert():
+    (alert,) = AlertRules(ALL, "clip").see([CRASH, {"type": "attempt_ended"}, FALLBACK])
+    assert alert.event == "fallback" and alert.events == ("crash", "fallback")
+    assert alert.title.endswith(": clip fell back")
+    assert alert.message == "attempt 1 on mps crashed (native-crash); attempt 2 on cpu at step 40"
+    (alert,) = AlertRules(frozenset({"crash"}), "clip").see([CRASH, FALLBACK])
+    assert alert.event == "crash"                     # fallbacks not asked for; the crash is
+    assert AlertRules(frozenset({"finish"}), "clip").see([CRASH, FALLBACK]) == []
+
+
+def test_hang_failure_finish_slowdown_and_a_stopped_crash():
+    rules = AlertRules(ALL, "w")
+    hang = {**CRASH, "kind": "hang"}
+    assert [a.event for a in rules.see([hang, FALLBACK])] == ["hang"]
+    failed = [CRASH, {"type": "run_failed", "reason": "the ladder is exhausted", "t": 11},
+              {"type": "run_finished", "status": "failed", "t": 11, "summary": {}}]
+    (alert,) = rules.see(failed)
+    assert alert.event == "failure" and "the ladder is exhausted" in alert.message
+    (alert,) = rules.see([FINISHED])
+    assert alert.message == "finished at step 100 after 2 attempts, 3 steps lost to crashes"
+    slow = {"type": "warning", "kind": "slowdown", "message": "throughput 3 samples/s is 20% of its best"}
+    assert [a.message for a in rules.see([slow])] == [slow["message"]]
+    assert rules.see([{"type": "warning", "kind": "alert", "message": "x"}]) == []
+    # a crash whose run was then stopped: no fallback follows, the crash alerts by itself
+    assert [a.event for a in rules.see([CRASH, {"type": "run_finished", "status": "stopped"}])] == ["crash"]
+
+
+def test_events_from_before_a_screen_opened_do_not_alert():
+    rules = AlertRules(ALL, "w", since=15.0)
+    assert rules.see([CRASH, FALLBACK]) == [] and len(rules.see([FINISHED])) == 1
+
+
+def test_the_escape_is_osc_9_or_777_with_the_text_made_safe():
+    alert = Alert("crash", ("crash",), "cockpit@box: w crashed", "a\x1b]0;evil\x07 b;c")
+    assert escape(alert, "auto", {"TERM": "xterm-256color"}) == \
+        "\x07\x1b]9;cockpit@box: w crashed: a ]0;evil  b;c\x07"
+    assert escape(alert, "auto", {"TERM": "foot"}) == \
+        "\x07\x1b]777;notify;cockpit@box: w crashed;a ]0;evil  b;c\x07"
+    assert escape(alert, "bell", {}) == "\x07" and escape(alert, "off", {}) == ""
+    wrapped = escape(alert, "osc9", {"TMUX": "/tmp/tmux-1/default,1,0"})
+    assert wrapped.startswith("\x07\x1bPtmux;\x1b\x1b]9;") and wrapped.endswith("\x1b\\")
+
+
+# ---------------------------------------------------------------- channels
+
+
+def _read_all(fd: int, until: float = 0.5) -> bytes:
+    out = b""
+    while select.select([fd], [], [], until)[0]:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        out += data
+    return out
+
+
+def test_a_terminal_is_written_while_its_session_lives():
+    master, slave = pty.openpty()
+    try:
+        path = os.ttyname(slave)
+        alert = Alert("finish", ("finish",), "t", "done")
+        assert Terminal(path, ProcessId.of(os.getpid()), "osc9").send(alert)
+        assert _read_all(master) == b"\x07\x1b]9;t: done\x07"
+        gone = ProcessId(os.getpid(), ProcessId.of(os.getpid()).start - 100)  # a session since ended
+        assert not Terminal(path, gone, "osc9").send(alert)
+        assert _read_all(master, 0.2) == b""
+        assert not Terminal("/nonexistent/tty", None).send(alert)
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_a_hanging_command_is_killed_at_its_timeout_and_a_failing_one_said(tmp_path):
+    said: list[str] = []
+    commands = Commands(timeout_s=0.5, say=said.append)
+    pid_file = tmp_path / "pid"
+    commands.start(f"echo $$ > {pid_file}; exec sleep 600", b"{}", dict(os.environ), label="notify command")
+    commands.start("echo boom >&2; exit 3", b"{}", dict(os.environ), label="notify command")
+    commands.poll()   # returns at once, whatever the commands do
+    commands.close()  # each at most until its timeout
+    assert sorted(said) == ["notify command did not finish in 0.5 s; killed", "notify command exited 3: boom"]
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+# ---------------------------------------------------------------- runs that alert
+
+
+def test_an_injected_crash_reaches_the_notify_command_as_json(alerting):
+    user_preset(alerting, "devices", "first", 'device = "cpu"\nthreads = 1\nfallback = ["cpu"]\n')
+    out = alerting / "alerts.jsonl"
+    done = subprocess.run(cockpit_cmd("--no-ui", "--device", "first", "--inject", "native-crash@5",
+                                      "--notify-command", f"cat >> {out}", *sets()),
+                          capture_output=True, text=True, env=child_env(), timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run,) = list_runs()
+    fell, finished = [json.loads(line) for line in out.read_text().splitlines()]
+    assert (fell["event"], fell["events"]) == ("fallback", ["crash", "fallback"])
+    assert fell["run"] == run.id and fell["run_dir"] == str(run.path.resolve())
+    assert fell["workload"] == "matmul" and fell["device_preset"] == "first"
+    crash, move = fell["source"]
+    assert crash["type"] == "crash" and crash["kind"] == "native-crash" and move["type"] == "fallback"
+    assert "attempt 1 on first crashed (native-crash)" in fell["message"]
+    assert finished["event"] == "finish" and finished["message"].startswith("finished at step")
+    assert "warning" not in done.stdout
+
+
+def test_a_hanging_notify_command_is_killed_and_the_run_goes_on(alerting):
+    pids = alerting / "pids"
+    settings_toml(alerting, f'on = ["finish"]\nnotify_timeout_s = 1\n'
+                            f'notify_command = "echo $$ >> {pids}; exec sleep 600"\n')
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", TINY))
+    assert Supervisor(run, poll_s=0.05).supervise() == "finished"
+    (said,) = [e for e in run.events() if e["type"] == "warning" and e["kind"] == "alert"]
+    assert said["message"] == "notify command (finish alert) did not finish in 1 s; killed"
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pids.read_text()), 0)
+
+
+def test_bad_settings_are_one_line_naming_the_file_and_key(alerting, capsys):
+    from cockpit.cli import main
+
+    for text, words in (('[alerts]\nnotify_comand = "x"\n', "alerts.notify_comand: unknown key; did you "
+                                                           "mean 'alerts.notify_command'?"),
+                        ('[alerts]\non = ["crash", "boom"]\n', "alerts.on: got 'boom', expected a list of "
+                                                              "crash, fallback, finish"),
+                        ('[alerts]\nnotify_timeout_s = 0\n', "alerts.notify_timeout_s: got 0, expected a number > 0"),
+                        ('alerts = 3\n', "alerts: got 3, expected a table ([alerts])"),
+                        ('[alert]\n', "alert: unknown key; did you mean 'alerts'?")):
+        (alerting / "config" / "settings.toml").write_text(text)
+        assert main(["--no-ui", "--device", "cpu"]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1, err
+        assert err.startswith(f"cockpit: {alerting / 'config' / 'settings.toml'}: ") and words in err, err
+    assert not list_runs()
+
+
+def _in_a_pty(args: list[str], timeout: float = 300) -> tuple[int, bytes]:
+    """Run the CLI with stdout and stderr on a pseudo-terminal; returns its exit and output."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(cockpit_cmd(*args), stdin=subprocess.DEVNULL, stdout=slave, stderr=slave,
+                            env={**child_env(), "COLUMNS": "100"})
+    os.close(slave)
+    out, deadline = b"", time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if select.select([master], [], [], 0.2)[0]:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # EIO: every writer has closed the terminal
+                    break
+                if not data:
+                    break
+                out += data
+            elif proc.poll() is not None:
+                break
+        return proc.wait(timeout=60), out
+    finally:
+        os.close(master)
+
+
+def test_on_a_terminal_the_alert_escape_and_in_a_pipe_none(alerting):
+    args = ["--no-ui", "--device", "cpu", *sets("train.epochs=1")]
+    code, out = _in_a_pty(args)
+    text = out.decode()
+    assert code == 0, text
+    (run,) = list_runs()
+    assert "\x07\x1b]9;cockpit@" in text and f": matmul finished: finished at step {summarize(run).step}\x07" in text
+    assert "\r\x1b[K" in text and "%  step " in text    # the live line, redrawn in place
+    piped = subprocess.run(cockpit_cmd(*args), capture_output=True, text=True, env=child_env(), timeout=300)
+    assert piped.returncode == 0, piped.stderr
+    assert "\x1b" not in piped.stdout and "\x07" not in piped.stdout
+
+
+def test_a_detached_run_alerts_the_terminal_it_was_started_from(alerting):
+    master, slave = pty.openpty()
+    try:
+        done = subprocess.run(cockpit_cmd("--no-ui", "--detach", "--device", "cpu", *sets("train.epochs=1")),
+                              stdin=subprocess.DEVNULL, stdout=slave, stderr=subprocess.PIPE, env=child_env(),
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        (run,) = list_runs()
+        deadline = time.monotonic() + 300   # for a hang only
+        while summarize(run).status in ("created", "running") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert summarize(run).status == "finished"
+        out = _read_all(master).decode()
+        assert out.startswith(run.id + "\r\n")           # what the command printed, then the alert
+        assert f"\x07\x1b]9;cockpit@" in out and f": matmul finished: finished at step {summarize(run).step}\x07" in out
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_the_tui_rings_for_what_happens_while_it_watches_not_for_the_past(alerting, monkeypatch):
+    from cockpit.app import make_app
+    from cockpit.ui.alerts import ScreenAlerts
+    from ui_support import copy_run, run as drive_app, wait_for
+
+    path = copy_run(alerting, "crash-fallback")
+    lines = (path / "events.jsonl").read_text().splitlines(keepends=True)
+    crash = next(i for i, line in enumerate(lines) if '"type":"crash"' in line)
+    (path / "events.jsonl").write_text("".join(lines[:crash]))
+    rung, ring = [], ScreenAlerts.ring
+    monkeypatch.setattr(ScreenAlerts, "ring", lambda self, app, alert: (rung.append(alert), ring(self, app, alert)))
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # a live supervisor
+    try:
+        RunDir(path).write_supervisor_pid(stand_in.pid)
+
+        async def drive():
+            app = make_app(attach=False)
+            async with app.run_test(size=(80, 24)) as pilot:
+                dash = app.open_run(RunDir(path))
+                await wait_for(pilot, lambda: dash.model.step > 0 and dash.model.live, what="the history")
+                await pilot.pause(0.3)
+                assert rung == []   # a crash before the screen opened is not news
+                now = time.time()
+                with open(path / "events.jsonl", "a") as f:
+                    for line in lines[crash:]:
+                        f.write(json.dumps({**json.loads(line), "t": now}) + "\n")
+                await wait_for(pilot, lambda: len(rung) == 2, what="the alerts")
+                assert [a.event for a in rung] == ["fallback", "finish"]
+                assert "crashed (native-crash)" in rung[0].message
+                assert [n.title for n in app._notifications][-2:] == [a.title for a in rung]
+
+        drive_app(drive())
+    finally:
+        stand_in.kill()

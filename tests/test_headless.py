@@ -1,0 +1,106 @@
+"""Headless output: in a log file a progress line per --log-every seconds of the run plus every
+event; on a terminal one live line with the events above it; an ETA that says it is settling;
+last lines that name the run directory and what to type next."""
+
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+
+from conftest import TINY, child_env, cockpit_cmd
+from cockpit.headless import SETTLE_WINDOWS, HeadlessPrinter
+from engine.run.rundir import list_runs
+
+
+def steps(start_t: float, n: int, every_s: float, total: int = 1000) -> list[dict]:
+    return [{"type": "step", "attempt": 1, "t": start_t + i * every_s, "step": i + 1, "total": total,
+             "loss": 1.0 / (i + 1), "samples_per_s": 100.0, "eta_s": 99.0, "window_s": every_s}
+            for i in range(n)]
+
+
+def printed(events: list[dict], **kw) -> list[str]:
+    out = io.StringIO()
+    printer = HeadlessPrinter(stream=out, **kw)
+    for i in range(0, len(events), 7):   # in batches, as the supervisor hands them over
+        printer(events[i:i + 7])
+    printer.close()
+    return out.getvalue().splitlines()
+
+
+def test_a_log_gets_a_progress_line_per_interval_plus_every_event():
+    events = [{"type": "attempt_started", "attempt": 1, "t": 0.0, "preset": "cpu"}]
+    events += steps(1.0, 1000, 0.1)    # 100 s of 0.1 s windows
+    events.insert(500, {"type": "eval", "attempt": 1, "t": 50.0, "step": 499, "metrics": {"r2": 0.5}})
+    events.insert(600, {"type": "checkpoint", "attempt": 1, "t": 60.0, "step": 599, "path": "c/599.pt"})
+    events += [{"type": "attempt_ended", "attempt": 1, "t": 101.0, "outcome": "finished"}]
+    lines = printed(events, live=False, log_every_s=30)
+    progress = [line for line in lines if line.startswith("step ")]
+    # the first step, one per 30 s of the run's clock, and where the attempt ended
+    assert [line.split()[1] for line in progress] == ["1/1000", "301/1000", "601/1000", "901/1000", "1000/1000"]
+    assert "eval at step 499: r2 0.5" in lines and "checkpoint at step 599: c/599.pt" in lines
+    assert len(lines) == len(progress) + 2
+    assert "ETA settling" in progress[0] and "ETA 1m39s" in progress[1]
+
+
+def test_a_stalled_run_still_logs_a_line_per_interval_saying_so():
+    events = steps(0.0, 3, 0.5) + [{"type": "memory", "attempt": 1, "t": 1.0 + 10 * i, "rss": 1e9}
+                                   for i in range(1, 8)]
+    lines = printed(events, live=False, log_every_s=30)
+    assert lines[0].startswith("step 1/1000")
+    assert lines[1].startswith("step 3/1000") and lines[1].endswith("(no step for 30s)")
+    assert lines[2].endswith("(no step for 1m00s)") and len(lines) == 3
+
+
+def test_on_a_terminal_one_live_line_with_events_above_it():
+    events = [{"type": "attempt_started", "attempt": 1, "t": 0.0, "preset": "cpu"}, *steps(1.0, 20, 0.1),
+              {"type": "eval", "attempt": 1, "t": 3.0, "step": 20, "metrics": {"r2": 0.9}},
+              {"type": "attempt_ended", "attempt": 1, "t": 3.1, "outcome": "finished"},
+              {"type": "run_finished", "t": 3.2, "status": "finished", "summary": {}}]
+    out = io.StringIO()
+    printer = HeadlessPrinter(stream=out, live=True, width=60)
+    for e in events:
+        printer([e])
+    printer.close()
+    text = out.getvalue()
+    assert text.count("\n") == 3   # the eval, the attempt's last live line kept, the end of the run
+    screen = [line.rsplit("\r\x1b[K", 1)[-1] for line in text.split("\n")]
+    assert screen[0] == "eval at step 20: r2 0.9"
+    assert screen[1].startswith("[") and "step 20/1000" in screen[1] and len(screen[1]) <= 59
+    assert screen[2] == "run finished" and screen[3] == ""
+    first = text.split("\r\x1b[K")[0]
+    assert "ETA settling" in first and f"ETA 1m39s" in text.split("\r\x1b[K")[SETTLE_WINDOWS - 1]
+
+
+def test_the_main_job_in_a_log_file(home):
+    """The main job's shape (matmul), not on a terminal: at most one progress line per
+    --log-every second of the run plus its events; the last lines name the run dir."""
+    sets = [a for o in (*TINY, "train.epochs=40") for a in ("--set", o)]
+    done = subprocess.run(cockpit_cmd("--no-ui", "--device", "cpu", "--log-every", "1", *sets),
+                          capture_output=True, text=True, env=child_env(), timeout=300)
+    assert done.returncode == 0, done.stderr
+    (run,) = list_runs()
+    events = run.events()
+    seconds = events[-1]["t"] - events[0]["t"]
+    lines = done.stdout.splitlines()
+    progress = [line for line in lines if line.startswith("step ")]
+    windows = [e for e in events if e["type"] == "step"]
+    assert 1 <= len(progress) <= int(seconds) + 2, (seconds, progress)   # + the first and the last
+    assert len(windows) > 2 * len(progress)                              # the rest were not printed
+    assert progress[-1].startswith("step 320/320 (100%)")
+    assert not any(len(line) > 200 for line in lines)
+    finished = next(i for i, line in enumerate(lines) if line.startswith("finished: step 320/320"))
+    assert lines[finished + 1:] == [f"run dir {run.path}", f"  cockpit runs show {run.id}      its summary"]
+
+
+def test_a_stopped_run_says_how_to_resume_it(home):
+    from cockpit.commands.train import _print_where
+    from engine import runconfig
+    from engine.run.rundir import RunDir, RunSummary
+    import contextlib
+
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", TINY))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        _print_where(run, RunSummary(id=run.id, workload="matmul", device_preset="cpu", status="stopped"))
+    assert re.search(rf"cockpit runs resume {run.id} +continue it", out.getvalue())
