@@ -60,6 +60,9 @@ class Workload(Protocol):
     # **fields)` writes an event (e.g. "mining"). The device preset's empty_cache policy
     # 'before-mining' empties the device cache just before this call. Its time is counted
     # apart from training throughput.
+    #   def configure_optimizers(self, model, train) -> optimizer | (optimizer, scheduler)
+    # the workload's own optimizer instead of the one [train] describes (engine.train.optim);
+    # custom.py's docstring says how it meets [train]'s schedule.
 
 
 def _module(name: str, where: str):
