@@ -2,7 +2,7 @@
 
     [alerts]
     on = ["crash", "fallback", "finish", "failure", "slowdown", "hang"]
-    terminal = "auto"          # bell + OSC 9 (OSC 777 on foot, urxvt, VTE); "osc9", "osc777", "bell", "off"
+    terminal = "auto"          # bell + OSC 9 (OSC 99 on kitty, 777 on foot, urxvt, VTE); or one of them, "bell", "off"
     desktop = true             # macOS notification centre (osascript), Linux notify-send
     notify_command = "curl -s -d @- ntfy.sh/my-topic"   # the alert as JSON on stdin
     notify_timeout_s = 10.0
@@ -25,7 +25,7 @@ from engine.presets import read_toml
 from engine.schema import FieldError, from_table, setting, unknown_key
 
 ALERT_EVENTS = ("crash", "fallback", "finish", "failure", "slowdown", "hang")
-TerminalMode = Literal["auto", "osc9", "osc777", "bell", "off"]
+TerminalMode = Literal["auto", "osc9", "osc99", "osc777", "bell", "off"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -34,8 +34,8 @@ class AlertSettings:
 
     on: tuple[str, ...] = setting(list(ALERT_EVENTS), "events that alert: " + ", ".join(ALERT_EVENTS))
     terminal: TerminalMode = setting("auto", "the terminal cockpit was started from: the bell and "
-                                             "a notification escape (auto: OSC 9, or OSC 777 where "
-                                             "TERM says foot, rxvt or VTE); bell only; or off")
+                                             "a notification escape (auto: OSC 9, OSC 99 for kitty, "
+                                             "OSC 777 where TERM says foot, rxvt or VTE); bell only; or off")
     desktop: bool = setting(True, "a notification on this machine's desktop when it has one "
                                   "(osascript on macOS, notify-send on Linux)")
     notify_command: str = setting("", "a shell command run with the alert as JSON on stdin "

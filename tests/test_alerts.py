@@ -84,12 +84,14 @@ def test_events_from_before_a_screen_opened_do_not_alert():
     assert rules.see([CRASH, FALLBACK]) == [] and len(rules.see([FINISHED])) == 1
 
 
-def test_the_escape_is_osc_9_or_777_with_the_text_made_safe():
+def test_the_escape_is_osc_9_99_or_777_with_the_text_made_safe():
     alert = Alert("crash", ("crash",), "cockpit@box: w crashed", "a\x1b]0;evil\x07 b;c")
     assert escape(alert, "auto", {"TERM": "xterm-256color"}) == \
         "\x07\x1b]9;cockpit@box: w crashed: a ]0;evil  b;c\x07"
     assert escape(alert, "auto", {"TERM": "foot"}) == \
         "\x07\x1b]777;notify;cockpit@box: w crashed;a ]0;evil  b;c\x07"
+    assert escape(alert, "auto", {"TERM": "xterm-kitty"}) == \
+        "\x07\x1b]99;;cockpit@box: w crashed: a ]0;evil  b;c\x1b\\"
     assert escape(alert, "bell", {}) == "\x07" and escape(alert, "off", {}) == ""
     wrapped = escape(alert, "osc9", {"TMUX": "/tmp/tmux-1/default,1,0"})
     assert wrapped.startswith("\x07\x1bPtmux;\x1b\x1b]9;") and wrapped.endswith("\x1b\\")

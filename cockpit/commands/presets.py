@@ -1,11 +1,11 @@
-"""`cockpit presets list | show NAME | path`."""
+"""`cockpit presets list`, `cockpit presets show NAME`, `cockpit presets path`."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
-from engine import paths, presets
+from engine import paths, presets, settings
 from engine.errors import ConfigError
 from engine.schema import to_table
 
@@ -73,4 +73,5 @@ def path(args: argparse.Namespace) -> int:
     print(f"user presets:    {paths.user_presets_dir()}")
     print(f"shipped presets: {paths.shipped_presets_dir()}")
     print(f"runs:            {paths.runs_dir()}")
+    print(f"settings:        {settings.path()}")
     return 0

@@ -1,4 +1,4 @@
-"""`cockpit runs list | show RUN | follow RUN | stop RUN | resume RUN`."""
+"""`cockpit runs list`, `show RUN`, `follow RUN`, `stop RUN` and `resume RUN`."""
 
 from __future__ import annotations
 

@@ -209,16 +209,19 @@ class Terminal:
 
 
 def escape(alert: Alert, mode: str, env: dict | None = None) -> str:
-    """The bell and the notification escape for a terminal: OSC 9 (iTerm2, kitty, WezTerm,
-    Ghostty, Windows Terminal...) or OSC 777 (foot, urxvt, VTE); 'auto' picks by TERM."""
+    """The bell and the notification escape for a terminal: OSC 9 (iTerm2, WezTerm, Ghostty...),
+    OSC 99 (kitty's own) or OSC 777 (foot, urxvt, VTE); 'auto' picks by TERM, which SSH passes on."""
     env = os.environ if env is None else env
     if mode == "off":
         return ""
     if mode == "auto":
         term = env.get("TERM", "")
-        mode = "osc777" if term.startswith("foot") or "rxvt" in term or env.get("VTE_VERSION") else "osc9"
+        mode = "osc99" if term == "xterm-kitty" or env.get("KITTY_WINDOW_ID") else \
+            "osc777" if term.startswith("foot") or "rxvt" in term or env.get("VTE_VERSION") else "osc9"
     if mode == "osc9":
         osc = f"\x1b]9;{_clean(alert.text)}\x07"
+    elif mode == "osc99":
+        osc = f"\x1b]99;;{_clean(alert.text)}\x1b\\"
     elif mode == "osc777":
         osc = f"\x1b]777;notify;{_clean(alert.title, ';')};{_clean(alert.message)}\x07"
     else:

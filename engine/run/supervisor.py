@@ -21,6 +21,10 @@ second SIGTERM, which the trainer obeys at once. A command gets what Ctrl-C in a
 gives it (SIGINT to its process group), then SIGTERM and SIGKILL, each after its preset's
 grace period or at the next request.
 
+Every event it reads goes to engine.run.alerts too (a crash, fallback, finish, failure,
+slowdown or hang told to the user's terminal, desktop and notify command), so that a detached
+run alerts with no front end open.
+
 A command's output is followed as it is written to attempt-N.log: any output is a sign of
 life for the hang watch, and progress read from it (engine.command.progress) or reported by the
 script (cockpit.report) becomes step events through engine.command.tracker.
