@@ -286,3 +286,23 @@ def test_the_tui_rings_for_what_happens_while_it_watches_not_for_the_past(alerti
         drive_app(drive())
     finally:
         stand_in.kill()
+
+
+def test_a_supervisor_that_dies_is_told_by_its_lifeline(alerting):
+    import signal
+
+    from engine.run.supervisor import start_detached
+
+    out = alerting / "alerts.jsonl"
+    # slow: a pause per step, so that the run is mid-training when its supervisor dies
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", FAST + ["train.epochs=1000", "inject=['slow@1+']"]))
+    start_detached(run, notify_command=f"cat >> {out}")
+    deadline = time.monotonic() + 300   # for a hang only
+    while not any(e["type"] == "step" for e in run.events()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.kill(ProcessId.parse(run.pid_path.read_text()).pid, signal.SIGKILL)
+    while not (out.exists() and out.read_text().endswith("\n")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    (alert,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert alert["event"] == "failure" and alert["source"][0]["type"] == "run_interrupted"
+    assert alert["message"] == f"the supervisor died; continue it with: cockpit runs resume {run.id}"

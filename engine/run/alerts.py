@@ -17,7 +17,8 @@ the user's settings.toml asks for ([alerts] on). Each alert goes to:
   timeout is killed and reported through `say` (a warning event), never waited on: commands are
   started and polled, nothing here blocks the supervisor's loop.
 
-The TUI uses the same rules for its own bell, escape and toast (cockpit.ui), since a
+If the supervisor dies, its lifeline (engine.run.lifeline) sends the alert that says so, from
+the description the supervisor gave it. The TUI uses the same rules for its own bell, escape and toast (cockpit.ui), since a
 supervisor it starts has no terminal of its own. Torch-free; no threads.
 """
 
@@ -40,6 +41,7 @@ from typing import Callable, Iterable
 from engine import settings as user_settings
 from engine.errors import ConfigError
 from engine.run.identity import ProcessId
+from engine.schema import from_table, to_table
 from engine.settings import AlertSettings
 
 TITLE_WORDS = {"crash": "crashed", "hang": "hung", "fallback": "fell back", "failure": "failed",
@@ -98,6 +100,9 @@ class AlertRules:
                     alerts += self.flush() + self._alert(("finish",), (e,), _summary_text(e))
                 else:
                     alerts += self.flush()
+            elif kind == "run_interrupted":   # the lifeline's word: the supervisor died
+                alerts += self._incident("failure", e, f"{e.get('reason', 'interrupted')}; continue it "
+                                                       f"with: {e.get('resume', 'cockpit runs resume')}")
             elif kind in ("attempt_started", "run_resumed"):
                 alerts += self.flush()
             elif kind == "warning" and e.get("kind") == "slowdown":
@@ -369,6 +374,22 @@ class Alerts:
                    "COCKPIT_RUN_DIR": str(self.run_dir.resolve())}
             self.commands.start(self.settings.notify_command, (json.dumps(payload) + "\n").encode(),
                                 env, label=f"notify command ({alert.event} alert)")
+
+    def describe(self) -> dict:
+        """Everything needed to send this run's alerts from another process: the lifeline
+        sends the one that says the supervisor died."""
+        t = self.terminal
+        return {"settings": to_table(self.settings), "run_id": self.run_id, "run_dir": str(self.run_dir),
+                "workload": self.workload, "device_preset": self.device_preset,
+                "terminal": t and {"path": t.path, "owner": t.owner and str(t.owner), "mode": t.mode}}
+
+    @classmethod
+    def described(cls, d: dict, say: Callable[[str], None]) -> "Alerts":
+        t = d.get("terminal")
+        terminal = Terminal(t["path"], ProcessId.parse(t["owner"] or ""), t["mode"]) if t else None
+        return cls(from_table(AlertSettings, d["settings"], where="alerts"), run_id=d["run_id"],
+                   run_dir=Path(d["run_dir"]), workload=d["workload"], device_preset=d["device_preset"],
+                   terminal=terminal, say=say)
 
     def payload(self, alert: Alert) -> dict:
         """What a notify command reads on stdin: one JSON object."""

@@ -64,6 +64,11 @@ class Lifeline:
     def attempt_ended(self) -> None:
         self._say({"attempt": None})
 
+    def alerts(self, description: dict) -> None:
+        """How the run's alerts are sent (engine.run.alerts.Alerts.describe): should the
+        supervisor die, the lifeline tells the user so."""
+        self._say({"alerts": description})
+
     def close(self) -> None:
         """The supervisor is ending normally: nothing for the lifeline to do."""
         self._say("bye")
@@ -86,19 +91,24 @@ class Lifeline:
 
 def watch(run_path: Path, lines) -> bool:
     """Read the supervisor's messages until `bye` (True) or the pipe closes without one."""
-    current = None
+    current, alerts = None, None
     for line in lines:
         message = json.loads(line)
         if message == "bye":
             return True
+        if "alerts" in message:
+            alerts = message["alerts"]
+            continue
         current = message if message.get("attempt") is not None else None
-    stop_orphan(run_path, current)
+    stop_orphan(run_path, current, alerts=alerts)
     return False
 
 
-def stop_orphan(run_path: Path, current: dict | None, by: str = "the lifeline") -> None:
+def stop_orphan(run_path: Path, current: dict | None, by: str = "the lifeline",
+                alerts: dict | None = None) -> None:
     """Record the supervisor's death, stop its attempt if it still runs, and mark the run
-    interrupted. The caller holds the run's lock (the lifeline shares its supervisor's)."""
+    interrupted; `alerts` (the supervisor's description of them) tells the user. The caller
+    holds the run's lock (the lifeline shares its supervisor's)."""
     run = RunDir(run_path)
     attempt = current["attempt"] if current else 0
     with EventWriter(run.events_path, attempt=attempt) as events:
@@ -108,9 +118,25 @@ def stop_orphan(run_path: Path, current: dict | None, by: str = "the lifeline") 
         if running:
             how = _stop(current)
             events.emit("attempt_ended", outcome="interrupted", exit=f"stopped by {by}: {how}")
-        events.emit("run_interrupted", reason="the supervisor died",
-                    resume=f"cockpit runs resume {run.id}")
+        ended = events.emit("run_interrupted", reason="the supervisor died",
+                            resume=f"cockpit runs resume {run.id}")
+        if alerts is not None:
+            _alert(alerts, ended, events)
     run.pid_path.unlink(missing_ok=True)
+
+
+def _alert(description: dict, ended: dict, events: EventWriter) -> None:
+    """The alert that the run died with its supervisor (a command's at most its timeout)."""
+    from engine.run.alerts import Alerts  # only now: a lifeline with nothing to say stays light
+
+    try:
+        alerts = Alerts.described(description, say=lambda text: events.emit(
+            "warning", kind="alert", message=text, advice=[], fallback=False))
+    except Exception as e:  # a description this lifeline cannot read must not stop the rest
+        print(f"lifeline: alerts not sent: {e}", file=sys.stderr)
+        return
+    alerts.see([ended])
+    alerts.close()
 
 
 def _stop(current: dict) -> str:

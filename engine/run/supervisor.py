@@ -190,6 +190,7 @@ class Supervisor:
         try:
             resume = self._begin_run()
             self._alerts = alerts.for_run(self.run, self.config, **self._alert_to, say=self._alert_trouble)
+            self._lifeline.alerts(self._alerts.describe())   # it tells of our death
             status, results = self._attempts(resume)
             self.events.emit("run_finished", status=status, attempts=len(results),
                              summary=run_summary(results))
@@ -708,7 +709,7 @@ def start_detached(run: RunDir, timeout_s: float = 60.0, *, terminal: alerts.Ter
     `terminal`: where its alerts ring while that session lives; `notify_command`: settings.toml's,
     replaced."""
     extra = (terminal.arguments() if terminal else []) + \
-        (["--notify-command", notify_command] if notify_command is not None else [])
+        ([f"--notify-command={notify_command}"] if notify_command is not None else [])  # may start with -
     with open(run.supervisor_log, "ab") as log:
         start = log.tell()
         proc = subprocess.Popen([sys.executable, "-P", "-m", "engine.run.supervisor", str(run.path), *extra],
