@@ -56,7 +56,7 @@ def test_a_crash_and_the_fallback_it_led_to_are_one_alert():
     (alert,) = AlertRules(ALL, "clip").see([CRASH, {"type": "attempt_ended"}, FALLBACK])
     assert alert.event == "fallback" and alert.events == ("crash", "fallback")
     assert alert.title.endswith(": clip fell back")
-    assert alert.message == "attempt 1 on mps crashed (native-crash); attempt 2 on cpu at step 40"
+    assert alert.message == "attempt 1 on mps crashed (native-crash); attempt 2 resumes on cpu at step 40"
     (alert,) = AlertRules(frozenset({"crash"}), "clip").see([CRASH, FALLBACK])
     assert alert.event == "crash"                     # fallbacks not asked for; the crash is
     assert AlertRules(frozenset({"finish"}), "clip").see([CRASH, FALLBACK]) == []

@@ -105,6 +105,7 @@ class AlertRules:
                                                        f"with: {e.get('resume', 'cockpit runs resume')}")
             elif kind in ("attempt_started", "run_resumed"):
                 alerts += self.flush()
+                self._failed = self._failed and kind != "run_resumed"   # a resumed run may fail anew
             elif kind == "warning" and e.get("kind") == "slowdown":
                 alerts += self._alert(("slowdown",), (e,), e.get("message", "throughput fell"))
         return alerts
@@ -132,10 +133,10 @@ class AlertRules:
 
     @staticmethod
     def _fallback_text(e: dict) -> str:
-        resume = e.get("resume") or {}
-        where = f"at step {resume['step']}" if resume.get("step") is not None else \
-            "from its checkpoint" if resume else "from the start"
-        return f"attempt {e.get('next_attempt', '?')} on {e.get('to_preset', '?')} {where}"
+        resume, to = e.get("resume") or {}, e.get("to_preset", "?")
+        how = f"resumes on {to} at step {resume['step']}" if resume.get("step") is not None else \
+            f"resumes on {to} from its checkpoint" if resume else f"starts over on {to}"
+        return f"attempt {e.get('next_attempt', '?')} {how}"
 
 
 def _crash_name(crash: dict) -> str:
@@ -300,7 +301,7 @@ class Commands:
                 _kill_group(job.proc)
                 problem = f"did not finish in {self.timeout_s:g} s; killed"
             elif code != 0:
-                problem = f"exited {code}" if code > 0 else f"died of {signal.Signals(-code).name}"
+                problem = f"exited {code}" if code > 0 else f"died of {_signal_name(-code)}"
                 said = _last_line(job.stderr)
                 problem += f": {said}" if said else ""
             else:
@@ -315,6 +316,13 @@ class Commands:
             self.poll()
             if self.running:
                 time.sleep(poll_s)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
