@@ -54,9 +54,11 @@ __all__ = ["step", "eval", "checkpoint", "active"]
 
 SCHEMA_VERSION = 1  # engine.run.events.SCHEMA_VERSION; not imported, to keep this module light
 
-# The kinds raised from inside the process; native-crash, hang and slow are delivered by the
-# supervisor with real signals, from outside.
-_IN_PROCESS = ("oom", "backend", "openmp", "nan", "user-code")
+# The kinds raised from inside the process (engine.run.faults.IN_SCRIPT_KINDS); hang and slow
+# are delivered by the supervisor with real signals, from outside, and so is native-crash to
+# a script that never reports. Inside, native-crash aborts as Metal does: a handler a native
+# library installed for SIGABRT cannot stop it, as it can stop a SIGABRT sent from outside.
+_IN_PROCESS = ("native-crash", "oom", "backend", "openmp", "nan", "user-code")
 
 active: bool = False
 _path: str | None = None
@@ -208,6 +210,10 @@ def _fire(step: int) -> None:
         _emit("fault_injected", spec=spec, kind=kind, step=step)
         if kind == "nan":
             _poison_loss = True
+        elif kind == "native-crash":
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.abort()  # abort(3) itself: it ends the process even past a SIGABRT handler
         elif kind == "oom":
             if _device.startswith("cuda"):
                 # What CUDA raises: torch.OutOfMemoryError (a RuntimeError), if torch is loaded.

@@ -451,3 +451,42 @@ def test_an_in_script_fault_on_a_script_that_never_reports_is_a_warning(home):
                    PY, TRAIN, "--steps", "30", "--out", "{run_dir}/out")
     assert done.returncode == 0
     assert "warning: fault oom@10 was not injected" in done.stdout
+
+
+# A script whose process catches SIGABRT, as one running CUDA does (a native library's handler:
+# seen on the H100 under Lightning), and ignores it; it reports its steps through cockpit.report
+# or only prints them.
+CATCHES_SIGABRT = """\
+    import signal, sys, time
+    from cockpit import report
+    signal.signal(signal.SIGABRT, lambda signum, frame: None)
+    reports = sys.argv[1] == "report"
+    for step in range(1, 1501):  # 15 s at least: far past the supervisor's grace
+        time.sleep(0.01)
+        print(f"step {step}/1500 loss={1 / step}", flush=True)
+        if reports:
+            report.step(step, total=1500, loss=1 / step)
+"""
+
+
+@pytest.mark.parametrize("how", ["report", "print"])
+def test_an_injected_native_crash_ends_a_script_that_catches_sigabrt(home, tmp_path, how):
+    """A script that reports its steps aborts itself at the fault's step, as a real abort()
+    does, handler or not; one that only prints survives the supervisor's SIGABRT, and after
+    a grace period SIGKILL ends it as the crash would have: native-crash either way."""
+    path = script(tmp_path, CATCHES_SIGABRT)
+    done = cockpit("run", "-d", "cpu", "--json", "--inject", "native-crash@40",
+                   "--set", "rules={native-crash='stop'}", "--", PY, path, how)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    run = only_run()
+    (crash,) = events(run, "crash")
+    assert crash["kind"] == "native-crash"
+    injected = events(run, "fault_injected")
+    survived = [e for e in events(run, "warning") if e["kind"] == "fault-survived"]
+    if how == "report":
+        assert [(e["step"], e.get("by")) for e in injected][:1] == [(40, None)]  # by the script
+        assert crash["evidence"]["signal"] == "SIGABRT" and not survived
+    else:
+        assert [e["by"] for e in injected] == ["supervisor"]
+        assert crash["evidence"]["signal"] == "SIGKILL" and len(survived) == 1
+        assert events(run, "step")[-1]["step"] < 1500  # it never got to finish

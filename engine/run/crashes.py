@@ -89,6 +89,7 @@ class AttemptEnd:
     slowdown: dict | None = None        # the warning for which the supervisor stopped it
     command: bool = False               # the user's command: its exit codes are its own
     resumed_from: str | None = None     # the checkpoint a command was given to resume from
+    injected_crash: bool = False        # an injected native-crash it survived ended it (SIGKILL)
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,10 @@ def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
             return verdict("slowdown", end.slowdown.get("message"))
         if end.stop_requested:
             return verdict("stopped")   # however it exits: a script may save and exit 0 on Ctrl-C
+        if end.injected_crash:
+            # the rehearsal's, though SIGKILL had to finish it
+            return verdict("native-crash", "the injected SIGABRT was caught; SIGKILL ended it",
+                           native=" (rehearsed: --inject native-crash)")
         if code == 0:
             return verdict("finished")
         if code == 2 and _USAGE.search(end.tail or ""):

@@ -30,6 +30,9 @@ KINDS = ("native-crash", "oom", "backend", "openmp", "nan", "hang", "user-code",
 # What a supervisor delivers to a command from outside, as real signals (`deliver`); the
 # other kinds are raised inside a command by cockpit.report, inside the trainer by Injector.
 SIGNAL_KINDS = ("native-crash", "hang", "slow")
+# What cockpit.report raises inside a command that reports its steps: native-crash as both, the
+# script's own abort at its step, else the supervisor's SIGABRT at the step it reads.
+IN_SCRIPT_KINDS = ("native-crash", "oom", "backend", "openmp", "nan", "user-code")
 SLOW_PERIOD_S = 0.4  # `slow` from outside: the process stopped three quarters of each period
 
 MPS_OOM = ("MPS backend out of memory (MPS allocated: 17.80 GB, other allocations: 1.23 GB, max "
@@ -147,6 +150,10 @@ class Injector:
     def _user_code(self) -> None:
         raise ValueError("too many values to unpack (expected 2, got 3) "
                          "[injected user-code fault]")
+
+
+# How long a command may outlive native-crash's SIGABRT before the supervisor ends it with SIGKILL.
+ABORT_GRACE_S = 5.0
 
 
 def deliver(fault: Fault, pid: int) -> bool:

@@ -112,8 +112,9 @@ def command_launch(run: RunDir, config: RunConfig, attempt: int, preset: DeviceP
            # what cockpit.report reads: where to write, and the faults it raises
            "COCKPIT_EVENTS": str(run.events_path.resolve()), "COCKPIT_ATTEMPT": str(attempt),
            "COCKPIT_RUN_DIR": str(run.path.resolve()), "COCKPIT_DEVICE": values["device"],
+           # native-crash too: a script that reports its steps aborts itself at its step
            "COCKPIT_INJECT": ",".join(s for s in preset.inject
-                                      if faults.parse(s).kind not in faults.SIGNAL_KINDS)}
+                                      if faults.parse(s).kind in faults.IN_SCRIPT_KINDS)}
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         if preset.threads and var not in preset.env:  # the preset's own env wins
             env[var] = str(preset.threads)

@@ -166,6 +166,8 @@ class Supervisor:
         self._tracker: Tracker | None = None
         self._faults: list[faults.Fault] = []   # due signal faults (commands)
         self._slowed: bool = False              # the `slow` fault is throttling the command
+        self._aborted_at: float | None = None   # when native-crash's SIGABRT was sent (monotonic)
+        self._abort_escalated = False           # it survived that, so SIGKILL ended it
         self._newest_file: tuple[str, int] | None = None
         self._pid = 0
         self._lifeline: Lifeline | None = None
@@ -349,6 +351,7 @@ class Supervisor:
                 self._read_output()
                 self._sample_memory(attempt)
                 self._throttle()
+                self._escalate_abort()
                 if hung_for is None and (quiet := time.monotonic() - watch.last_progress) > \
                         self._hang_timeout(preset, started=watch.ready):
                     hung_for = quiet
@@ -380,6 +383,7 @@ class Supervisor:
 
     def _begin_attempt(self, launch: Launch, log_path: Path, preset) -> None:
         self._stop_stage, self._stop_sent, self._slowed = 0, 0.0, False
+        self._aborted_at, self._abort_escalated = None, False
         self._output = OutputFollower(log_path, launch.parser())
         self._tracker = Tracker(launch.samples_per_step, launch.total_steps) if launch.is_command else None
         self._faults = [faults.parse(s) for s in launch.signal_faults]
@@ -411,7 +415,8 @@ class Supervisor:
                 numerical=watch.numerical, last_step=watch.last_step,
                 stop_requested=bool(self.stop_requests), hung_for_s=hung_for,
                 memory_percent=self._memory_percent, device=watch.device, slowdown=watch.slowdown,
-                command=launch.is_command, resumed_from=(launch.resume or {}).get("path")))
+                command=launch.is_command, resumed_from=(launch.resume or {}).get("path"),
+                injected_crash=self._abort_escalated))
         self._unfired_faults(launch)
         result = AttemptResult(attempt, Step(name, preset), verdict, None if sig else code, sig, tail, watch)
         if verdict.crashed:
@@ -482,9 +487,27 @@ class Supervisor:
             return  # read after it ended: nothing left to deliver to
         for fault in [f for f in self._faults if f.step <= step]:
             self._faults.remove(fault)
+            if fault.spec in self._watch.fired:
+                continue  # a script that reports its steps aborted itself at it (cockpit.report)
             self.events.emit("fault_injected", attempt=self._watch.attempt, spec=fault.spec,
                              kind=fault.kind, step=step, by="supervisor")
             self._slowed |= faults.deliver(fault, self._proc.pid)
+            if fault.kind == "native-crash":
+                self._aborted_at = time.monotonic()
+
+    def _escalate_abort(self) -> None:
+        """A real abort() cannot be survived, but a SIGABRT sent from outside can: a native
+        library may catch it (one does in a CUDA process: seen on the H100 under Lightning).
+        Past ABORT_GRACE_S the rehearsal ends the command as the crash would have."""
+        if self._aborted_at is None or time.monotonic() - self._aborted_at < faults.ABORT_GRACE_S:
+            return
+        self._aborted_at, self._abort_escalated = None, True
+        self.events.emit("warning", attempt=self._watch.attempt, kind="fault-survived",
+                         message=f"the command survived the injected SIGABRT for "
+                                 f"{faults.ABORT_GRACE_S:.0f} s (a native library in it catches "
+                                 "the signal when it comes from outside); SIGKILL ends it as the "
+                                 "crash would have", advice=[], fallback=False)
+        self._signal_group(signal.SIGKILL)
 
     def _throttle(self) -> None:
         if self._slowed and self._proc is not None:
