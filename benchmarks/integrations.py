@@ -1,13 +1,14 @@
 """What the Hugging Face callback costs a training run: the HF example's steps/s with and without
 cockpit.integrations.transformers.CockpitCallback, target >= 0.99x.
 
-Both runs are set up as under cockpit (COCKPIT_EVENTS names an events file, so the callback is
-active and writes), alternating with and without it, `--repeats` times each; the figure is the
-Trainer's own `train_steps_per_second` (its training loop only, no start-up), median per side.
-Then the callback alone: its hooks called as the Trainer calls them each step, timed in this
-process, as microseconds per step and as a share of a step of the measured run.
+The example's model and data, trained in this process as under cockpit (COCKPIT_EVENTS names
+an events file, so the callback is active and writes), in rounds of two runs, one with the
+callback and one without, the order alternating (ABBA) so drift hits both sides alike; the figure
+is the median of the rounds' ratios of the Trainer's own steps/s (its training loop only).
+Then the callback alone: its hooks called as the Trainer calls them each step, timed, as
+microseconds per step and as a share of a step of the measured run.
 
-    python benchmarks/integrations.py                    # CPU, 300 steps x 3 repeats
+    python benchmarks/integrations.py                    # CPU, 200 steps x 8 rounds
     python benchmarks/integrations.py --threads 1        # steadier on a busy machine
     python benchmarks/integrations.py --device cuda      # bf16 on the GPU
 """
@@ -15,42 +16,67 @@ process, as microseconds per step and as a share of a step of the measured run.
 from __future__ import annotations
 
 import argparse
-import ast
+import importlib.util
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE = ROOT / "examples" / "hf" / "train_lm.py"
+sys.path.insert(0, str(ROOT))
 
 
-def run_example(steps: int, batch: int, device: str, callback: bool, workdir: Path,
-                threads: int | None) -> float:
-    """The Trainer's train_steps_per_second for one run of the example."""
-    out = workdir / ("with" if callback else "without")
-    argv = [sys.executable, str(EXAMPLE), "--output_dir", str(out), "--max_steps", str(steps),
-            "--per_device_train_batch_size", str(batch), "--logging_steps", "10",
-            "--save_strategy", "no", "--disable_tqdm", "True", "--learning_rate", "1e-3",
-            "--dataloader_num_workers", "0"]
-    argv += ["--use_cpu"] if device == "cpu" else ["--bf16"]
-    if not callback:
-        argv.append("--no_callback")
-    events = workdir / "events.jsonl"
-    env = {**os.environ, "COCKPIT_EVENTS": str(events), "COCKPIT_ATTEMPT": "1",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    if threads:
-        env["OMP_NUM_THREADS"] = str(threads)
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
-    if done.returncode != 0:
-        sys.exit(f"the example failed:\n{done.stderr[-3000:]}")
-    for line in done.stdout.splitlines():
-        if line.startswith("{") and "train_steps_per_second" in line:
-            return float(ast.literal_eval(line)["train_steps_per_second"])
-    sys.exit("the example printed no train_steps_per_second")
+def example():
+    spec = importlib.util.spec_from_file_location("train_lm", ROOT / "examples" / "hf" / "train_lm.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def rounds(steps: int, batch: int, device: str, count: int, workdir: Path) -> list[tuple[float, float]]:
+    """(with, without) steps/s for each round."""
+    from transformers import Trainer, TrainingArguments
+    from transformers.utils import logging
+
+    from cockpit import report
+    from cockpit.integrations.transformers import CockpitCallback
+
+    logging.set_verbosity_error()
+    os.environ["COCKPIT_EVENTS"] = str(workdir / "events.jsonl")
+    report._reset()
+    lm = example()
+    script = lm.ScriptArguments()
+    data = Path(script.text_file).read_bytes()
+    train = lm.Blocks(data, script.block_size)
+    model = lm.build_model(script)
+    args = TrainingArguments(output_dir=str(workdir / "out"), max_steps=steps,
+                             per_device_train_batch_size=batch, logging_steps=10,
+                             save_strategy="no", disable_tqdm=True, report_to="none",
+                             learning_rate=1e-3, use_cpu=device == "cpu", bf16=device == "cuda",
+                             dataloader_num_workers=0)
+
+    def rate(callback: bool) -> float:
+        trainer = Trainer(model=model, args=args, train_dataset=train,
+                          callbacks=[CockpitCallback()] if callback else [])
+        start = time.perf_counter()
+        trainer.train()
+        return steps / (time.perf_counter() - start)
+
+    rate(True)  # warm-up: allocator, kernels, the first-run costs of both sides
+    out = []
+    for i in range(count):
+        pair = {}
+        for callback in ((True, False) if i % 2 == 0 else (False, True)):
+            pair[callback] = rate(callback)
+        out.append((pair[True], pair[False]))
+        print(f"  round {i + 1}: with {pair[True]:.2f} steps/s, without {pair[False]:.2f} "
+              f"-> {pair[True] / pair[False]:.3f}", flush=True)
+    del os.environ["COCKPIT_EVENTS"]
+    report._reset()
+    return out
 
 
 def callback_cost_us(calls: int = 20_000) -> float:
@@ -86,28 +112,24 @@ def callback_cost_us(calls: int = 20_000) -> float:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--steps", type=int, default=200)
     p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--threads", type=int, default=None,
-                   help="OMP_NUM_THREADS for the runs (1 steadies a CPU figure on a busy machine)")
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (1 steadies a CPU "
+                                                               "figure on a busy machine)")
     args = p.parse_args()
+    if args.threads:
+        import torch
 
-    rates: dict[bool, list[float]] = {True: [], False: []}
+        torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(args.repeats):
-            for callback in ((True, False) if i % 2 == 0 else (False, True)):
-                rate = run_example(args.steps, args.batch, args.device, callback, Path(tmp),
-                                   args.threads)
-                rates[callback].append(rate)
-                print(f"  run {i + 1} {'with' if callback else 'without'} the callback: "
-                      f"{rate:.2f} steps/s", flush=True)
-    with_cb, without = statistics.median(rates[True]), statistics.median(rates[False])
-    print(f"HF example on {args.device}, {args.steps} steps at batch {args.batch}, median of "
-          f"{args.repeats}: with the callback {with_cb:.2f} steps/s, without {without:.2f} "
-          f"-> {with_cb / without:.3f}x (target >= 0.99x)")
-    spread = (max(rates[False]) - min(rates[False])) / without
-    print(f"  run-to-run spread without the callback: {spread:.1%} of the median")
+        pairs = rounds(args.steps, args.batch, args.device, args.rounds, Path(tmp))
+    ratio = statistics.median(w / wo for w, wo in pairs)
+    with_cb = statistics.median(w for w, _ in pairs)
+    without = statistics.median(wo for _, wo in pairs)
+    print(f"HF example on {args.device}, {args.steps} steps at batch {args.batch}, {args.rounds} "
+          f"rounds: median with the callback {with_cb:.2f} steps/s, without {without:.2f}; "
+          f"median ratio {ratio:.3f}x (target >= 0.99x)")
     cost = callback_cost_us()
     step_us = 1e6 / without
     print(f"the callback alone: {cost:.1f} us per step = {cost / step_us:.3%} of this run's "
