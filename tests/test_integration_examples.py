@@ -139,6 +139,21 @@ def test_without_the_callback_the_trainers_output_is_read(home):
     assert (run.path / "out" / "checkpoint-40").is_dir()
 
 
+def test_without_the_callback_lightnings_rich_bar_is_read(home):
+    """Lightning draws a Rich bar where rich is installed (it is, beside textual): to a file
+    only its last frame, unless told it may draw (cockpit does, for every command)."""
+    pytest.importorskip("rich")
+    done = cockpit("run", "-d", "cpu", "--set", "accumulation=1", "--json",
+                   "--", PY, LIGHTNING, "--no_callback", "--out", "{run_dir}/out",
+                   "--batch_size", "{batch_size}", "--max_steps", "100", "--ckpt_every", "50",
+                   "--val_every", "50")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (run,) = list_runs()
+    steps = by_type(run, "step")
+    assert {e["source"] for e in steps} == {"rich"} and steps[-1]["step"] == 100
+    assert steps[-1]["loss"] is not None and steps[-1]["epoch"] > 0
+
+
 def test_hf_example_trains_lora_adapters_under_cockpit(home):
     done = cockpit("run", "-d", "cpu", "--set", "accumulation=1",
                    "--", PY, HF, "--lora", "--output_dir", "{run_dir}/out",

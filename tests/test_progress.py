@@ -5,6 +5,8 @@
 #     n_head=2, vocab_size=64), random token ids, 20 steps, logging every 2, eval every 10).
 #   lightning.txt: a real lightning 2.6.6 run (2-layer MLP, 2 epochs of 10 batches,
 #     TQDMProgressBar, train_loss and val_loss on the bar).
+#   lightning_rich.txt: examples/lightning/train.py (lightning 2.6.6, rich 15.0.0: its default
+#     RichProgressBar), 20 steps, TTY_COMPATIBLE=1 TTY_INTERACTIVE=1 as cockpit runs commands.
 #   nanogpt.txt, keyvalue.txt: hand-written (generated) in the exact print formats of
 #     nanoGPT's train.py (config echo, `step N: train loss .., val loss ..`,
 #     `iter N: loss .., time ..ms, mfu ..%`) and of a plain logging script.
@@ -430,3 +432,32 @@ def test_a_bar_of_another_total_after_training_is_not_training():
     # Before a loss is read, nothing says which bar trains: a second bar still counts.
     text = "train: 50%|#  | 5/10 [00:01<00:01, 5it/s]\nother: 20%|#  | 1/5 [00:01<00:01, 5it/s]\n"
     assert [o.total for o in parse(text)] == [10, 5]
+
+
+def test_lightning_rich_bar():
+    """Rich's live frames: the epoch bar's count and train_loss; its second row (val_loss,
+    indented under the bar and redrawn every frame) is not an evaluation of its own."""
+    found = parse(read("lightning_rich.txt"))
+    bar = [o for o in found if o.source == "rich"]
+    assert_increasing(steps_of(bar))
+    assert bar[0].step == 1 and bar[-1].step == 20 and bar[-1].epoch == 1.0
+    assert all(o.loss is not None for o in bar) and bar[-1].loss == 4.69
+    # the only evaluation is the script's own last line, `done: step 20 val_loss ...`
+    assert [o.metrics for o in found if o.kind == "eval"] == [{"val_loss": 3.8569}]
+
+
+@pytest.mark.parametrize("line, step, loss", [
+    ("Epoch 2/9 ━━━━━━━╸━━━━━━━━━━ 45/100 0:00:12 • 0:00:15 3.61it/s train_loss: 0.123", 245, 0.123),
+    ("Epoch 0/-2                     1/60 0:00:00 • -:--:-- 0.00it/s train_loss: 5.638", 1, 5.638),
+    ("train ━━━━━━━━━━━━━━━━━━━━━━ 7/10 0:01:02 • 0:00:20 loss: 2.5", 7, 2.5),
+])
+def test_rich_bar_lines(line, step, loss):
+    o = one(line)
+    assert (o.source, o.step, o.loss) == ("rich", step, loss)
+
+
+def test_rich_bars_that_are_not_training():
+    for line in ("Validation ━━━━━━━━━━━━━━━━━━━━━━ 2/4 0:00:00 • 0:00:01 28.90it/s",
+                 "Sanity Checking ━━━━━━━━━━━━━━━━━━━━━━ 1/2 0:00:00 • -:--:-- 0.00it/s",
+                 " " * 40 + "val_loss: 3.628"):
+        assert parse(line + "\n") == []

@@ -103,7 +103,15 @@ _TQDM_BAR = re.compile(rf"(?:(?P<desc>.*?):\s*)?(?:\d{{1,3}}%)?\|[^|]*\|\s*"
                        rf"(?P<n>{_COUNT})/(?P<total>{_COUNT}|\?)\s*\[(?P<inner>[^\]]*)\]")
 _TQDM_COUNT = re.compile(rf"(?:(?P<desc>.*?):\s*)?(?P<n>{_COUNT})[A-Za-z]*\s*"
                          r"\[(?P<inner>(?:\d+:)?\d+:\d+[^\]]*)\]")
-_EPOCH_DESC = re.compile(r"epoch\s+(\d+)(?:\s*/\s*\d+)?", re.IGNORECASE)
+_EPOCH_DESC = re.compile(r"epoch\s+(\d+)(?:\s*/\s*-?\d+)?", re.IGNORECASE)  # Rich's "0/-2"
+# Rich's progress bar (Lightning's default where rich is installed): description, bar,
+# done/total, elapsed • remaining, rate, then the metrics as `name: value`.
+_RICH_BAR = re.compile(r"(?P<desc>.*?)\s+[━╸╺╾╼─\s]*?(?P<n>\d+)/(?P<total>\d+)\s+"
+                       r"(?:\d+:)?\d+:\d\d\s+•\s+(?:-:--:--|(?:\d+:)?\d+:\d\d)"
+                       r"(?:\s+[\d.]+(?:it/s|s/it))?\s*(?P<post>.*)")
+# A row indented this far continues a live display (Rich's second row of metrics), redrawn
+# with every frame: not a line of its own.
+_CONTINUATION = " " * 20
 _EVAL_DESC = re.compile(r"(?:val|valid|validation|validating|eval|evaluation|evaluating|"
                         r"test|testing|sanity|predict|predicting)\b", re.IGNORECASE)
 # Bars of the work around training, not training steps: datasets' `Map: 1000/1000`,
@@ -198,7 +206,7 @@ class OutputParser:
         Trainer's `evaluate()` after training draws a plain bar, no description, of its own."""
         if o.kind != "step":
             return True
-        if o.source == "tqdm" and o.total is not None:
+        if o.source in ("tqdm", "rich") and o.total is not None:
             if self._training_total is not None and o.total != self._training_total:
                 return False
             self._bar_total = o.total
@@ -209,14 +217,17 @@ class OutputParser:
 
 def _parse_line(raw: str, regex: re.Pattern | None = None) -> list[Observation]:
     """The observations in one line of output (raw: ANSI sequences still in it)."""
-    line = _ANSI.sub("", raw).strip()
+    line = _ANSI.sub("", raw)
+    if line.startswith(_CONTINUATION):
+        return []
+    line = line.strip()
     if not line:
         return []
     if regex is not None:
         m = regex.search(line)
         if m:
             return _from_regex(m)
-    for parse in (_hf_dict, _tqdm_bar, _step_line, _key_values):
+    for parse in (_hf_dict, _tqdm_bar, _rich_bar, _step_line, _key_values):
         found = parse(line, nested=_CURSOR_UP in raw)
         if found is not None:  # the line is this format's, whatever it gave
             return found
@@ -266,13 +277,26 @@ def _tqdm_bar(line: str, nested: bool = False) -> list[Observation] | None:
     m = _TQDM_BAR.match(line) or _TQDM_COUNT.match(line)
     if not m:
         return None
-    desc = (m["desc"] or "").strip()
-    if nested or _EVAL_DESC.match(desc) or _PREP_DESC.match(desc):
-        return []
-    n = _count(m["n"])
-    total = _count(m.groupdict().get("total"))
     parts = m["inner"].split(",", 2)  # elapsed<remaining, rate, postfix
     values = _pairs(parts[2]) if len(parts) > 2 else {}
+    return _bar(m["desc"], m["n"], m.groupdict().get("total"), values, nested, "tqdm")
+
+
+def _rich_bar(line: str, nested: bool = False) -> list[Observation] | None:
+    m = _RICH_BAR.fullmatch(line)
+    if not m:
+        return None
+    return _bar(m["desc"], m["n"], m["total"], _pairs(m["post"]), nested, "rich")
+
+
+def _bar(desc: str | None, n: str, total: str | None, values: dict, nested: bool,
+         source: str) -> list[Observation]:
+    """What a progress bar's line says: its count as the step, unless it counts something
+    other than training (an evaluation, the work around training, a nested bar)."""
+    desc = (desc or "").strip()
+    if nested or _EVAL_DESC.match(desc) or _PREP_DESC.match(desc):
+        return []
+    n, total = _count(n), _count(total)
     values.pop("v_num", None)
     epoch_desc = _EPOCH_DESC.fullmatch(desc)
     if epoch_desc:  # counts batches within the epoch
@@ -285,7 +309,7 @@ def _tqdm_bar(line: str, nested: bool = False) -> list[Observation] | None:
         if n == 0 and total is None:
             return []
         step = n
-    return [_classify(values, "tqdm", step=step, total=total, always=True, evals=False)]
+    return [_classify(values, source, step=step, total=total, always=True, evals=False)]
 
 
 def _step_line(line: str, nested: bool = False) -> list[Observation] | None:

@@ -108,7 +108,11 @@ def command_launch(run: RunDir, config: RunConfig, attempt: int, preset: DeviceP
     argv = commands.fill(spec.command, values)
     if checkpoint is not None and spec.resume:
         argv += commands.fill(spec.resume, values)
-    env = {**os.environ, **preset.env, "PYTHONUNBUFFERED": "1",
+    # Rich draws its live displays (Lightning's default progress bar where rich is installed)
+    # only to a terminal: to a log file it prints the last frame at the end, and a run would
+    # look silent, then hung. These two (Rich's own) make it draw frames the parser reads.
+    env = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1",
+           **os.environ, **preset.env, "PYTHONUNBUFFERED": "1",
            # what cockpit.report reads: where to write, and the faults it raises
            "COCKPIT_EVENTS": str(run.events_path.resolve()), "COCKPIT_ATTEMPT": str(attempt),
            "COCKPIT_RUN_DIR": str(run.path.resolve()), "COCKPIT_DEVICE": values["device"],
