@@ -450,6 +450,8 @@ def test_lightning_rich_bar():
     ("Epoch 2/9 ━━━━━━━╸━━━━━━━━━━ 45/100 0:00:12 • 0:00:15 3.61it/s train_loss: 0.123", 245, 0.123),
     ("Epoch 0/-2                     1/60 0:00:00 • -:--:-- 0.00it/s train_loss: 5.638", 1, 5.638),
     ("train ━━━━━━━━━━━━━━━━━━━━━━ 7/10 0:01:02 • 0:00:20 loss: 2.5", 7, 2.5),
+    # the last frame: nothing remains, so the remaining time is blank
+    ("Epoch 0/-2 ━━━━━━━━━━━━━━━━ 100/100 0:00:08 •        12.00it/s train_loss: 3.348", 100, 3.348),
 ])
 def test_rich_bar_lines(line, step, loss):
     o = one(line)

@@ -105,9 +105,9 @@ _TQDM_COUNT = re.compile(rf"(?:(?P<desc>.*?):\s*)?(?P<n>{_COUNT})[A-Za-z]*\s*"
                          r"\[(?P<inner>(?:\d+:)?\d+:\d+[^\]]*)\]")
 _EPOCH_DESC = re.compile(r"epoch\s+(\d+)(?:\s*/\s*-?\d+)?", re.IGNORECASE)  # Rich's "0/-2"
 # Rich's progress bar (Lightning's default where rich is installed): description, bar,
-# done/total, elapsed • remaining, rate, then the metrics as `name: value`.
+# done/total, elapsed • remaining (blank in the last frame), rate, then `name: value` metrics.
 _RICH_BAR = re.compile(r"(?P<desc>.*?)\s+[━╸╺╾╼─\s]*?(?P<n>\d+)/(?P<total>\d+)\s+"
-                       r"(?:\d+:)?\d+:\d\d\s+•\s+(?:-:--:--|(?:\d+:)?\d+:\d\d)"
+                       r"(?:\d+:)?\d+:\d\d\s+•(?:\s+(?:-:--:--|(?:\d+:)?\d+:\d\d))?"
                        r"(?:\s+[\d.]+(?:it/s|s/it))?\s*(?P<post>.*)")
 # A row indented this far continues a live display (Rich's second row of metrics), redrawn
 # with every frame: not a line of its own.
