@@ -110,8 +110,9 @@ def command_launch(run: RunDir, config: RunConfig, attempt: int, preset: DeviceP
         argv += commands.fill(spec.resume, values)
     # Rich draws its live displays (Lightning's default progress bar where rich is installed)
     # only to a terminal: to a log file it prints the last frame at the end, and a run would
-    # look silent, then hung. These two (Rich's own) make it draw frames the parser reads.
-    env = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1",
+    # look silent, then hung. These two (Rich's own) make it draw frames the parser reads,
+    # and a width that keeps a bar and its metrics on one line (80 wraps the loss away).
+    env = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "COLUMNS": "200",
            **os.environ, **preset.env, "PYTHONUNBUFFERED": "1",
            # what cockpit.report reads: where to write, and the faults it raises
            "COCKPIT_EVENTS": str(run.events_path.resolve()), "COCKPIT_ATTEMPT": str(attempt),
