@@ -153,7 +153,7 @@ class Injector:
 
 
 # How long a command may outlive native-crash's SIGABRT before the supervisor ends it with SIGKILL.
-ABORT_GRACE_S = 5.0
+ABORT_GRACE_S = 2.0
 
 
 def deliver(fault: Fault, pid: int) -> bool:

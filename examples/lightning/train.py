@@ -105,7 +105,9 @@ def main() -> None:
                         limit_val_batches=4, log_every_n_steps=10, callbacks=callbacks,
                         default_root_dir=args.out, logger=False, enable_model_summary=False)
     trainer.fit(model, train, val, ckpt_path=args.ckpt_path)
-    print(f"done: step {trainer.global_step} val_loss {trainer.callback_metrics['val_loss']:.4f}")
+    # A run resumed past its last validation has validated nothing in this process.
+    val = trainer.callback_metrics.get("val_loss")
+    print(f"done: step {trainer.global_step}" + (f" val_loss {val:.4f}" if val is not None else ""))
 
 
 if __name__ == "__main__":
