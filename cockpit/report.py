@@ -20,9 +20,11 @@ so the script runs as before anywhere:
   from it) and any other scalars (grad_norm=...); `lr=` and `epoch=` are shown as the
   learning rate and the (fractional) epoch.
 - `report.eval(**metrics)`: held-out metrics, recorded at the last step reported.
-- `report.checkpoint(path, step)`: a checkpoint the script has written; cockpit resumes from the
-  newest one, with your command's `resume` arguments, after a crash or a fallback.
-- `report.active`: True when running under cockpit (on rank 0 of a multi-process job).
+- `report.checkpoint(path, step, samples=None)`: a checkpoint the script has written; cockpit
+  resumes from the newest one, with your command's `resume` arguments, after a crash or a
+  fallback. With `samples`, the resumed attempt's `report.resumed_from()` is (step, samples).
+- `report.active`: True when running under cockpit (on rank 0 of a multi-process job: RANK,
+  SLURM_PROCID, or LOCAL_RANK and NODE_RANK say which).
 
 Values are plain Python numbers. Call at your logging interval with numbers you already have:
 a tensor's `.item()` waits for the GPU to finish (a host-device sync), so calling it every step
@@ -50,7 +52,7 @@ import signal
 import sys
 import time
 
-__all__ = ["step", "eval", "checkpoint", "active"]
+__all__ = ["step", "eval", "checkpoint", "active", "resumed_from"]
 
 SCHEMA_VERSION = 1  # engine.run.events.SCHEMA_VERSION; not imported, to keep this module light
 
@@ -81,15 +83,34 @@ def _reset() -> None:
             pass
     _fd, _quiet, _poison_loss, _last_step = None, False, False, None
     _path = os.environ.get("COCKPIT_EVENTS") or None
-    # Under torchrun every rank inherits the environment: only rank 0 speaks for the run.
-    rank = os.environ.get("RANK", "0").strip() or "0"
-    active = _path is not None and rank == "0"
+    active = _path is not None and _rank_zero()
     try:
         _attempt = int(os.environ.get("COCKPIT_ATTEMPT", "0"))
     except ValueError:
         _attempt = 0
     _device = (os.environ.get("COCKPIT_DEVICE") or "cpu").strip().lower()
     _pending = _parse_inject(os.environ.get("COCKPIT_INJECT", "")) if active else []
+
+
+def _rank_zero() -> bool:
+    """Every process of a multi-process job inherits the environment: only the first speaks
+    for the run. torchrun sets RANK; SLURM's srun SLURM_PROCID; Lightning's own launcher
+    (devices=N from a plain `python train.py`) only LOCAL_RANK and NODE_RANK."""
+    for names in (("RANK",), ("SLURM_PROCID",), ("LOCAL_RANK", "NODE_RANK")):
+        values = [os.environ.get(n, "").strip() for n in names]
+        if any(values):
+            return all(v in ("", "0") for v in values)
+    return True
+
+
+def resumed_from() -> tuple[int, int] | None:
+    """(step, samples seen) of the checkpoint this attempt resumed from, when cockpit knows
+    the samples (a checkpoint reported with them): a count of samples continues from there,
+    even when the fallback changed the batch."""
+    try:
+        return (int(os.environ["COCKPIT_RESUME_STEP"]), int(os.environ["COCKPIT_RESUME_SAMPLES"]))
+    except (KeyError, ValueError):
+        return None
 
 
 def _parse_inject(text: str) -> list[tuple[str, str, int]]:
@@ -136,17 +157,20 @@ def eval(**metrics) -> None:  # noqa: A001 - the API's name, read as report.eval
     _emit("eval", step=_last_step, metrics=values, source="report")
 
 
-def checkpoint(path, step) -> None:
-    """A checkpoint the script has written, at optimizer step `step`."""
+def checkpoint(path, step, samples=None) -> None:
+    """A checkpoint the script has written, at optimizer step `step`, after `samples` samples
+    (optional: given, a resume from it continues the count, see resumed_from)."""
     try:
         path = os.fsdecode(os.path.abspath(os.fspath(path)))
     except TypeError:
         raise TypeError(f"report: path must be a str or os.PathLike, "
                         f"got {type(path).__name__}") from None
     step = _integer("step", step)
+    samples = None if samples is None else _integer("samples", samples)
     if not active:
         return
-    _emit("checkpoint", step=step, path=path, source="report")
+    _emit("checkpoint", step=step, path=path, source="report",
+          **({"samples": samples} if samples is not None else {}))
 
 
 # ---------------------------------------------------------------- values
@@ -219,20 +243,27 @@ def _fire(step: int) -> None:
                 # What CUDA raises: torch.OutOfMemoryError (a RuntimeError), if torch is loaded.
                 torch = sys.modules.get("torch")
                 error = getattr(torch, "OutOfMemoryError", RuntimeError)
-                raise error(faults.CUDA_OOM)
+                raise injected(error(faults.CUDA_OOM))
             # MPS raises a plain RuntimeError (MPSAllocator.mm); so does the CPU allocator.
-            raise RuntimeError(faults.MPS_OOM if _device.startswith("mps") else faults.CPU_OOM)
+            raise injected(RuntimeError(faults.MPS_OOM if _device.startswith("mps") else faults.CPU_OOM))
         elif kind == "backend":
             if _device.startswith("cuda"):
-                raise RuntimeError(faults.CUDA_ERROR)
+                raise injected(RuntimeError(faults.CUDA_ERROR))
             print(faults.METAL_ERROR, file=sys.stderr, flush=True)
             faults._die(signal.SIGABRT)  # Metal's failed command buffer aborts
         elif kind == "openmp":
             print(faults.OMP_ERROR, file=sys.stderr, flush=True)
             faults._die(signal.SIGABRT)  # libomp calls abort() after the hint
         elif kind == "user-code":
-            raise ValueError("too many values to unpack (expected 2, got 3) "
-                             "[injected user-code fault]")
+            raise injected(ValueError("too many values to unpack (expected 2, got 3) "
+                                      "[injected user-code fault]"))
+
+
+def injected(error: BaseException) -> BaseException:
+    """A fault raised on purpose: the real exception type and text, marked so that code which
+    must not let cockpit's own failures escape (the framework callbacks) lets it through."""
+    error.cockpit_injected = True
+    return error
 
 
 _reset()

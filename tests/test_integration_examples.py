@@ -73,8 +73,9 @@ def check_fallback_resumed_at_the_checkpoint(done, run, batch_flags: list[str], 
 
 def test_hf_example_falls_back_and_resumes_from_the_trainers_checkpoint(home):
     ladder(home)
-    # The crash is delivered once the supervisor reads step 25, a few steps later; checkpoints
-    # every 10 steps, evaluations every 20, the run 60 steps long.
+    # The callback's first report at or after step 25 aborts the script (cockpit.report), the
+    # supervisor's SIGABRT at the step it reads from the bar otherwise; checkpoints every 10
+    # steps, evaluations every 20, the run 60 steps long.
     done = cockpit("run", "-d", "first", "--inject", "native-crash@25",
                    "--set", "rules={native-crash='next'}",
                    "--set", "command.resume=['--resume_from_checkpoint', '{checkpoint}']",

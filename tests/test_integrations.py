@@ -227,3 +227,93 @@ def test_a_command_that_takes_a_derived_precision_placeholder_feels_precision():
     spec = command.CommandSpec(command=("python", "train.py", "--bs", "{effective_batch}",
                                         "--precision", "{lightning_precision}"))
     assert command.fixed_settings(spec) == set()
+
+
+# ---------------------------------------------------------------- the edges a user hits
+
+
+def test_a_metric_named_like_report_steps_parameters_does_not_stop_training(events_file, tmp_path):
+    import lightning.pytorch as pl
+
+    from cockpit.integrations.lightning import CockpitCallback
+
+    class LogSamples(pl.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            pl_module.log("samples", 4.0)
+            pl_module.log("total", 1.0)
+
+    trainer = lightning_run("lightning.pytorch", tmp_path, [LogSamples(), CockpitCallback()])
+    assert trainer.global_step == 12
+    logged = [e for e in read(events_file)["progress"] if e["loss"] is not None]
+    assert logged and all(e["metrics"]["metric_samples"] == 4.0 for e in logged)
+    assert all(e["samples"] == e["step"] * 8 for e in logged)  # its own count, not the metric
+
+
+def test_a_failing_hook_stops_reporting_not_training(events_file, tmp_path, monkeypatch, capsys):
+    from cockpit.integrations.transformers import CockpitCallback
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(report, "eval", broken)
+    trainer = hf_trainer(tmp_path / "out", [CockpitCallback()])
+    trainer.train()
+    assert trainer.state.global_step == 12  # trained to the end
+    err = capsys.readouterr().err
+    assert err.count("CockpitCallback stopped reporting: OSError: disk full") == 1
+    assert max(e["step"] for e in read(events_file)["progress"]) == 8  # quiet from the failure
+
+
+def test_a_callback_given_twice_reports_once(events_file, tmp_path):
+    from cockpit.integrations.lightning import CockpitCallback
+
+    lightning_run("lightning.pytorch", tmp_path, [CockpitCallback(), CockpitCallback()])
+    got = read(events_file)
+    steps = [e["step"] for e in got["progress"]]
+    assert steps == sorted(set(steps))  # no step twice
+    assert [e["step"] for e in got["eval"]] == [4, 8, 12]
+    assert [e["step"] for e in got["checkpoint"]] == [6, 12]
+
+
+@pytest.mark.parametrize("env", [{"LOCAL_RANK": "1", "NODE_RANK": "0"}, {"SLURM_PROCID": "2"},
+                                 {"RANK": "3", "LOCAL_RANK": "0"}])
+def test_only_the_first_process_of_a_job_reports(events_file, monkeypatch, env):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    report._reset()
+    assert not report.active
+    for name in env:
+        monkeypatch.setenv(name, "0")
+    report._reset()
+    assert report.active
+
+
+def test_samples_continue_from_the_checkpoint_after_a_fallback_changed_the_batch(
+        events_file, tmp_path, monkeypatch):
+    """Attempt 1 saw 8 samples a step and checkpointed at step 8 (64 samples); the fallback's
+    attempt trains 4 a step: at step 12 it has seen 64 + 4 x 4, not 12 x 4."""
+    from cockpit.integrations.transformers import CockpitCallback
+
+    hf_trainer(tmp_path / "out", [CockpitCallback()]).train()
+    (saved,) = [e for e in read(events_file)["checkpoint"] if e["step"] == 8]
+    assert saved["samples"] == 64
+    events_file.unlink()
+    monkeypatch.setenv("COCKPIT_RESUME_STEP", "8")
+    monkeypatch.setenv("COCKPIT_RESUME_SAMPLES", str(saved["samples"]))
+    report._reset()
+    trainer = hf_trainer(tmp_path / "out", [CockpitCallback()])
+    trainer.args.per_device_train_batch_size = 2  # 2 x accumulation 2 = 4 a step
+    trainer.train(resume_from_checkpoint=saved["path"])
+    progress = read(events_file)["progress"]
+    assert progress[0]["step"] == 9 and progress[-1]["step"] == 12
+    assert all(e["samples"] == 64 + (e["step"] - 8) * 4 for e in progress)
+
+
+def test_the_lightning_callback_subclasses_pytorch_lightning_when_that_is_what_is_imported():
+    code = ("import pytorch_lightning, sys\n"
+            "from cockpit.integrations.lightning import CockpitCallback\n"
+            "assert issubclass(CockpitCallback, pytorch_lightning.Callback)\n"
+            "assert 'lightning' not in sys.modules, 'lightning was imported too'\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=child_env(), timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

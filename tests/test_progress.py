@@ -460,6 +460,25 @@ def test_rich_bar_lines(line, step, loss):
 
 def test_rich_bars_that_are_not_training():
     for line in ("Validation ━━━━━━━━━━━━━━━━━━━━━━ 2/4 0:00:00 • 0:00:01 28.90it/s",
-                 "Sanity Checking ━━━━━━━━━━━━━━━━━━━━━━ 1/2 0:00:00 • -:--:-- 0.00it/s",
-                 " " * 40 + "val_loss: 3.628"):
+                 "Sanity Checking ━━━━━━━━━━━━━━━━━━━━━━ 1/2 0:00:00 • -:--:-- 0.00it/s"):
         assert parse(line + "\n") == []
+    # a second row under a Rich frame is the frame's; an indented line in other output is not
+    frame = "Epoch 0/-2 ━━━━━━━━━ 7/60 0:00:00 • 0:00:04 16.87it/s train_loss: 5.294\n"
+    indented = " " * 40 + "val_loss: 3.628\n"
+    assert [o.kind for o in parse(frame + indented)] == ["step"]
+    assert [o.kind for o in parse(indented)] == ["eval"]
+
+
+def test_rich_bar_of_unknown_total():
+    o = one("Epoch 0/-2 ━━━━━━━━━━━━━ 12/-- 0:00:03 • -:--:-- 4.01it/s train_loss: 2.5")
+    assert (o.step, o.total, o.loss) == (12, None, 2.5)
+
+
+def test_a_second_training_loop_with_a_loss_beside_its_bar_is_read():
+    """SFT then DPO, two phases, a retry: a new bar of another total counts once a loss is
+    read beside it; before that it is taken for another loop, as evaluate()'s bar is."""
+    first = "".join(f" {n}%|#| {n}/10 [00:01<00:01, 5it/s, loss={1 / n:.3f}]\n" for n in range(1, 11))
+    evaluation = " 50%|#| 2/4 [00:01<00:01, 5it/s]\n"
+    second = "".join(f" {n}%|#| {n}/30 [00:01<00:01, 5it/s, loss={2 / n:.3f}]\n" for n in range(1, 4))
+    steps = [(o.step, o.total) for o in parse(first + evaluation + second)]
+    assert steps[-3:] == [(1, 30), (2, 30), (3, 30)] and (2, 4) not in steps

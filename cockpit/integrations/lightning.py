@@ -7,8 +7,8 @@
     trainer.fit(model, train, val, ckpt_path=args.ckpt_path)
 
 Under cockpit (`cockpit run -- python train.py ...`) it reports:
-- steps: the trainer's global step (optimizer steps) of `max_steps`, or of the steps its
-  `max_epochs` come to (the ETA); the samples seen (global step x the batch x
+- steps: the trainer's global step (optimizer steps) of the steps `max_steps` and
+  `max_epochs` allow (Lightning's estimated_stepping_batches: the ETA); the samples seen (global step x the batch x
   `accumulate_grad_batches` x the world size); the epoch; the first optimizer's learning
   rate; and at each of its logging steps (`log_every_n_steps`) the loss and what the module
   logged;
@@ -17,7 +17,9 @@ Under cockpit (`cockpit run -- python train.py ...`) it reports:
   `trainer.save_checkpoint`) but weights-only ones, so a crash or a fallback resumes from it
   with the command's `resume` arguments (`--ckpt_path {checkpoint}` into `fit(ckpt_path=...)`).
 The loss is what the module logged as `train_loss`, `loss`, `train/loss` (or `..._step`),
-else what `training_step` returned. Outside cockpit it does nothing.
+else what `training_step` returned. Outside cockpit it does nothing; nor on any process but
+global rank 0, nor in a second copy given to the same trainer; and nothing in it can stop
+training (a failure in a hook is one line on stderr and the callback goes quiet).
 
 It subclasses the Callback of the package the script imported (`lightning` when both or
 neither are imported yet, and installed); Lightning calls a callback's hooks by name, so either
@@ -31,7 +33,8 @@ import os
 import sys
 
 from cockpit import report
-from cockpit.integrations._common import Throttle, needs_framework, scalars
+from cockpit.integrations._common import (Owners, Throttle, guarded, needs_framework,
+                                          samples_seen, scalars)
 
 __all__ = ["CockpitCallback"]
 
@@ -51,10 +54,12 @@ def _callback_base():
 
 _LOSS_NAMES = ("train_loss", "loss", "train/loss", "train_loss_step", "loss_step",
                "train/loss_step")
+_owners = Owners()
 
 
 class CockpitCallback(_callback_base()):
-    """Reports a Lightning run's steps, validations and checkpoints to cockpit; a no-op outside it."""
+    """Reports a Lightning run's steps, validations and checkpoints to cockpit; a no-op outside
+    it, on every process but the first, and in a second copy given to the same trainer."""
 
     def __init__(self):
         self._throttle = Throttle()
@@ -64,67 +69,90 @@ class CockpitCallback(_callback_base()):
         self._total = None
         self._before_validation = {}
         self._eval_names = set()
-        self._trainer = None
+        self._broken = False          # something went wrong in a hook: quiet from then on
+        self._speaks = False          # under cockpit, global rank 0, this trainer's only copy
 
-    # ------------------------------------------------------------ checkpoints
+    # ------------------------------------------------------------ setup, checkpoints
 
+    @guarded
     def setup(self, trainer, pl_module, stage):
-        if stage != "fit" or not report.active:
+        if stage != "fit":
             return
-        self._trainer = trainer
+        self._speaks = report.active and trainer.is_global_zero and _owners.claim(trainer, self)
+        if not self._speaks or getattr(trainer.save_checkpoint, "_cockpit", False):
+            return
         save = trainer.save_checkpoint  # every ModelCheckpoint save goes through it
 
-        def save_checkpoint(filepath, weights_only=None, storage_options=None):
-            save(filepath, weights_only, storage_options)
-            where = os.fspath(filepath)
-            if not weights_only and trainer.is_global_zero and "://" not in where:
-                report.checkpoint(where, trainer.global_step)  # a weights-only one cannot resume
+        def save_checkpoint(filepath, *args, **kwargs):
+            save(filepath, *args, **kwargs)
+            self._saved(trainer, filepath, *args, **kwargs)
 
+        save_checkpoint._cockpit = True
         trainer.save_checkpoint = save_checkpoint
 
+    @guarded
+    def _saved(self, trainer, filepath, weights_only=None, *args, **kwargs):
+        where = os.fspath(filepath)
+        if not weights_only and "://" not in where:  # a weights-only one cannot resume
+            report.checkpoint(where, trainer.global_step, samples=self._samples(trainer))
+
     def teardown(self, trainer, pl_module, stage):
-        if self._trainer is trainer and "save_checkpoint" in vars(trainer):
+        self._release(trainer)
+
+    def on_exception(self, trainer, pl_module, exception):
+        self._release(trainer)  # Lightning skips teardown when fit raises
+
+    def _release(self, trainer):
+        if getattr(vars(trainer).get("save_checkpoint"), "_cockpit", False):
             del trainer.save_checkpoint
-        self._trainer = None
+        _owners.release(trainer, self)
 
     # ------------------------------------------------------------ steps
 
+    @guarded
     def on_train_start(self, trainer, pl_module):
-        if not report.active:
+        if not self._speaks:
             return
-        total = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 \
-            else trainer.estimated_stepping_batches
+        # max_steps and max_epochs both bound it: Lightning's own figure is the smaller
+        total = trainer.estimated_stepping_batches
         self._total = int(total) if total and math.isfinite(total) else None
         self._stepped = trainer.global_step  # where it starts: 0, or a checkpoint's step
 
+    @guarded
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = trainer.global_step
-        if not report.active or step == self._stepped:
+        if not self._speaks or step == self._stepped:
             return  # outside cockpit, or a micro-batch that did not end an optimizer step
         self._stepped = step
         if self._batch is None:
             self._batch = _batch_size(batch)
-        logging_step = step % max(1, trainer.log_every_n_steps) == 0
-        final = self._total is not None and step >= self._total
-        if logging_step:
+        if step % max(1, trainer.log_every_n_steps) == 0:
             self._step(trainer, batch_idx, loss=self._loss(trainer, outputs),
                        **self._logged(trainer))
             self._throttle.reported()
-        elif self._throttle.due(final=final):
+        elif self._throttle.due(final=self._total is not None and step >= self._total):
             self._step(trainer, batch_idx)
 
+    @guarded
+    def on_train_end(self, trainer, pl_module):
+        if self._speaks and self._reported_step != trainer.global_step:
+            self._step(trainer)  # the last step (EarlyStopping, or one the throttle skipped)
+
     def _step(self, trainer, batch_idx=None, loss=None, **metrics):
-        step = trainer.global_step
         batches = trainer.num_training_batches
         if batch_idx is not None and isinstance(batches, int) and batches > 0:
             metrics["epoch"] = trainer.current_epoch + (batch_idx + 1) / batches
         if trainer.optimizers and "lr" not in metrics:
             metrics["lr"] = trainer.optimizers[0].param_groups[0]["lr"]  # a float: no sync
-        samples = None
-        if self._batch:
-            samples = step * self._batch * trainer.accumulate_grad_batches * trainer.world_size
-        report.step(step, total=self._total, loss=loss, samples=samples, **metrics)
-        self._reported_step = step
+        report.step(trainer.global_step, total=self._total, loss=loss,
+                    samples=self._samples(trainer), **metrics)
+        self._reported_step = trainer.global_step
+
+    def _samples(self, trainer) -> int | None:
+        if not self._batch:
+            return None
+        return samples_seen(trainer.global_step,
+                            self._batch * trainer.accumulate_grad_batches * trainer.world_size)
 
     def _loss(self, trainer, outputs):
         logged = trainer.callback_metrics
@@ -144,16 +172,20 @@ class CockpitCallback(_callback_base()):
 
     # ------------------------------------------------------------ validation
 
+    @guarded
     def on_validation_start(self, trainer, pl_module):
-        if report.active and not trainer.sanity_checking:
+        if self._speaks and not trainer.sanity_checking:
             self._before_validation = scalars(trainer.callback_metrics)
 
+    @guarded
     def on_validation_end(self, trainer, pl_module):
-        if not report.active or trainer.sanity_checking:
+        if not self._speaks or trainer.sanity_checking:
             return
+        # What this validation logged: names new or changed since it began, and those an
+        # earlier validation logged (an accuracy may come out the same twice)
         before = self._before_validation
         logged = {k: v for k, v in scalars(trainer.callback_metrics).items()
-                  if before.get(k) != v and k not in ("step", "epoch")}
+                  if (before.get(k) != v or k in self._eval_names) and k not in ("step", "epoch")}
         if not logged:
             return
         self._eval_names.update(logged)

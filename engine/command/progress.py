@@ -105,12 +105,13 @@ _TQDM_COUNT = re.compile(rf"(?:(?P<desc>.*?):\s*)?(?P<n>{_COUNT})[A-Za-z]*\s*"
                          r"\[(?P<inner>(?:\d+:)?\d+:\d+[^\]]*)\]")
 _EPOCH_DESC = re.compile(r"epoch\s+(\d+)(?:\s*/\s*-?\d+)?", re.IGNORECASE)  # Rich's "0/-2"
 # Rich's progress bar (Lightning's default where rich is installed): description, bar,
-# done/total, elapsed • remaining (blank in the last frame), rate, then `name: value` metrics.
-_RICH_BAR = re.compile(r"(?P<desc>.*?)\s+[━╸╺╾╼─\s]*?(?P<n>\d+)/(?P<total>\d+)\s+"
+# done/total (`--`: unknown), elapsed • remaining (blank in the last frame), rate, then
+# `name: value` metrics.
+_RICH_BAR = re.compile(r"(?P<desc>.*?)\s+[━╸╺╾╼─\s]*?(?P<n>\d+)/(?P<total>\d+|--)\s+"
                        r"(?:\d+:)?\d+:\d\d\s+•(?:\s+(?:-:--:--|(?:\d+:)?\d+:\d\d))?"
                        r"(?:\s+[\d.]+(?:it/s|s/it))?\s*(?P<post>.*)")
-# A row indented this far continues a live display (Rich's second row of metrics), redrawn
-# with every frame: not a line of its own.
+# Once Rich has drawn a frame, a row indented this far continues its live display (a second
+# row of metrics, redrawn with every frame): not a line of its own.
 _CONTINUATION = " " * 20
 _EVAL_DESC = re.compile(r"(?:val|valid|validation|validating|eval|evaluation|evaluating|"
                         r"test|testing|sanity|predict|predicting)\b", re.IGNORECASE)
@@ -165,8 +166,9 @@ class OutputParser:
             else compile_regex(regex)
         self._partial = ""
         self._skipping = False  # inside a line already dropped for its length
-        self._bar_total: int | None = None       # the total of the bar giving steps now
+        self._bar_total: int | None = None       # the total of the bar drawn last
         self._training_total: int | None = None  # that of the bar known to be training
+        self._live = False                       # Rich's live display has drawn a frame
 
     def feed(self, text: str) -> list[Observation]:
         """Parse the complete lines in `text`; a trailing partial line waits for more."""
@@ -195,30 +197,34 @@ class OutputParser:
         if len(raw) > MAX_LINE:
             return []
         try:
-            return [o for o in _parse_line(raw, self._regex) if self._training(o)]
+            if not self._live and "━" in raw and _RICH_BAR.search(_ANSI.sub("", raw)):
+                self._live = True
+            return [o for o in _parse_line(raw, self._regex, self._live) if self._training(o)]
         except Exception:  # a line we misread is a line we skip, never a crash
             return []
 
     def _training(self, o: Observation) -> bool:
         """Whether an observation belongs to the training loop. A bar is known to be the
-        training loop's once a loss is read beside it (on the bar or on a log line while it
-        is the bar giving steps); after that a bar of another total is another loop — the
-        Trainer's `evaluate()` after training draws a plain bar, no description, of its own."""
+        training loop's once a loss is read beside it (on the bar, or on a log line while it
+        is the bar drawn last); after that a bar of another total with no loss on it is
+        another loop — the Trainer's `evaluate()` after training draws a plain bar, no
+        description, of its own — until a loss is read beside it (a second `train()`)."""
         if o.kind != "step":
             return True
         if o.source in ("tqdm", "rich") and o.total is not None:
-            if self._training_total is not None and o.total != self._training_total:
-                return False
             self._bar_total = o.total
+            if self._training_total not in (None, o.total) and o.loss is None:
+                return False
         if o.loss is not None and self._bar_total is not None:
             self._training_total = self._bar_total
         return True
 
 
-def _parse_line(raw: str, regex: re.Pattern | None = None) -> list[Observation]:
-    """The observations in one line of output (raw: ANSI sequences still in it)."""
+def _parse_line(raw: str, regex: re.Pattern | None = None, live: bool = False) -> list[Observation]:
+    """The observations in one line of output (raw: ANSI sequences still in it); `live`: a
+    Rich live display has drawn in this output, so deeply indented rows are its own."""
     line = _ANSI.sub("", raw)
-    if line.startswith(_CONTINUATION):
+    if live and line.startswith(_CONTINUATION):
         return []
     line = line.strip()
     if not line:
@@ -304,7 +310,9 @@ def _bar(desc: str | None, n: str, total: str | None, values: dict, nested: bool
             return []
         epoch = int(epoch_desc[1])
         values["epoch"] = epoch + n / total if total else float(epoch)
-        step, total = (epoch * total + n if total else None), None
+        # an unknown total (an iterable dataset): the count is the step only in epoch 0
+        step = epoch * total + n if total else (n if epoch == 0 else None)
+        total = None
     else:
         if n == 0 and total is None:
             return []
@@ -396,8 +404,8 @@ def _number(text: str) -> float | None:
 
 
 def _count(text: str | None) -> int | None:
-    """tqdm's count: `45`, or with unit_scale `1.20k`; None for `?`."""
-    if not text or text == "?":
+    """tqdm's count: `45`, or with unit_scale `1.20k`; None for `?` (Rich's `--`)."""
+    if not text or text in ("?", "--"):
         return None
     scale = 1
     if text[-1] in "kMGTPEZY":

@@ -123,6 +123,13 @@ def command_launch(run: RunDir, config: RunConfig, attempt: int, preset: DeviceP
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         if preset.threads and var not in preset.env:  # the preset's own env wins
             env[var] = str(preset.threads)
+    # cockpit.report.resumed_from(): the samples seen at the checkpoint, where it was reported
+    # with them, so a count of samples goes on from there (the batch may have changed)
+    for var in ("COCKPIT_RESUME_STEP", "COCKPIT_RESUME_SAMPLES"):
+        env.pop(var, None)
+    if resume and resume.get("step") is not None and resume.get("samples_seen") is not None:
+        env["COCKPIT_RESUME_STEP"] = str(resume["step"])
+        env["COCKPIT_RESUME_SAMPLES"] = str(resume["samples_seen"])
     return Launch(
         argv=argv, env=env, cwd=spec.cwd or None, is_command=True, progress=spec.progress,
         progress_regex=spec.progress_regex, samples_per_step=commands.samples_per_step(spec, preset),

@@ -290,7 +290,8 @@ class Supervisor:
                 step = self._checkpoints.get(str(latest), {}).get("step")
                 step = step if step is not None else command.step_in_name(latest)
                 if bad.get("step") is None or step is None or step < bad["step"]:
-                    return {"step": step, "samples_seen": None, "path": str(latest),
+                    samples = self._checkpoints.get(str(latest), {}).get("samples")
+                    return {"step": step, "samples_seen": samples, "path": str(latest),
                             "written": _mtime_ns(latest)}
                 excluded.add(str(latest))  # written at or after the step whose loss went bad
             return None
