@@ -74,11 +74,16 @@ def step_line(e: dict, memory: dict | None = None, windows: int | None = None) -
         line += f"  {rate(e['samples_per_s'])} samples/s"
     if "gflop_s" in e:
         line += f"  {e['gflop_s']:,.1f} GFLOP/s"
-    if (eta := eta_text(e.get("eta_s"), windows)) is not None:
+    if not _done(e) and (eta := eta_text(e.get("eta_s"), windows)) is not None:
         line += f"  {eta}"
     if memory is not None:
         line += f"  | {memory_text(memory)}"
     return line
+
+
+def _done(e: dict) -> bool:
+    """At its last step: an ETA there says nothing (and 'settling' would mislead)."""
+    return bool(e.get("total")) and e["step"] >= e["total"]
 
 
 def status_line(e: dict, memory: dict | None, windows: int, quiet_s: float | None = None,
@@ -90,25 +95,28 @@ def status_line(e: dict, memory: dict | None, windows: int, quiet_s: float | Non
     if total:
         done = min(1.0, step / total)
         filled = int(done * BAR)
-        parts.append("[" + "=" * filled + (">" if filled < BAR else "") + " " * (BAR - filled - 1)
-                     + f"] {100 * done:3.0f}%")
+        drawn = "[" + "=" * filled + (">" if filled < BAR else "") + " " * (BAR - filled - 1) + "] "
+        # below 100 columns the bar's room goes to the rest (pressure fits at 80)
+        parts.append((drawn if width >= 100 else "") + f"{100 * done:3.0f}%")
     parts.append(f"step {step}/{total}" if total else f"step {step}")
     if quiet_s is not None:
         parts.append(f"no step for {duration(quiet_s)}")
-    if (eta := eta_text(e.get("eta_s"), windows)) is not None:
+    level = (memory.get("pressure") or {}).get("level") if memory is not None else None
+    pressure = f"pressure {level or 'n/a'}" if memory is not None else None
+    if pressure and level not in (None, "normal"):
+        parts.append(pressure)  # memory trouble outranks the rest (note 003's swapping)
+    if not _done(e) and (eta := eta_text(e.get("eta_s"), windows)) is not None:
         parts.append(eta)
     if e.get("loss") is not None:
         parts.append(f"loss {e['loss']:.4g}")
     if e.get("samples_per_s") is not None:
         parts.append(f"{rate(e['samples_per_s'])} samples/s")
-    if memory is not None:
-        level = (memory.get("pressure") or {}).get("level")
-        parts.append(f"pressure {level or 'n/a'}")
+    if pressure and level in (None, "normal"):
+        parts.append(pressure)
     line = ""
-    for part in parts:
-        if len(line) + 2 + len(part) > width:
-            break
-        line = f"{line}  {part}" if line else part
+    for part in parts:  # in order of importance; one that does not fit leaves room for the next
+        if len(line) + 2 + len(part) <= width:
+            line = f"{line}  {part}" if line else part
     return line or parts[-1 if not total else 1][:width]
 
 

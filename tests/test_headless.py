@@ -66,7 +66,7 @@ def test_on_a_terminal_one_live_line_with_events_above_it():
     assert text.count("\n") == 3   # the eval, the attempt's last live line kept, the end of the run
     screen = [line.rsplit("\r\x1b[K", 1)[-1] for line in text.split("\n")]
     assert screen[0] == "eval at step 20: r2 0.9"
-    assert screen[1].startswith("[") and "step 20/1000" in screen[1] and len(screen[1]) <= 59
+    assert screen[1].strip().startswith("2%") and "step 20/1000" in screen[1] and len(screen[1]) <= 59
     assert screen[2] == "run finished" and screen[3] == ""
     first = text.split("\r\x1b[K")[0]
     assert "ETA settling" in first and f"ETA 1m39s" in text.split("\r\x1b[K")[SETTLE_WINDOWS - 1]
@@ -104,3 +104,17 @@ def test_a_stopped_run_says_how_to_resume_it(home):
     with contextlib.redirect_stdout(out):
         _print_where(run, RunSummary(id=run.id, workload="matmul", device_preset="cpu", status="stopped"))
     assert re.search(rf"cockpit runs resume {run.id} +continue it", out.getvalue())
+
+
+def test_the_live_line_keeps_pressure_at_80_columns_and_puts_trouble_first():
+    from cockpit.headless import status_line
+
+    e = {"step": 140, "total": 400, "eta_s": 130, "loss": 0.41, "samples_per_s": 1234.5}
+    line = status_line(e, {"pressure": {"level": "normal"}}, 10, width=79)
+    assert line.split() == ["35%", "step", "140/400", "ETA", "2m10s", "loss", "0.41", "1,234",
+                            "samples/s", "pressure", "normal"]
+    assert status_line(e, {"pressure": {"level": "normal"}}, 10, width=120).startswith("[====>")
+    trouble = status_line(e, {"pressure": {"level": "critical"}}, 10, width=50)
+    assert "pressure critical" in trouble and "samples/s" not in trouble
+    done = status_line({**e, "step": 400}, {"pressure": {"level": "normal"}}, 1, width=79)
+    assert "ETA" not in done  # nothing left: no ETA, no 'settling'

@@ -47,6 +47,11 @@ class Line:
             return errors.mean().long()
         if self.mistake == "no-grad":
             return errors.mean().detach()
+        if self.mistake == "returns-none":
+            errors.mean()  # computed, never returned
+            return None
+        if self.mistake == "returns-dict":
+            return {{"loss": errors.mean()}}
         return errors.mean()
 
 
@@ -64,6 +69,8 @@ SENTENCES = {
                "floating-point loss",
     "no-grad": "loss() must return a scalar tensor, got a tensor that does not require grad "
                "(computed under torch.no_grad(), or detached): nothing to train",
+    "returns-none": "loss() must return a scalar tensor, got None; return the loss (a missing `return`?)",
+    "returns-dict": "loss() must return a scalar tensor, got a dict (loss); return the loss tensor alone",
 }
 
 

@@ -475,6 +475,11 @@ def checked_loss(loss, name: str, workload) -> torch.Tensor:
     elif isinstance(loss, (int, float)) and not isinstance(loss, bool):
         got = f"a Python {type(loss).__name__} ({loss:g}), which has no gradient; return the tensor, " \
               "not .item()"
+    elif loss is None:
+        got = "None; return the loss (a missing `return`?)"
+    elif isinstance(loss, dict):
+        got = (f"a dict ({', '.join(map(str, loss))}); return the loss tensor alone (report "
+               "other figures from evaluate())")
     elif not isinstance(loss, torch.Tensor):
         got = f"a {type(loss).__name__}"
     elif loss.dim() != 0:
