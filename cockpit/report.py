@@ -71,11 +71,13 @@ _fd: int | None = None
 _quiet = False           # an OSError writing the events file: stop trying
 _poison_loss = False     # a fired 'nan' fault: the reported loss is NaN from then on
 _last_step: int | None = None
+_resumed: tuple[int, int] | None = None  # read once, with the rest of the environment
 
 
 def _reset() -> None:
     """(Re)read the environment: at import, and in tests after changing it."""
     global active, _path, _attempt, _device, _pending, _fd, _quiet, _poison_loss, _last_step
+    global _resumed
     if _fd is not None:
         try:
             os.close(_fd)
@@ -90,6 +92,7 @@ def _reset() -> None:
         _attempt = 0
     _device = (os.environ.get("COCKPIT_DEVICE") or "cpu").strip().lower()
     _pending = _parse_inject(os.environ.get("COCKPIT_INJECT", "")) if active else []
+    _resumed = _read_resumed()
 
 
 def _rank_zero() -> bool:
@@ -107,6 +110,10 @@ def resumed_from() -> tuple[int, int] | None:
     """(step, samples seen) of the checkpoint this attempt resumed from, when cockpit knows
     the samples (a checkpoint reported with them): a count of samples continues from there,
     even when the fallback changed the batch."""
+    return _resumed
+
+
+def _read_resumed() -> tuple[int, int] | None:
     try:
         return (int(os.environ["COCKPIT_RESUME_STEP"]), int(os.environ["COCKPIT_RESUME_SAMPLES"]))
     except (KeyError, ValueError):

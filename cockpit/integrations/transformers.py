@@ -84,8 +84,8 @@ class CockpitCallback(TrainerCallback):
         logs = logs or {}
         if not self._speaks or "loss" not in logs or "train_runtime" in logs:
             return  # an evaluation's log (on_evaluate has it) or the end-of-training summary
-        values = scalars(logs, drop=_timing)
-        loss = values.pop("metric_loss")
+        loss = logs["loss"]
+        values = scalars(logs, drop=lambda name: name == "loss" or _timing(name))
         if "learning_rate" in values:
             values["lr"] = values.pop("learning_rate")
         self._throttle.reported()
