@@ -42,6 +42,18 @@ def test_a_real_run_emits_memory_events_with_plausible_rss(home):
     assert step["best_samples_per_s"] >= step["samples_per_s"] > 0
 
 
+def test_a_sample_taken_after_the_attempt_exited_is_not_an_event(home):
+    """poll() said running, then the trainer exited: its sample has no RSS (nothing left to
+    measure) and would be a memory event of nothing; the system's fullness is still kept."""
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", STEADY))
+    sup = Supervisor(run)
+    gone = {"rss": None, "processes": 0, "system_total": 8e9, "system_used": 2e9}
+    sup._sampler = SimpleNamespace(sample=lambda: dict(gone))
+    sup._launch = SimpleNamespace(is_command=False)
+    sup._sample_memory(attempt=1)
+    assert of_type(run, "memory") == [] and sup._memory_percent == 25.0
+
+
 def test_eta_converges_on_a_steady_run(home, monkeypatch):
     """The trainer's clock is one that moves only when a step is trained, by 40-60 ms (seeded):
     a steady rate with jitter, however busy the machine is. On the real clock this was a test

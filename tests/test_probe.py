@@ -255,7 +255,10 @@ def test_the_batch_finder_finds_the_boundary_under_a_memory_limit(home):
     free = finder.find_batch(config, "cpu", config.device, max_batch=128, trial_s=0.2, budget_s=300)
     assert free.found == 128 and free.smallest_misfit is None
     footprint = {t.batch: t.footprint_mb for t in free.trials}
-    assert footprint[128] > footprint[64] + 50 > footprint[8] + 100, footprint
+    # Only the top of the range is asked to grow: at small batches the start-up's peak (torch's
+    # import, the corpus) can be the footprint, and how big that is depends on the machine's
+    # allocator (flat at 466 MB up to batch 32 on CI's, 341-431 MB here).
+    assert footprint[128] > footprint[64] + 50 and footprint[128] > footprint[8] + 100, footprint
     limit = (footprint[64] + footprint[128]) / 2
     limited = finder.find_batch(config, "cpu", config.device, max_batch=128, memory_limit_mb=limit,
                                 trial_s=0.2, budget_s=300)

@@ -605,6 +605,8 @@ class Supervisor:
         self._memory_sampled = now
         sample = self._sampler.sample()
         self._memory_percent = 100.0 * sample["system_used"] / sample["system_total"]
+        if sample["rss"] is None:
+            return  # the attempt exited since poll(): nothing of it left to measure
         self.events.emit("memory", attempt=attempt, **sample)
         self._on_warning(self._detector.memory(sample, time.time()))
         if self._launch.is_command:
