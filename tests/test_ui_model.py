@@ -85,3 +85,72 @@ def test_replaying_a_long_run_keeps_memory_bounded():
     assert len(m.samples_series) < MAX_POINTS and len(m.loss_series) < MAX_POINTS
     assert len(m.log) <= LOG_LINES
     assert grown < 200_000, f"the model grew by {grown:,} bytes over 200 more replays"
+
+
+def _step(t, step, samples, window_s, *, loss=1.0, lr=0.01, attempt=1):
+    return {"type": "step", "t": t, "attempt": attempt, "step": step, "total": 100,
+            "samples_seen": samples, "loss": loss, "lr": lr, "window_s": window_s,
+            "samples_per_s": 10 / window_s * 10, "steps_per_s": 10 / window_s}
+
+
+def test_throughput_is_the_run_average_not_the_last_fragment():
+    # Nine 1 s windows of 100 samples, then a 0.01 s fragment whose rate reads 10,000/s.
+    m = RunModel()
+    m.fold([{"type": "run_started", "t": 0.0, "run": "r", "workload": "w", "device_preset": "cpu"},
+            {"type": "attempt_started", "t": 0.0, "attempt": 1, "preset": "cpu", "config": {}},
+            {"type": "trainer_ready", "t": 0.0, "attempt": 1, "total_steps": 100, "resumed_from": None}])
+    m.fold([_step(float(i), 10 * i, 100 * i, 1.0) for i in range(1, 10)])
+    m.fold([_step(9.01, 100, 1000, 0.01)])
+    assert m.samples_per_s == 10_000            # the window's own figure, for the live plot
+    assert m.avg_samples_per_s == 1000 / 9.01   # samples trained over time spent training
+    assert m.avg_steps_per_s == 100 / 9.01
+
+
+def test_lr_and_eval_metrics_are_series_over_run_time():
+    m = RunModel()
+    m.fold(read_events(RUNS / "finished" / "events.jsonl"))
+    assert m.lr == 0.02 and len(m.lr_series) > 10
+    xs, ys = m.eval_series["r2"].points()
+    assert ys[-1] == m.metrics["r2"] and 0 < xs[-1] <= m.duration_s(0)
+    assert m.avg_samples_per_s is not None and m.steps_lost == 0
+
+
+def test_mining_is_folded_with_a_log_line_and_active_while_it_runs():
+    m = RunModel()
+    m.fold([{"type": "run_started", "t": 0.0, "run": "r", "workload": "twotower", "device_preset": "cpu"},
+            {"type": "attempt_started", "t": 0.0, "attempt": 1, "preset": "cpu", "config": {}}])
+    assert m.fold([{"type": "preparing_epoch", "t": 1.0, "attempt": 1, "epoch": 0, "step": 0}])
+    assert m.mining_active
+    m.fold([{"type": "mining", "t": 1.0, "attempt": 1, "epoch": 0, "mode": "none"}])
+    assert not m.mining_active and m.mining is None   # an epoch the schedule does not mine
+    mined = {"type": "mining", "t": 30.0, "attempt": 1, "epoch": 6, "mode": "faiss@64",
+             "index": "IVF256,Flat nprobe 16", "exact": False, "recall_vs_exact": 0.9731,
+             "queries": 20000, "mining_s": 28.4, "index_build_s": 3.2}
+    m.fold([{"type": "preparing_epoch", "t": 2.0, "attempt": 1, "epoch": 6, "step": 600}])
+    assert m.mining_active
+    changed = m.fold([mined])
+    assert not m.mining_active and m.mining == mined and "log" in changed
+    assert "recall 0.973 vs exact" in m.log[-1] and "28.4 s" in m.log[-1]
+
+
+def test_the_running_attempt_last_step_follows_every_step():
+    m = RunModel()
+    m.fold(read_events(RUNS / "crash-fallback" / "events.jsonl")[:3])
+    for step in (5, 10):
+        changed = m.fold([_step(float(step), step, 64 * step, 0.5)])
+        assert m.attempts[-1].last_step == step and "attempts" in changed  # the panel redraws
+
+
+def test_steps_lost_to_a_crash_are_counted_when_the_next_attempt_resumes():
+    m = RunModel()
+    m.fold([{"type": "run_started", "t": 0.0, "run": "r", "workload": "w", "device_preset": "mps"},
+            {"type": "attempt_started", "t": 0.0, "attempt": 1, "preset": "mps", "config": {}},
+            {"type": "trainer_ready", "t": 0.0, "attempt": 1, "total_steps": 100, "resumed_from": None},
+            _step(1.0, 10, 100, 1.0), {"type": "checkpoint", "t": 1.0, "attempt": 1, "step": 10},
+            _step(2.0, 17, 170, 1.0),
+            {"type": "attempt_ended", "t": 3.0, "attempt": 1, "outcome": "native-crash", "last_step": 17}])
+    assert m.steps_lost == 7   # past its last checkpoint
+    m.fold([{"type": "attempt_started", "t": 4.0, "attempt": 2, "preset": "cpu", "config": {}},
+            {"type": "trainer_ready", "t": 5.0, "attempt": 2, "total_steps": 100,
+             "resumed_from": {"step": 10, "samples_seen": 100}}])
+    assert m.steps_lost == 7

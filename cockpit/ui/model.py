@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from cockpit.headless import duration, human_line as _human_line
+from engine.run.stats import RunStats
 
 MAX_POINTS = 256
 LOG_LINES = 200
@@ -89,13 +90,19 @@ class RunModel:
     total_samples: int = 0
     epoch: int | None = None
     loss: float | None = None
-    samples_per_s: float | None = None
+    samples_per_s: float | None = None   # the last reporting window's (the live figure)
     steps_per_s: float | None = None
+    avg_samples_per_s: float | None = None  # the run's average over time spent training
+    avg_steps_per_s: float | None = None
+    steps_lost: int = 0               # steps trained again after crashes (engine.run.stats)
     gflop_s: float | None = None
+    lr: float | None = None
     eta_s: float | None = None
     device_memory: dict = field(default_factory=dict)
     metrics: dict = field(default_factory=dict)
     eval_step: int | None = None
+    mining: dict | None = None        # the latest mining event (index, recall vs exact, timings)
+    mining_active: bool = False       # the workload is preparing an epoch (twotower: mining)
     memory: dict | None = None        # the latest memory event
     warnings: deque = field(default_factory=lambda: deque(maxlen=WARNINGS))
     attempts: list[Attempt] = field(default_factory=list)
@@ -104,7 +111,10 @@ class RunModel:
     samples_series: Series = field(default_factory=Series)
     steps_series: Series = field(default_factory=Series)
     loss_series: Series = field(default_factory=Series)
+    lr_series: Series = field(default_factory=Series)
+    eval_series: dict[str, Series] = field(default_factory=dict)  # per metric, x as loss_series
     marks: list[tuple[float, str]] = field(default_factory=list)  # crashes, at run time x
+    stats: RunStats = field(default_factory=RunStats, repr=False)  # behind the avg_* figures
 
     # ------------------------------------------------------------ folding
 
@@ -116,6 +126,7 @@ class RunModel:
             t = e.get("t")
             if t is not None:
                 self.newest_t = t
+            self.stats.add(e)
             handler = _HANDLERS.get(e.get("type"))
             if handler is not None:
                 changed |= handler(self, e)
@@ -232,6 +243,7 @@ def _attempt_started(m: RunModel, e: dict) -> set[str]:
     if e.get("command_line"):  # a command: no trainer_ready will say where it runs
         m.attempts[-1].device, m.attempts[-1].precision = e.get("device"), e.get("precision")
         m.attempts[-1].resumed_from = e.get("resume")
+        m.steps_lost = m.stats.steps_lost  # where it resumes is known now (a trainer's, at trainer_ready)
         m._say(e, human_line(e))
     else:
         m._say(e, f"attempt {e.get('attempt')} starts on preset {e.get('preset')}")
@@ -245,12 +257,14 @@ def _trainer_ready(m: RunModel, e: dict) -> set[str]:
         a.batch = f"{e.get('batch_size', '?')} x {e.get('accumulation', '?')}"
         a.resumed_from = e.get("resumed_from")
     m.total = e.get("total_steps", m.total)
+    m.steps_lost = m.stats.steps_lost  # it resumed: the steps past its checkpoint are lost
     m._say(e, human_line(e))
     return {"status", "attempts", "progress", "log"}
 
 
-_STEP_CHANGES = frozenset({"progress", "plots"})
-_STEP_CHANGES_DEVICE = frozenset({"progress", "plots", "memory"})
+# "attempts": the running attempt's "last step" moves with every step
+_STEP_CHANGES = frozenset({"progress", "plots", "attempts"})
+_STEP_CHANGES_DEVICE = frozenset({"progress", "plots", "attempts", "memory"})
 
 
 def _step(m: RunModel, e: dict) -> set[str]:
@@ -261,7 +275,13 @@ def _step(m: RunModel, e: dict) -> set[str]:
     m.epoch, m.loss = get("epoch", m.epoch), get("loss", m.loss)
     m.samples_per_s, m.steps_per_s = get("samples_per_s"), get("steps_per_s")
     m.gflop_s, m.eta_s = get("gflop_s"), get("eta_s")
+    m.lr = get("lr", m.lr)
     m.device_memory = get("device_memory") or {}
+    m.mining_active = False  # training again: any epoch preparation is over
+    averages = m.stats
+    if averages.train_s > 0:
+        m.avg_samples_per_s = averages.samples / averages.train_s
+        m.avg_steps_per_s = averages.steps / averages.train_s
     t = get("t")
     x = t - m.started_t if t is not None and m.started_t is not None else 0.0
     if m.samples_per_s is not None:
@@ -270,6 +290,8 @@ def _step(m: RunModel, e: dict) -> set[str]:
         m.steps_series.add(x, m.steps_per_s)
     if m.loss is not None and math.isfinite(m.loss):
         m.loss_series.add(x, m.loss)
+    if m.lr is not None:
+        m.lr_series.add(x, m.lr)
     if m.attempts:
         m.attempts[-1].last_step = m.step
         m.attempts[-1].windows += 1
@@ -278,6 +300,26 @@ def _step(m: RunModel, e: dict) -> set[str]:
 
 def _eval(m: RunModel, e: dict) -> set[str]:
     m.metrics, m.eval_step = e.get("metrics") or {}, e.get("step")
+    x = m.elapsed(e.get("t"))
+    for name, value in m.metrics.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            m.eval_series.setdefault(name, Series()).add(x, float(value))
+    m._say(e, human_line(e))
+    return {"progress", "plots", "log"}
+
+
+def _preparing_epoch(m: RunModel, e: dict) -> set[str]:
+    # No log line: most epochs of most workloads prepare nothing worth one (the mining event
+    # that follows says what was done).
+    m.mining_active = True
+    return {"progress"}
+
+
+def _mining(m: RunModel, e: dict) -> set[str]:
+    m.mining_active = False
+    if e.get("mode", "none") == "none":
+        return {"progress"}  # an epoch the schedule does not mine
+    m.mining = e
     m._say(e, human_line(e))
     return {"progress", "log"}
 
@@ -300,6 +342,7 @@ def _warning(m: RunModel, e: dict) -> set[str]:
 
 
 def _crash(m: RunModel, e: dict) -> set[str]:
+    m.mining_active = False
     a = m._current()
     if a is not None:
         a.crash = e
@@ -313,6 +356,8 @@ def _attempt_ended(m: RunModel, e: dict) -> set[str]:
     if a is not None:
         a.outcome, a.exit = e.get("outcome", "?"), e.get("exit", "")
         a.last_step = e.get("last_step", a.last_step)
+    m.mining_active = False
+    m.steps_lost = m.stats.steps_lost
     m._say(e, human_line(e) or f"attempt {e.get('attempt')} ended: {e.get('outcome')} ({e.get('exit', '')})")
     return {"attempts", "status", "log"}
 
@@ -336,6 +381,8 @@ def _run_failed(m: RunModel, e: dict) -> set[str]:
 def _run_finished(m: RunModel, e: dict) -> set[str]:
     m.status, m.ended_t = e.get("status", "?"), e.get("t")
     m.eta_s = None
+    m.mining_active = False
+    m.steps_lost = m.stats.steps_lost
     m._say(e, human_line(e))
     return {"status", "progress", "log"}
 
@@ -351,6 +398,7 @@ _HANDLERS = {
     "memory": _memory, "warning": _warning, "crash": _crash, "attempt_ended": _attempt_ended,
     "fallback": _fallback, "run_failed": _run_failed, "run_finished": _run_finished,
     "fault_injected": _fault_injected, "run_resumed": _run_resumed,
+    "preparing_epoch": _preparing_epoch, "mining": _mining,
     "run_interrupted": _run_interrupted, "supervisor_lost": _supervisor_lost,
 }
 
