@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine import sysmon  # noqa: E402
+from engine.monitor import sysmon  # noqa: E402
 
 TRAINER = """
 import subprocess, sys, time
