@@ -18,12 +18,16 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Header, Input, Label, Select, Static
+from textual.content import Content
+from textual.widgets import Button, Footer, Header, Input, Label, Select, Static
 
 from engine import paths, presets
 from engine.errors import ConfigError
 from engine.presets import DevicePreset, TrainSettings
 from engine.schema import expected, fields, parse_value, to_table
+
+
+LABEL_MAX = 36   # columns: the field beside the label keeps 40+ of 80
 
 
 @dataclass
@@ -110,17 +114,60 @@ class SaveAsScreen(ModalScreen[str | None]):
         self.dismiss(name)
 
 
+class UnsavedScreen(ModalScreen[str | None]):
+    """Leaving the editor with edits: save them, throw them away, or keep editing."""
+
+    BINDINGS = [
+        Binding("s", "choose('save')", "Save and leave"),
+        Binding("d", "choose('discard')", "Discard edits"),
+        Binding("escape", "choose(None)", "Keep editing"),
+    ]
+    DEFAULT_CSS = """
+    UnsavedScreen { align: center middle; }
+    UnsavedScreen > Vertical { width: 64; max-width: 100%; height: auto; border: thick $warning;
+                               background: $surface; padding: 1 2; }
+    UnsavedScreen Horizontal { height: auto; margin-top: 1; }
+    UnsavedScreen Button { margin-right: 1; }
+    """
+
+    def __init__(self, preset_name: str):
+        super().__init__()
+        self.preset_name = preset_name
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(Content.from_markup("[b]$name has unsaved edits.[/b] Save them to your preset "
+                                             "dir, discard them, or keep editing?", name=self.preset_name))
+            with Horizontal():
+                # Content labels: in a str label "[s]" would be markup and vanish
+                yield Button(Content("Save [s]"), id="save", variant="primary")
+                yield Button(Content("Discard [d]"), id="discard", variant="error")
+                yield Button(Content("Keep editing [esc]"), id="keep")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(None if event.button.id == "keep" else event.button.id)
+
+    def action_choose(self, choice: str | None) -> None:
+        self.dismiss(choice)
+
+
 class EditorScreen(Screen):
     BINDINGS = [
-        Binding("ctrl+s", "save", "Save"),
-        Binding("ctrl+o", "save_as", "Save as"),
-        Binding("escape", "back", "Back"),
+        Binding("ctrl+s", "save", "Save", tooltip="save to your preset dir (a shipped name: your copy shadows it)"),
+        Binding("ctrl+o", "save_as", "Save as", tooltip="save under a new name in your preset dir"),
+        Binding("escape", "back", "Back", tooltip="back to launch; unsaved edits: asks save, discard or keep"),
     ]
+    HELP = """\
+Every field of the preset, checked as you type by the same rules as preset files; changed
+fields are marked (`*`) against the shipped preset. Shipped presets are never written: saving
+one puts your copy in your preset dir, where it shadows the shipped one.
+"""
     DEFAULT_CSS = """
     #editor-head { height: auto; max-height: 4; padding: 0 1; background: $boost; }
     #form { height: 1fr; }
-    .row { height: 1; }
-    .row Label { width: 24; padding-left: 1; }
+    .row { height: auto; }
+    /* the width is the longest key's (set in compose); a longer key wraps, never cut */
+    .row Label { padding-left: 1; }
     .row Label.changed { color: $warning; text-style: bold; }
     .row Input, .row Select { width: 1fr; }
     .note { height: auto; padding-left: 3; color: $text-muted; }
@@ -158,11 +205,20 @@ class EditorScreen(Screen):
         with VerticalScroll(id="form"):
             for spec in self.specs:
                 with Horizontal(classes="row"):
-                    yield Label(spec.key, id=f"label-{self._fid(spec.key)}")
+                    label = Label(spec.key, id=f"label-{self._fid(spec.key)}")
+                    label.styles.width = self.label_width
+                    yield label
                     yield self._widget(spec)
                 yield Static(self._doc(spec), id=f"note-{self._fid(spec.key)}", classes="note")
         yield Static(id="editor-status")
         yield Footer()
+
+    @property
+    def label_width(self) -> int:
+        """Wide enough for every key and its ' *' (changed) mark: train.checkpoint_every_steps and
+        train.checkpoint_every_minutes were both cut to the same 24 characters. A key longer
+        than LABEL_MAX wraps instead, so the field beside it keeps room at 80 columns."""
+        return min(LABEL_MAX, 1 + max(len(s.key) for s in self.specs) + 2)
 
     @staticmethod
     def _fid(key: str) -> str:
@@ -299,17 +355,17 @@ class EditorScreen(Screen):
 
     # ------------------------------------------------------------ saving
 
-    def _save(self, name: str) -> None:
+    def _save(self, name: str) -> bool:
         self.validate()
         if self.errors:
             key, problem = next(iter(self.errors.items()))
             self.notify(f"not saved: {key}: {problem}", severity="error")
-            return
+            return False
         try:
             path = presets.save_user_preset(self.kind, name, self.table())
         except ConfigError as e:
             self.notify(f"not saved: {e.line()}", severity="error")
-            return
+            return False
         shadows = (paths.shipped_presets_dir() / self.kind / f"{name}.toml").is_file()
         self.notify(f"saved {path}" + (" (shadows the shipped preset)" if shadows else ""))
         self.preset_name = name
@@ -317,6 +373,12 @@ class EditorScreen(Screen):
         self.shipped = self._shipped_values()
         self.saved_values = self.values_or_none()
         self.validate()
+        return True
+
+    @property
+    def unsaved(self) -> bool:
+        """Edits since loading or the last save (a field that does not parse counts)."""
+        return self.values_or_none() != self.saved_values
 
     def action_save(self) -> None:
         self._save(self.preset_name)
@@ -329,9 +391,19 @@ class EditorScreen(Screen):
         self.app.push_screen(SaveAsScreen(self.kind, f"{self.preset_name}-mine" if self.ref.shipped else self.preset_name), chosen)
 
     def action_back(self) -> None:
-        if self.values_or_none() != self.saved_values:
-            self.notify("unsaved changes discarded", severity="warning")
-        self.dismiss()
+        if not self.unsaved:
+            self.dismiss()
+            return
+
+        def decided(choice: str | None) -> None:
+            if choice == "save" and self._save(self.preset_name):
+                self.dismiss()
+            elif choice == "discard":
+                self.notify("edits discarded", severity="warning")
+                self.dismiss()
+            # None (keep editing), or a save refused: the form stays, its problems shown
+
+        self.app.push_screen(UnsavedScreen(self.preset_name), decided)
 
 
 def _norm(value: Any) -> Any:

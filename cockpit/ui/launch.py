@@ -133,7 +133,9 @@ class LaunchScreen(Screen):
     #overrides { width: 1fr; }
     #resolved { height: 1fr; border: round $primary 50%; border-title-color: $text; padding: 0 1; }
     #resolved.error { border: round $error; }
-    #probe { height: 1; padding: 0 1; background: $boost; }
+    /* wrapped, not cut: at 80 columns a probe sentence takes two lines */
+    #probe { height: auto; max-height: 3; padding: 0 1; background: $boost; }
+    #live { height: 1; padding: 0 1; background: $boost; color: $warning; text-style: bold; display: none; }
     """
 
     def __init__(self, workload: str = "matmul", device: str = "auto"):
@@ -155,6 +157,7 @@ class LaunchScreen(Screen):
                         id="overrides", compact=True)
         with VerticalScroll(id="resolved"):
             yield Static(id="resolved-text")
+        yield Static(id="live")
         yield Static(id="probe")
         yield Footer()
 
@@ -181,10 +184,13 @@ class LaunchScreen(Screen):
 
     def show_probe_line(self) -> None:
         workload = self.query_one("#workloads", PresetList).selected_name
-        line = probe_line(self.probes.get(workload), self.config)
+        self.query_one("#probe", Static).update(probe_line(self.probes.get(workload), self.config))
+        # A line of its own: after the probe sentence it was cut off at 80 columns.
+        live = self.query_one("#live", Static)
+        live.display = bool(self.live)
         if self.live:
-            line += f"   · {len(self.live)} live run{'s' if len(self.live) > 1 else ''}: a attaches"
-        self.query_one("#probe", Static).update(line)
+            n = len(self.live)
+            live.update(f"{n} live run{'s' if n > 1 else ''} ({self.live[0].id}): a attaches, o lists runs")
 
     # ------------------------------------------------------------ the resolved configuration
 
@@ -235,6 +241,10 @@ class LaunchScreen(Screen):
         except ConfigError as e:
             self.notify(e.line(), severity="error")
             return
+        if isinstance(self.focused, Input):
+            # Back from the run, focus would return to the overrides field, and the next
+            # key pressed there (o for runs, say) would be typed into it.
+            self.query_one("#workloads", PresetList).focus()
         self.app.open_run(run, start=True)
 
     def action_edit(self) -> None:

@@ -21,6 +21,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, ProgressBar, Static
 
+from cockpit.ui.probe import batch_note
 from engine.errors import ConfigError
 from engine.numbers import rate
 from engine.probe import cache
@@ -50,13 +51,23 @@ def _right(text: str) -> Text:
 
 
 class ProbeScreen(Screen):
+    # Short descriptions, so the footer keeps '? Help' at 80 columns; the tooltips say the
+    # rest, in the help screen (?) and the command palette.
     BINDINGS = [
-        Binding("p", "probe", "Probe"),
-        Binding("b", "find_batch", "Find batch"),
-        Binding("s", "save", "Save preset"),
-        Binding("u", "use", "Use best"),
-        Binding("escape", "back", "Back"),
+        Binding("p", "probe", "Probe", tooltip="time training steps on every device here (asks the budget)"),
+        Binding("b", "find_batch", "Batch", tooltip="find the largest micro-batch that fits the device preset"),
+        Binding("s", "save", "Save", tooltip="save the batch found as a new device preset"),
+        Binding("u", "use", "Use best", tooltip="back to launch with the fastest device as overrides"),
+        Binding("escape", "back", "Back", tooltip="back to launch (a question open: drop it)"),
     ]
+    HELP = """\
+Times real training steps of the workload on every device here (the CPU at 1, physical and
+logical threads), each in its own process, within a budget: samples/s (median and the middle
+half of its windows), peak memory, pressure, crashes as results, and the recommendation in a
+sentence. A cached result measured at another batch than the preset's says so.
+The batch finder (`b`) finds the largest micro-batch that fits the device preset and keeps
+memory pressure normal and swap flat (asks an optional memory limit such as 6G).
+"""
     DEFAULT_CSS = """
     #what { height: 1; padding: 0 1; background: $boost; }
     #candidates { height: 8; }
@@ -259,6 +270,9 @@ class ProbeScreen(Screen):
             self._fill_row(r)
         sentence = Text(result.sentence, style="bold")
         stale = result.workload_key and result.workload_key != cache.workload_key(self.config.workload)
+        if (note := batch_note(result.to_dict(), self.config)) is not None:
+            # samples/s and memory move with the batch: this result may not hold for the preset
+            sentence.append(f"\n{note} — press p to measure again", style="bold yellow")
         if cached:
             m = result.machine or {}
             on = f" on {m.get('host', '?')} ({', '.join(m.get('gpus') or [m.get('cpu') or '?'])})" if m else ""
