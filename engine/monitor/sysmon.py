@@ -21,23 +21,29 @@ event:
                      (PSI: some/full avg10 and avg60 in %; sysctl: 1, 2 or 4), "source":
                      "cgroup"|"psi"|"sysctl"|None, "detail": what was read, or why nothing
                      could be}
+    cpu_percent, cpu_count, cpu_system_percent, cpu_others, gpus
+                    what the CPUs and GPUs do: see engine.monitor.hardware
 
 A missing source is reported as unavailable (level, raw and source None), never guessed.
 Nothing here spawns a process; per sample it reads a few small /proc files (Linux) or makes
-one sysctl call (macOS). Readers take `root` so tests run them against fixture trees.
+one sysctl call (macOS), plus every few seconds one stat file per process on the machine
+(for cpu_others) and, on a machine with NVIDIA's driver, a handful of NVML calls per GPU. Readers take `root` so tests run them against fixture trees.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import re
 import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Mapping, Protocol
 
 import psutil
+
+from engine.monitor import hardware
 
 LEVELS = ("normal", "warn", "critical")
 
@@ -297,7 +303,12 @@ class SystemSampler:
                  swap_reader: Callable = psutil.swap_memory,
                  memory_reader: Callable = psutil.virtual_memory,
                  clock: Callable[[], float] = time.monotonic,
-                 children_every_s: float = CHILDREN_EVERY_S):
+                 children_every_s: float = CHILDREN_EVERY_S,
+                 others: hardware.OtherProcesses | None = None,
+                 gpus: hardware.Gpus | None = None,
+                 env: Mapping[str, str] | None = None):
+        """`env`: the trainer's environment (its launch env, whose CUDA_VISIBLE_DEVICES may
+        differ from ours); None: ours."""
         self.pid = pid
         self.pressure = pressure or pressure_source(pid, root=root, platform=platform)
         self._swap_reader, self._memory_reader, self._clock = swap_reader, memory_reader, clock
@@ -312,12 +323,23 @@ class SystemSampler:
         self._children_every_s = children_every_s
         self._children: list[psutil.Process] = []
         self._children_at: float | None = None
+        self._tree_cpu = hardware.TreeCpu()
+        self._cpu_count = hardware.cpu_count(self._proc)
+        self._others = others or hardware.OtherProcesses()
+        if gpus is None:
+            gpus = hardware.Gpus((os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES"))
+        self._gpus = gpus
 
     def sample(self) -> dict:
         vm = self._memory_reader()
         swap = self._swap_reader()
         swap_in, swap_out = self._swap_rates(swap)
         rss, processes = self._rss()
+        now = self._clock()
+        tree = (self._proc, *self._children) if processes else ()
+        cpu = self._tree_cpu.percent(tree, now)
+        if self._others.due(now):
+            self._others.scan(now, exclude={os.getpid(), self.pid, *(p.pid for p in self._children)})
         return {
             "rss": rss, "processes": processes,
             "system_total": vm.total, "system_used": vm.total - vm.available,
@@ -325,6 +347,10 @@ class SystemSampler:
             "swap_total": swap.total, "swap_used": swap.used,
             "swap_in_per_s": swap_in, "swap_out_per_s": swap_out,
             "pressure": self.pressure.read(),
+            "cpu_percent": cpu, "cpu_count": self._cpu_count,
+            "cpu_system_percent": self._others.system_percent,
+            "cpu_others": self._others.others,
+            "gpus": self._gpus.read(),
         }
 
     def _swap_rates(self, swap) -> tuple[float | None, float | None]:

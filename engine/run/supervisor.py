@@ -58,6 +58,7 @@ from engine.run.lifeline import Lifeline
 from engine.run.resume import History
 from engine.run.rundir import RunDir
 from engine.monitor.slowdown import Context, SlowdownDetector
+from engine.monitor.hardware import ContentionDetector
 from engine.monitor.sysmon import SystemSampler
 from engine.errors import ConfigError
 from engine.schema import to_table
@@ -343,7 +344,7 @@ class Supervisor:
                 return self._end_attempt(attempt, name, preset, None, log_path, None, unstarted=e)
         self._pid = self._proc.pid
         self._tell_lifeline(launch)  # first: from here on, the attempt must not outlive us
-        self._sampler = SystemSampler(self._proc.pid)
+        self._sampler = SystemSampler(self._proc.pid, env=launch.env)
         hung_for = None
         try:
             while self._proc.poll() is None:
@@ -392,6 +393,7 @@ class Supervisor:
         self._detector = SlowdownDetector(Context(workload=self.config.workload.workload,
                                                   params=self.config.workload.params, preset=preset),
                                           **SLOWDOWN_SETTINGS)
+        self._contention = ContentionDetector()  # a warning only: it never asks for a fallback
         self._memory_sampled = 0.0
 
     def _end_attempt(self, attempt: int, name: str, preset, code: int | None, log_path: Path,
@@ -609,6 +611,7 @@ class Supervisor:
             return  # the attempt exited since poll(): nothing of it left to measure
         self.events.emit("memory", attempt=attempt, **sample)
         self._on_warning(self._detector.memory(sample, time.time()))
+        self._on_warning(self._contention.sample(sample, time.time()))
         if self._launch.is_command:
             self._watch_checkpoint_files()
 

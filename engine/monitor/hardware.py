@@ -1,0 +1,351 @@
+"""What the machine does besides memory: the run's CPU, neighbours taking it, and each GPU.
+
+The system sampler (engine.monitor.sysmon) adds these to every `memory` event:
+    cpu_percent     CPU of the trainer and its children, % of one core (200 = two cores
+                    busy), over the time since the previous sample; None on the first
+    cpu_count       logical cores the trainer may run on (its affinity mask where the OS has
+                    one, else every core of the machine)
+    cpu_system_percent
+                    how busy the whole machine was, % of all its cores, over the last scan of
+                    other processes (below); None until two scans
+    cpu_others      [{pid, name, cpu_percent}] of other processes using at least
+                    OTHER_MIN_PERCENT of one core, busiest first, at most OTHERS_SHOWN of them;
+                    refreshed every OTHERS_EVERY_S (a scan reads every process's /proc stat,
+                    about 3 ms for 90 processes here), carried unchanged in between
+    gpus            [{index, name, util_percent, mem_used, mem_total, power_w, temp_c}] per
+                    GPU the run can see, through NVIDIA's NVML (`pip install nvidia-ml-py`);
+                    [] when NVML is not installed, finds no driver or fails. A figure the GPU
+                    does not report (power on some boards) is None.
+
+`ContentionDetector` turns those samples into one `warning` event when other processes keep
+the machine's CPU saturated. It is advice only: contention never triggers a fallback, since
+no other preset would run faster while a neighbour holds the cores.
+
+Never imports torch or a UI; pynvml is imported on the first GPU read, and only then.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Mapping
+
+import psutil
+
+OTHERS_EVERY_S = 5.0
+# A quarter of a core: shells, editors and this VM's own daemons stay below it, while anything
+# that costs a run a noticeable share of a core (a second training job, a compile, a browser
+# tab spinning) is above it.
+OTHER_MIN_PERCENT = 25.0
+OTHERS_SHOWN = 5
+
+# Contention: others together hold at least half a core while the machine is nearly out of
+# idle time. Both, because a neighbour on a machine with idle cores takes nothing from the run,
+# and a saturated machine with no neighbour is just the run using what it has.
+CONTENTION_OTHERS_PERCENT = 50.0
+CONTENTION_BUSY_PERCENT = 90.0
+CONTENTION_SUSTAIN_S = 30.0
+
+
+# ---------------------------------------------------------------- the run's own CPU
+
+
+def cpu_count(proc: psutil.Process | None) -> int:
+    """Cores the process may run on: a run pinned by taskset or a batch scheduler to 4 of 64
+    cores can use 4, and "400% of one core" is then all of it."""
+    if proc is not None and hasattr(proc, "cpu_affinity"):  # Linux, Windows, FreeBSD
+        try:
+            return len(proc.cpu_affinity()) or psutil.cpu_count() or 1
+        except (psutil.Error, OSError):
+            pass
+    return psutil.cpu_count() or 1
+
+
+def _cpu_seconds(proc: psutil.Process) -> float:
+    # user + system of the process itself. Not children_user/children_system: those are the
+    # reaped children's totals, and the children are counted while alive already.
+    t = proc.cpu_times()
+    return t.user + t.system
+
+
+class TreeCpu:
+    """CPU % of a set of processes from the growth of their CPU seconds between calls.
+
+    Kept by pid, not through psutil's own cpu_percent(): the sampler re-lists the children
+    every few seconds as fresh Process objects, which would restart psutil's count each time.
+    A process first seen in this call has no earlier figure and counts from the next call."""
+
+    def __init__(self):
+        self._last: dict[int, float] = {}
+        self._last_t: float | None = None
+
+    def percent(self, procs: Iterable[psutil.Process], now: float) -> float | None:
+        seconds: dict[int, float] = {}
+        for proc in procs:
+            try:
+                seconds[proc.pid] = _cpu_seconds(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        last, last_t = self._last, self._last_t
+        self._last, self._last_t = seconds, now
+        if last_t is None or now <= last_t:
+            return None
+        # A pid whose seconds went down was reused by a new process: count it from now.
+        used = sum(max(0.0, s - last[pid]) for pid, s in seconds.items() if pid in last)
+        return round(100.0 * used / (now - last_t), 1)
+
+
+# ---------------------------------------------------------------- other processes
+
+
+def _busy_and_total(times) -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine. On Linux guest time is already inside
+    user time (psutil's own cpu_percent leaves it out of the total the same way); iowait is
+    idle: a core waiting on a disk is free to run the trainer."""
+    total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+    idle = times.idle + getattr(times, "iowait", 0.0)
+    return total - idle, total
+
+
+class OtherProcesses:
+    """Every few seconds, which processes outside the run are using a lot of CPU.
+
+    Reads each process's CPU seconds (one /proc/PID/stat on Linux) and asks the name only of
+    the busy ones (a name can cost a /proc/PID/cmdline read too). Process objects are kept
+    between scans, keyed by pid; a pid reused within one scan interval by a process with fewer
+    CPU seconds reads as idle for that interval, never as negative."""
+
+    def __init__(self, *, every_s: float = OTHERS_EVERY_S, min_percent: float = OTHER_MIN_PERCENT,
+                 pids: Callable[[], list[int]] = psutil.pids,
+                 machine_times: Callable = psutil.cpu_times):
+        self.every_s, self.min_percent = every_s, min_percent
+        self._pids, self._machine_times = pids, machine_times
+        self._procs: dict[int, psutil.Process] = {}
+        self._seconds: dict[int, float] = {}
+        self._machine: tuple[float, float] | None = None
+        self._at: float | None = None
+        self.others: list[dict] = []
+        self.system_percent: float | None = None
+
+    def due(self, now: float) -> bool:
+        return self._at is None or now - self._at >= self.every_s
+
+    def scan(self, now: float, exclude: set[int]) -> None:
+        """Refresh `others` and `system_percent` from the CPU used since the previous scan."""
+        busy, total = _busy_and_total(self._machine_times())
+        seconds: dict[int, float] = {}
+        procs: dict[int, psutil.Process] = {}
+        for pid in self._pids():
+            if pid in exclude:
+                continue
+            proc = self._procs.get(pid)
+            try:
+                if proc is None:
+                    proc = psutil.Process(pid)
+                seconds[pid] = _cpu_seconds(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            procs[pid] = proc
+        last, last_at, last_machine = self._seconds, self._at, self._machine
+        self._procs, self._seconds, self._at, self._machine = procs, seconds, now, (busy, total)
+        if last_at is None or now <= last_at:
+            return
+        if last_machine is not None and total > last_machine[1]:
+            self.system_percent = round(100.0 * (busy - last_machine[0]) / (total - last_machine[1]), 1)
+        wall = now - last_at
+        busy_pids = sorted(((s - last[pid]) / wall * 100.0, pid) for pid, s in seconds.items()
+                           if pid in last and s - last[pid] >= self.min_percent / 100.0 * wall)
+        self.others = []
+        for percent, pid in reversed(busy_pids[-OTHERS_SHOWN:]):
+            try:
+                name = procs[pid].name()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            self.others.append({"pid": pid, "name": name, "cpu_percent": round(percent, 1)})
+
+
+# ---------------------------------------------------------------- GPUs through NVML
+
+
+def visible_indices(spec: str | None, uuids: list[str]) -> list[int]:
+    """The NVML indices CUDA_VISIBLE_DEVICES lets the run use, given each device's UUID.
+
+    Unset: all. Like CUDA, the list ends at the first entry that names no device (so "" and
+    "-1" hide every GPU); an entry is an index or a prefix of a "GPU-..." UUID. MIG instances
+    ("MIG-...") are not GPUs NVML can report utilisation for: they end the list too.
+    Indices are taken as NVML's (PCI bus order); CUDA's default order is fastest first, which
+    differs only on a machine with GPUs of different kinds (CUDA_DEVICE_ORDER=PCI_BUS_ID
+    makes them agree)."""
+    count = len(uuids)
+    if spec is None:
+        return list(range(count))
+    out: list[int] = []
+    for entry in spec.split(","):
+        entry = entry.strip()
+        if entry.lstrip("-").isdigit():
+            index = int(entry)
+            if not 0 <= index < count:
+                break
+        else:
+            matches = [i for i, uuid in enumerate(uuids) if entry and uuid.startswith(entry)]
+            if len(matches) != 1:  # unknown, or a prefix too short to name one device
+                break
+            index = matches[0]
+        if index in out:
+            break  # CUDA refuses a device listed twice
+        out.append(index)
+    return out
+
+
+def _text(value) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+class Gpus:
+    """Per-GPU figures through NVML, for the GPUs `cuda_visible` (the trainer's
+    CUDA_VISIBLE_DEVICES) leaves to the run.
+
+    NVML is a monitoring aid, never a reason to fail: a missing module, a machine without the
+    driver, or any call that raises makes `read()` return [] (for a whole failure) or None (for
+    one figure), and a failed start is not retried for this sampler's life."""
+
+    def __init__(self, cuda_visible: str | None = None):
+        self.cuda_visible = cuda_visible
+        self._nvml = None
+        self._handles: list[tuple[int, object, str]] | None = None  # (index, handle, name)
+        self.why_not: str | None = None
+
+    def _start(self) -> bool:
+        if self._handles is not None:
+            return True
+        if self.why_not is not None:
+            return False
+        try:
+            import pynvml
+        except ImportError:
+            self.why_not = "pynvml not installed (pip install nvidia-ml-py)"
+            return False
+        # Any exception: NVMLError for no driver or no GPU, OSError from ctypes, and whatever a
+        # broken install raises; none of it may reach the supervisor's sampling loop.
+        try:
+            pynvml.nvmlInit()
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+            uuids = [self._try(pynvml.nvmlDeviceGetUUID, h) or "" for h in handles] \
+                if self.cuda_visible is not None else [""] * len(handles)
+            self._handles = [(i, handles[i], _text(pynvml.nvmlDeviceGetName(handles[i])))
+                             for i in visible_indices(self.cuda_visible, [_text(u) for u in uuids])]
+        except Exception as e:  # noqa: BLE001 -- see above
+            self.why_not = f"NVML: {e}"
+            return False
+        self._nvml = pynvml
+        return True
+
+    @staticmethod
+    def _try(fn, *args):
+        try:
+            return fn(*args)
+        except Exception:  # noqa: BLE001 -- one figure the board does not report
+            return None
+
+    def read(self) -> list[dict]:
+        if not self._start():
+            return []
+        nv, out = self._nvml, []
+        for index, handle, name in self._handles:
+            util = self._try(nv.nvmlDeviceGetUtilizationRates, handle)
+            mem = self._try(nv.nvmlDeviceGetMemoryInfo, handle)
+            power_mw = self._try(nv.nvmlDeviceGetPowerUsage, handle)
+            temp = self._try(nv.nvmlDeviceGetTemperature, handle, getattr(nv, "NVML_TEMPERATURE_GPU", 0))
+            out.append({"index": index, "name": name,
+                        "util_percent": None if util is None else util.gpu,
+                        "mem_used": None if mem is None else mem.used,
+                        "mem_total": None if mem is None else mem.total,
+                        "power_w": None if power_mw is None else round(power_mw / 1000.0, 1),
+                        "temp_c": temp})
+        return out
+
+
+# ---------------------------------------------------------------- contention warning
+
+
+def _names(others: list[dict]) -> str:
+    return ", ".join(f"{o['name']} (pid {o['pid']}) {o['cpu_percent']:.0f}%" for o in others)
+
+
+class ContentionDetector:
+    """Feed each memory sample; returns one `warning` event's fields when other processes
+    have kept the machine saturated for `sustain_s`, then stays quiet until contention has
+    been gone for `sustain_s` (one warning per episode, not one a minute). Pure: the caller
+    passes the time."""
+
+    def __init__(self, *, others_percent: float = CONTENTION_OTHERS_PERCENT,
+                 busy_percent: float = CONTENTION_BUSY_PERCENT,
+                 sustain_s: float = CONTENTION_SUSTAIN_S):
+        self.others_percent, self.busy_percent, self.sustain_s = others_percent, busy_percent, sustain_s
+        self.since: float | None = None       # contention seen continuously since
+        self.clear_since: float | None = None
+        self.warned = False
+
+    def contended(self, sample: Mapping) -> bool:
+        others = sample.get("cpu_others") or []
+        busy = sample.get("cpu_system_percent")
+        return (busy is not None and busy >= self.busy_percent
+                and sum(o["cpu_percent"] for o in others) >= self.others_percent)
+
+    def sample(self, sample: Mapping, t: float) -> dict | None:
+        if not self.contended(sample):
+            self.since = None
+            if self.warned:
+                self.clear_since = self.clear_since if self.clear_since is not None else t
+                if t - self.clear_since >= self.sustain_s:
+                    self.warned, self.clear_since = False, None
+            return None
+        self.clear_since = None
+        if self.since is None:
+            self.since = t
+        if self.warned or t - self.since < self.sustain_s:
+            return None
+        self.warned = True
+        return self._warning(sample, t - self.since)
+
+    def _warning(self, sample: Mapping, lasted: float) -> dict:
+        others = sample["cpu_others"]
+        cores = sample.get("cpu_count") or psutil.cpu_count() or 1
+        taken = sum(o["cpu_percent"] for o in others) / 100.0
+        message = (f"other processes are taking the CPU this run needs: {_names(others)} of a core; "
+                   f"the machine's {cores} cores have been {sample['cpu_system_percent']:.0f}% busy "
+                   f"for {lasted:.0f} s")
+        advice = [{"text": "stop or pause them, or lower their priority: renice -n 19 -p "
+                           + " ".join(str(o["pid"]) for o in others), "set": []}]
+        left = int(cores - taken)
+        if 1 <= left < cores:
+            advice.append({"text": f"or give this run the {left} core{'s' if left > 1 else ''} they "
+                                   "leave (next run): threads beyond the free cores wait on each other",
+                           "set": [f"device.threads={left}"]})
+        return {"kind": "cpu-contention", "message": message, "advice": advice, "fallback": False,
+                "cpu_others": list(others), "cpu_system_percent": sample["cpu_system_percent"],
+                "cpu_percent": sample.get("cpu_percent")}
+
+
+def summary(sample: Mapping) -> str:
+    """'cpu 190% of 2 cores, busy: stress 98%; gpu0 97% 31.2/80.0 GB 287 W 64 C', the
+    hardware part of a memory event in one line; '' for an event from before these fields."""
+    parts = []
+    if sample.get("cpu_percent") is not None:
+        parts.append(f"cpu {sample['cpu_percent']:.0f}% of {sample.get('cpu_count') or '?'} cores")
+    if sample.get("cpu_others"):
+        parts.append("busy: " + ", ".join(f"{o['name']} {o['cpu_percent']:.0f}%" for o in sample["cpu_others"][:2]))
+    for g in sample.get("gpus") or []:
+        figures = [f"gpu{g['index']}"]
+        if g.get("util_percent") is not None:
+            figures.append(f"{g['util_percent']}%")
+        if g.get("mem_used") is not None and g.get("mem_total"):
+            figures.append(f"{g['mem_used'] / 1e9:.1f}/{g['mem_total'] / 1e9:.1f} GB")
+        if g.get("power_w") is not None:
+            figures.append(f"{g['power_w']:.0f} W")
+        if g.get("temp_c") is not None:
+            figures.append(f"{g['temp_c']} C")
+        parts.append(" ".join(figures))
+    return ", ".join(parts)
+
+
+__all__ = ["TreeCpu", "OtherProcesses", "Gpus", "ContentionDetector", "visible_indices",
+           "cpu_count", "summary"]
