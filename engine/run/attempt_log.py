@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import re
 from pathlib import Path
 
 TAIL_LINES = 40
@@ -58,3 +59,84 @@ class OutputFollower:
             return ""
         self.offset += len(data)
         return self._decoder.decode(data) if data else ""
+
+
+# ---------------------------------------------------------------- reading it as lines to show
+
+TAIL_BYTES = 4 << 20        # what a log view starts from: the last 4 MiB, however big the log
+PARTIAL_CHARS = 1 << 16  # of an unfinished line, kept at most
+TRACEBACK = "Traceback (most recent call last):"
+_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]")
+_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def display_line(raw: str) -> str:
+    """A line as a terminal left it: what follows its last carriage return (tqdm redraws its bar
+    in place with \\r, so a log of hours is a few lines of final bars, not millions of frames),
+    without colour codes or other control characters, tabs expanded."""
+    raw = raw.rstrip("\r")
+    if "\r" in raw:
+        raw = raw.rsplit("\r", 1)[1]
+    if "\x1b" in raw:
+        raw = _ESCAPES.sub("", raw)
+    return _CONTROLS.sub("", raw).expandtabs()
+
+
+class LogLines:
+    """An attempt log read as display lines: first its tail (at most `tail_bytes`, from the first
+    line that starts inside it), then, call by call, only what was appended. Logs of hundreds of
+    megabytes cost one seek and `tail_bytes` of reading, never the whole file."""
+
+    def __init__(self, path: Path, tail_bytes: int = TAIL_BYTES, chunk: int = OUTPUT_CHUNK):
+        self.path = Path(path)
+        self.tail_bytes = tail_bytes
+        self.chunk = chunk
+        self.offset: int | None = None   # where the next read starts; None: not opened yet
+        self.skipped = 0                 # bytes before the tail, never read
+        self.partial = ""                # the unfinished last line (a tqdm bar mid-redraw)
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def read(self) -> tuple[list[str], bool]:
+        """(the lines completed since the last call, whether they replace what was read before:
+        the first call, a log that shrank (started over), or one that grew by more than
+        `tail_bytes` since the last call, which is read from its new tail rather than chased)."""
+        try:
+            with open(self.path, "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                reset = self.offset is None or size < self.offset or size - self.offset > self.tail_bytes
+                if reset:
+                    self._start(f, size)
+                f.seek(self.offset)
+                data = f.read(size - self.offset)
+        except OSError:
+            return [], False
+        self.offset += len(data)
+        lines = (self.partial + self._decoder.decode(data)).split("\n")
+        self.partial = lines.pop()
+        if len(self.partial) > PARTIAL_CHARS:  # a bar redrawn with \r for an hour, never ended
+            self.partial = display_line(self.partial)[-PARTIAL_CHARS:]
+        return [display_line(line) for line in lines], reset
+
+    def _start(self, f, size: int) -> None:
+        self.partial = ""
+        self._decoder.reset()
+        start = max(0, size - self.tail_bytes)
+        if start:
+            f.seek(start - 1)
+            block = f.read(min(size - start + 1, 1 << 16))
+            newline = block.find(b"\n")
+            # from the first whole line: a line cut in half would read as nonsense
+            start += newline if newline >= 0 else len(block) - 1
+        self.offset = self.skipped = start
+
+    def shown_partial(self) -> str:
+        """The unfinished last line as shown, '' when there is none."""
+        return display_line(self.partial)
+
+
+def last_traceback(lines: list[str]) -> int | None:
+    """Index of the line starting the last Python traceback in `lines`, or None."""
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].lstrip().startswith(TRACEBACK):
+            return i
+    return None

@@ -1,0 +1,378 @@
+"""The log view: a run's events as the headless printer words them, and an attempt's own output
+(attempt-N.log: the trainer's or the user's command's stdout and stderr), switchable, or side by
+side at WIDE columns; it fills the terminal, scrolls, follows a live run, jumps to a crash's
+traceback and searches.
+
+Threading: two worker threads read the files (engine.run.attempt_log.LogLines reads only a log's
+tail, then only what was appended; events go through engine.run.events.EventFollower) and only
+post_message what they read. Switching attempts restarts the output reader; a generation number
+tells its messages from those a cancelled reader may still post.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from dataclasses import dataclass, field
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Input
+from textual.worker import get_current_worker
+
+from cockpit.headless import HeadlessPrinter
+from cockpit.ui.widgets.log_pane import LogPane
+from engine.run.attempt_log import LogLines, last_traceback
+from engine.run.events import EventFollower
+from engine.run.rundir import RunDir
+
+POLL_S = 0.25      # how often the files are looked at: a log view need not be faster
+WIDE = 160         # columns from which events and output are shown side by side
+
+
+@dataclass
+class AttemptInfo:
+    preset: str = "?"
+    outcome: str = "running"
+    crash: dict | None = None
+    crash_line: int | None = None   # the crash's line in the events pane
+
+
+class EventLines:
+    """Events folded into the events pane's lines (the headless printer's wording, a log file's
+    rhythm: a progress line per LOG_EVERY_S of the run, every crash, fallback, eval and warning),
+    each stamped with its local time, and what the attempts did."""
+
+    def __init__(self):
+        self._out = io.StringIO()
+        self._printer = HeadlessPrinter(stream=self._out, live=False)
+        self.count = 0
+        self.attempts: dict[int, AttemptInfo] = {}
+
+    def add(self, events: list[dict]) -> list[str]:
+        lines: list[str] = []
+        for e in events:
+            self._printer([e])
+            text, self._out = self._out.getvalue(), io.StringIO()
+            self._printer.stream = self._out
+            kind, n = e.get("type"), e.get("attempt")
+            if kind == "attempt_started" and n is not None:
+                self.attempts[n] = AttemptInfo(preset=e.get("preset", "?"))
+            elif kind == "attempt_ended" and n in self.attempts:
+                self.attempts[n].outcome = e.get("outcome", "?")
+            if not text:
+                continue
+            stamp = time.strftime("%H:%M:%S", time.localtime(e.get("t", 0)))
+            for line in text.rstrip("\n").split("\n"):
+                # (a crash's text starts with the attempt's last step line, written on its end)
+                if kind == "crash" and n is not None and " crashed: " in line:
+                    info = self.attempts.setdefault(n, AttemptInfo(preset=e.get("preset", "?")))
+                    info.crash, info.crash_line = e, self.count + len(lines)
+                # continuation lines (advice, a traceback's excerpt) are indented, unstamped
+                lines.append(f"{' ' * len(stamp) if line.startswith(' ') else stamp} {line}")
+        self.count += len(lines)
+        return lines
+
+
+def event_style(line: str) -> str | None:
+    if " crashed: " in line or "no further attempt" in line or "run failed" in line:
+        return "bold red"
+    if "warning:" in line or "fallback:" in line:
+        return "yellow"
+    return None
+
+
+def output_style(line: str) -> str | None:
+    return "bold red" if line.startswith("Traceback") or "Error:" in line[:80] else None
+
+
+@dataclass
+class EventsRead(Message):
+    lines: list[str]
+    attempts: dict[int, AttemptInfo] = field(default_factory=dict)
+
+
+@dataclass
+class OutputRead(Message):
+    generation: int
+    lines: list[str]
+    partial: str
+    reset: bool
+    skipped: int
+
+
+class LogScreen(Screen):
+    AUTO_FOCUS = ""   # keys belong to the screen; the search field takes focus only when opened
+    BINDINGS = [
+        Binding("escape", "back", "Back"),
+        Binding("v", "switch_view", "View", tooltip="events or the attempt's output"),
+        Binding("left_square_bracket", "attempt(-1)", "Attempt", key_display="[ ]",
+                tooltip="the previous attempt's output (] the next; 1-9 one by number)"),
+        Binding("right_square_bracket", "attempt(1)", "Next attempt", show=False),
+        Binding("x", "traceback", "Traceback"),
+        Binding("slash", "search", "Search", key_display="/"),
+        Binding("n", "find(True)", "Next match", show=False),
+        Binding("N", "find(False)", "Previous match", show=False),
+        Binding("f,end", "follow", "Follow", show=False),  # the pane says "paused · f follows"
+        Binding("home", "top", "Top", show=False),
+        Binding("up", "scroll('up')", "Scroll up", show=False),
+        Binding("down", "scroll('down')", "Scroll down", show=False),
+        Binding("pageup", "scroll('page_up')", "Page up", show=False),
+        Binding("pagedown", "scroll('page_down')", "Page down", show=False),
+        Binding("left", "scroll('left')", "Scroll left", show=False),
+        Binding("right", "scroll('right')", "Scroll right", show=False),
+    ] + [Binding(str(n), f"choose_attempt({n})", f"Attempt {n}", show=False) for n in range(1, 10)]
+    DEFAULT_CSS = """
+    LogScreen { layout: vertical; }
+    LogScreen #panes { height: 1fr; }
+    LogScreen #panes LogPane { display: none; width: 1fr; height: 1fr; }
+    LogScreen #panes LogPane.current { display: block; }
+    LogScreen.wide #panes LogPane { display: block; }
+    LogScreen #search { display: none; dock: bottom; margin-bottom: 1; }
+    LogScreen #search.open { display: block; }
+    """
+
+    def __init__(self, run: RunDir, attempt: int | None = None):
+        super().__init__()
+        self.run = run
+        self.attempt = attempt
+        self.pinned = attempt is not None    # chosen by the user: a new attempt does not move it
+        self.attempts: dict[int, AttemptInfo] = {}
+        self.view = "output" if attempt is not None else "events"
+        self.skipped = 0                     # bytes of the shown attempt log before its tail
+        self._generation = 0
+        self._traceback_pending = False      # jump to the traceback once the output is read
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="panes"):
+            yield LogPane(event_style, id="events")
+            yield LogPane(output_style, id="output")
+        yield Input(placeholder="search (enter finds, esc closes)", id="search")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        if self.attempt is None:
+            self.attempt = self._newest_log()
+        self._show_view()
+        self._titles()
+        self.read_events()
+        self._read_output()
+
+    def on_resize(self) -> None:
+        self.set_class(self.size.width >= WIDE, "wide")
+
+    # ------------------------------------------------------------ reading (worker threads)
+
+    @work(thread=True, exclusive=True, group="log-events", exit_on_error=False)
+    def read_events(self) -> None:
+        worker = get_current_worker()
+        follower, folded = EventFollower(self.run.events_path), EventLines()
+        while not worker.is_cancelled:
+            events = follower.poll()
+            if events:
+                lines = folded.add(events)
+                attempts = {n: AttemptInfo(**vars(a)) for n, a in folded.attempts.items()}
+                self.post_message(EventsRead(lines, attempts))
+            time.sleep(POLL_S)
+
+    def _read_output(self) -> None:
+        self._generation += 1
+        self.query_one("#output", LogPane).replace([])
+        if self.attempt is not None:
+            self.read_output(self.attempt, self._generation)
+
+    @work(thread=True, exclusive=True, group="log-output", exit_on_error=False)
+    def read_output(self, attempt: int, generation: int) -> None:
+        worker = get_current_worker()
+        log = LogLines(self.run.attempt_log(attempt))
+        first = True
+        while not worker.is_cancelled:
+            lines, reset = log.read()
+            partial = log.shown_partial()
+            if lines or reset or first or partial:
+                self.post_message(OutputRead(generation, lines, partial, reset or first, log.skipped))
+            first = False
+            time.sleep(POLL_S)
+
+    def on_events_read(self, message: EventsRead) -> None:
+        message.stop()
+        new = [n for n in message.attempts if n not in self.attempts]
+        self.attempts = message.attempts
+        self.query_one("#events", LogPane).append(message.lines)
+        if new and not self.pinned and max(new) != self.attempt:
+            self.attempt = max(new)     # following the run: its newest attempt's output
+            self._read_output()
+        self._titles()
+
+    def on_output_read(self, message: OutputRead) -> None:
+        message.stop()
+        if message.generation != self._generation:
+            return   # from the reader of an attempt no longer shown
+        pane = self.query_one("#output", LogPane)
+        if message.reset:
+            self.skipped = message.skipped
+            pane.replace(message.lines, message.partial)
+        else:
+            pane.append(message.lines, message.partial)
+        if self._traceback_pending and message.reset:
+            self._traceback_pending = False
+            self._show_traceback()
+        self._titles()
+
+    # ------------------------------------------------------------ what is shown
+
+    def _newest_log(self) -> int | None:
+        numbers = [int(p.stem.split("-", 1)[1]) for p in self.run.path.glob("attempt-*.log")
+                   if p.stem.split("-", 1)[1].isdigit()]
+        return max(numbers) if numbers else None
+
+    def _known_attempts(self) -> list[int]:
+        return sorted(set(self.attempts) | ({self.attempt} if self.attempt is not None else set()))
+
+    def current_pane(self) -> LogPane:
+        return self.query_one(f"#{self.view}", LogPane)
+
+    def _show_view(self) -> None:
+        for pane in self.query(LogPane):
+            pane.set_class(pane.id == self.view, "current")
+        pane = self.current_pane()
+        if pane.following:
+            self.call_after_refresh(pane.follow)   # it had no size while hidden
+
+    def _titles(self) -> None:
+        events = self.query_one("#events", LogPane)
+        events.border_title = f"events · run {self.run.id}"
+        events.border_subtitle = self._state(events)
+        output = self.query_one("#output", LogPane)
+        if self.attempt is None:
+            output.border_title = "output · no attempt yet"
+        else:
+            info = self.attempts.get(self.attempt)
+            known = self._known_attempts()
+            about = f" ({info.preset}, {info.outcome})" if info else ""
+            output.border_title = (f"output · attempt {self.attempt}/{max(known)}{about}"
+                                   f" · {self.run.attempt_log(self.attempt).name}")
+        skipped = f"{self.skipped / 1e6:,.1f} MB before not shown · " if self.skipped else ""
+        output.border_subtitle = skipped + self._state(output)
+
+    def _state(self, pane: LogPane) -> str:
+        searched = ""
+        if pane.query:
+            where = f"line {pane.match + 1}" if pane.match is not None else "no match"
+            searched = f"/{pane.query}: {where} · "
+        return searched + ("following" if pane.following else "paused · f follows")
+
+    # ------------------------------------------------------------ actions
+
+    def action_back(self) -> None:
+        search = self.query_one("#search", Input)
+        if search.has_class("open"):
+            search.remove_class("open")
+            self.set_focus(None)
+        else:
+            self.dismiss()
+
+    def action_switch_view(self) -> None:
+        self.view = "output" if self.view == "events" else "events"
+        self._show_view()
+
+    def action_attempt(self, delta: int) -> None:
+        known = self._known_attempts()
+        if not known:
+            self.notify("this run has no attempt yet", severity="warning")
+            return
+        i = known.index(self.attempt) if self.attempt in known else len(known) - 1
+        self.action_choose_attempt(known[(i + delta) % len(known)])
+
+    def action_choose_attempt(self, n: int) -> None:
+        if n not in self._known_attempts() and not self.run.attempt_log(n).exists():
+            self.notify(f"this run has no attempt {n}", severity="warning")
+            return
+        self.pinned = True
+        self.view = "output"
+        self._show_view()
+        if n != self.attempt:
+            self.attempt = n
+            self._read_output()
+        self._titles()
+
+    def action_traceback(self) -> None:
+        """The crashed attempt's output at its traceback: the shown attempt's crash, else the
+        run's last one; a crash that left no traceback (a native crash) shows its crash event."""
+        crashed = [n for n, info in sorted(self.attempts.items()) if info.crash is not None]
+        if not crashed:
+            self.notify("no attempt of this run crashed")
+            return
+        n = self.attempt if self.attempt in crashed else crashed[-1]
+        self.pinned, self.view = True, "output"
+        self._show_view()
+        if n != self.attempt:
+            self.attempt = n
+            self._traceback_pending = True
+            self._read_output()
+        else:
+            self._show_traceback()
+        self._titles()
+
+    def _show_traceback(self) -> None:
+        output = self.query_one("#output", LogPane)
+        at = last_traceback(output.lines)
+        if at is not None:
+            output.go_to(at, mark=True)
+            self._titles()
+            return
+        info = self.attempts[self.attempt]
+        self.view = "events"
+        self._show_view()
+        events = self.query_one("#events", LogPane)
+        if info.crash_line is not None:
+            events.go_to(info.crash_line, mark=True)
+        kind = info.crash.get("kind", "crash")
+        self.notify(f"attempt {self.attempt} left no Python traceback in its output ({kind}): "
+                    "its crash event is shown")
+        self._titles()
+
+    def action_search(self) -> None:
+        search = self.query_one("#search", Input)
+        search.add_class("open")
+        search.focus()
+
+    def on_input_submitted(self, message: Input.Submitted) -> None:
+        message.stop()
+        message.input.remove_class("open")
+        self.set_focus(None)
+        self._find(message.value.strip(), True)
+
+    def action_find(self, forward: bool) -> None:
+        pane = self.current_pane()
+        if not pane.query:
+            self.action_search()
+            return
+        self._find(pane.query, forward)
+
+    def _find(self, query: str, forward: bool) -> None:
+        pane = self.current_pane()
+        if pane.search(query, forward) is None and query:
+            self.notify(f"no match for {query!r} in the {self.view}", severity="warning")
+        self._titles()
+
+    def action_follow(self) -> None:
+        self.current_pane().follow()
+        self._titles()
+
+    def action_top(self) -> None:
+        pane = self.current_pane()
+        pane.unfollow()
+        pane.scroll_home(animate=False, immediate=True)
+        self._titles()
+
+    def action_scroll(self, how: str) -> None:
+        pane = self.current_pane()
+        if how in ("up", "page_up"):
+            pane.unfollow()
+        getattr(pane, f"scroll_{how}")(animate=False)
+        self._titles()
