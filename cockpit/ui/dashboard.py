@@ -26,6 +26,7 @@ from textual.worker import get_current_worker
 from cockpit.headless import duration, eta_text
 from cockpit.ui.alerts import ScreenAlerts
 from cockpit.ui.follow import RunEvents, follow
+from cockpit.ui.logs import LogScreen
 from cockpit.ui.model import RunModel, rate_text
 from cockpit.ui.widgets.attempts import AttemptsPanel
 from cockpit.ui.widgets.memory import MemoryPanel
@@ -46,6 +47,7 @@ class DashboardScreen(Screen):
         Binding("s", "stop", "Stop run"),
         Binding("d", "detach", "Detach"),
         Binding("t", "toggle_rate", "steps/samples"),
+        Binding("l", "logs", "Logs"),
         Binding("escape", "back", "Back"),
     ]
     DEFAULT_CSS = """
@@ -239,6 +241,9 @@ class DashboardScreen(Screen):
 
     def action_back(self) -> None:
         self.action_detach()
+
+    def action_logs(self) -> None:
+        self.app.push_screen(LogScreen(self.run))
 
     def action_toggle_rate(self) -> None:
         self.show_steps = not self.show_steps
