@@ -4,8 +4,10 @@ The supervisor feeds this tracker what it learns of a command's progress — obs
 parsed from its output (engine.command.progress) and `progress` events the script wrote through
 cockpit.report — and emits a `step` event per reporting window with the same fields the
 trainer's have: step, total, loss, lr, samples/s and steps/s measured over the window, a
-smoothed rate, the best so far and the ETA. So throughput, plots, the ETA and the slowdown
-detector work the same for both kinds of workload.
+smoothed rate, the best full window so far and the ETA, both from engine.monitor.throughput as
+the trainer's are. So throughput, plots, the ETA and the slowdown detector work the same for
+both kinds of workload. A script's evals and other pauses cannot be told from slow steps
+here; the long horizon spreads them over the rate, which is what they cost the ETA.
 
 Reported values win over parsed ones: once the script has reported a step, parsed steps are
 ignored; once it has reported an eval, parsed evals are. Samples are the reported count, else
@@ -19,8 +21,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from engine.monitor.throughput import RateMeter
+
 REPORT_EVERY_S = 1.0
-SMOOTHING = 0.3  # weight of the newest window in the smoothed rate
+# Five minutes of the script's time: long enough that an eval pause every few minutes is
+# averaged in rather than swinging the ETA, short enough to follow a real change of speed.
+HORIZON_S = 300.0
 
 
 @dataclass
@@ -47,10 +53,12 @@ class Tracker:
     source: str = ""
     non_finite: dict | None = None       # the first non-finite loss seen: {"step", "message", "t"}
     _window: _Window | None = None
-    _smoothed: float | None = None       # samples/s
+    _meter: RateMeter | None = None      # the smoothed rate and the best full window
     _last_finite_t: float | None = None  # when a finite loss was last seen
-    _best: float = 0.0
     _windows: int = 0                    # step events made
+
+    def __post_init__(self) -> None:
+        self._meter = RateMeter(full_window_s=self.report_every_s, horizon_s=HORIZON_S)
 
     # ------------------------------------------------------------ feeding
 
@@ -145,22 +153,20 @@ class Tracker:
         w = self._window
         elapsed = max(t - w.start_t, 1e-9)
         steps_per_s = (self.step - w.start_step) / elapsed
-        samples_per_s = max(0.0, self.samples_seen - w.start_samples) / elapsed
-        self._smoothed = samples_per_s if self._smoothed is None else \
-            (1 - SMOOTHING) * self._smoothed + SMOOTHING * samples_per_s
-        self._best = max(self._best, samples_per_s)
+        samples = max(0.0, self.samples_seen - w.start_samples)
+        samples_per_s = samples / elapsed
+        self._meter.add(self.step - w.start_step, samples, elapsed)
         self._windows += 1
         total = self.total_known
-        eta = None
-        if total and self._smoothed and self.samples_seen and self.step:
-            samples_per_step = self.samples_seen / self.step
-            eta = max(0, total - self.step) * samples_per_step / self._smoothed
+        eta = self._meter.seconds_for(total - self.step) if total else None
+        smoothed = self._meter.samples_per_s or 0.0
+        best = self._meter.best_samples_per_s or 0.0
         event = {"step": self.step, "total": total, "samples_seen": int(self.samples_seen),
                  "epoch": self.epoch, "loss": self.loss, "lr": self.lr,
                  "samples_per_s": round(samples_per_s, 3), "steps_per_s": round(steps_per_s, 4),
                  "window_s": round(elapsed, 4), "eta_s": None if eta is None else round(eta, 1),
-                 "smoothed_samples_per_s": round(self._smoothed, 3),
-                 "best_samples_per_s": round(self._best, 3), "source": self.source}
+                 "smoothed_samples_per_s": round(smoothed, 3),
+                 "best_samples_per_s": round(best, 3), "source": self.source}
         if self.metrics:
             event["metrics"] = {k: v for k, v in self.metrics.items() if _finite_number(v)}
         self._window = _Window(t, self.step, self.samples_seen)

@@ -13,7 +13,8 @@ becomes an `exception` event and exit 1; a non-finite loss a `numerical` event a
 (no checkpoint is ever written from a non-finite state); a native crash leaves only its
 signal and, through faulthandler, the Python stack it happened in.
 
-Exit codes: 0 finished, 1 failed, 2 bad configuration, 3 stopped on request, 4 numerical.
+Exit codes: 0 finished, 1 failed, 2 bad configuration, 3 stopped on request, 4 numerical,
+5 wrong numbers in the parity check (the preset's parity_check, engine.train.parity).
 """
 
 from __future__ import annotations
@@ -34,12 +35,14 @@ from pathlib import Path
 import torch
 
 from engine import presets, workloads
-from engine.train import checkpoint, device as devices, optim
-from engine.run.crashes import EXIT_CONFIG, EXIT_FAILED, EXIT_FINISHED, EXIT_NUMERICAL, EXIT_STOPPED
+from engine.train import checkpoint, device as devices, optim, parity
+from engine.run.crashes import (EXIT_CONFIG, EXIT_FAILED, EXIT_FINISHED, EXIT_NUMERICAL, EXIT_PARITY,
+                                EXIT_STOPPED)
 from engine.train.data import SampleOrder
 from engine.train.distributed import World
 from engine.errors import ConfigError, ProtocolError
 from engine.run.events import EventWriter
+from engine.monitor.throughput import RateMeter
 from engine.run.faults import Injector
 from engine.presets import DevicePreset
 from engine.run.rundir import RunDir
@@ -132,10 +135,11 @@ class Trainer:
 
         self._last_checkpoint_t = time.monotonic()
         self._prepared_epoch = -1
-        self._rate = None  # smoothed optimizer steps per second, for the ETA
-        self._best_samples_per_s = 0.0
+        # Rates over training time only: evals, epoch preparation and checkpoints move the
+        # window's start past themselves, and are added to the ETA as costs of their own.
+        self._meter = RateMeter(full_window_s=self.train.report_every_s)
         self._eval_s, self._evals = 0.0, 0          # time spent evaluating, for the ETA
-        self._prepare_s, self._prepares = 0.0, 0    # time spent preparing epochs (mining)
+        self._epoch_cost_s: float | None = None     # the last epoch preparation's (mining)
         self._new_window()
 
     # ------------------------------------------------------------ the loop
@@ -144,6 +148,8 @@ class Trainer:
         """Train to the end of the schedule or to a stop request: 'finished' or 'stopped'."""
         self.emit("trainer_ready", **self.describe())
         self.faults.before_step(0)
+        if self.preset.parity_check:
+            self.check_parity()
         while self.should_continue():
             self.train_step()
             self.maybe_report()
@@ -190,6 +196,8 @@ class Trainer:
                 self.scaler.scale(loss * (n / group * self.world.size)).backward()
             if n:
                 self._keep_loss(loss.detach(), n)
+        if self.faults.wrong_grad:
+            parity.perturb_gradients(self.model)
         if self.train.grad_clip:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train.grad_clip)
@@ -204,6 +212,15 @@ class Trainer:
         self.samples_seen += group
         self._window_samples += group
         self._window_steps += 1
+
+    def check_parity(self) -> parity.Parity:
+        """The device against the CPU on the next micro-batch (engine.train.parity); a wrong
+        result ends the attempt as a numerical-parity crash, before anything is trained."""
+        result = parity.check(self, perturb=self.faults.wrong_grad)
+        self.emit("parity", **result.event())
+        if not result.ok:
+            raise parity.ParityFailure(result)
+        return result
 
     def set_lr(self, samples: int) -> None:
         """The learning rate of the step that ends at `samples` seen: the schedule's factor of
@@ -229,13 +246,23 @@ class Trainer:
         # Said before it starts: a mining pass can take minutes with no step, and the screens
         # say why the throughput fell to nothing (its own event, e.g. "mining", follows).
         self.emit("preparing_epoch", epoch=epoch, step=self.step)
+        once = 0.0
+
+        def emit(kind: str, **fields) -> None:
+            nonlocal once
+            # twotower's faiss index is built once per attempt: not a cost of every epoch
+            once += fields.get("index_build_s") or 0.0
+            self.emit(kind, **fields)
+
         started = time.monotonic()
         self.model.eval()
         with torch.no_grad(), self.resolved.autocast():
-            prepare(self.local_forward, epoch, self.device, self.emit)
+            prepare(self.local_forward, epoch, self.device, emit)
         self.model.train()
         spent = time.monotonic() - started
-        self._prepare_s, self._prepares = self._prepare_s + spent, self._prepares + 1
+        # The next epochs are expected to cost what this one did: a schedule that starts
+        # mining at epoch 6 moves the ETA once, at epoch 6, not a little at every epoch after.
+        self._epoch_cost_s = max(0.0, spent - once)
         self._window_start += spent  # not training throughput
 
     def maybe_report(self) -> None:
@@ -252,17 +279,16 @@ class Trainer:
             raise NonFiniteLoss(self.step, f"loss {loss} over the last {self._window_steps} steps")
         elapsed = max(time.monotonic() - self._window_start, 1e-9)
         steps_per_s = self._window_steps / elapsed
-        self._rate = steps_per_s if self._rate is None else 0.7 * self._rate + 0.3 * steps_per_s
         samples_per_s = self._window_samples / elapsed
-        self._best_samples_per_s = max(self._best_samples_per_s, samples_per_s)
+        self._meter.add(self._window_steps, self._window_samples, elapsed)
         event = dict(
             step=self.step, total=self.total_steps, samples_seen=self.samples_seen,
             total_samples=self.total_samples, epoch=self.order.epoch_of(max(0, self.samples_seen - 1)),
             loss=loss, lr=self.lr,
             samples_per_s=round(samples_per_s, 3), steps_per_s=round(steps_per_s, 4),
             window_s=round(elapsed, 4), eta_s=round(self.eta_s(), 1),
-            smoothed_samples_per_s=round(self._rate * self.samples_seen / max(1, self.step), 3),
-            best_samples_per_s=round(self._best_samples_per_s, 3),
+            smoothed_samples_per_s=round(self._meter.samples_per_s, 3),
+            best_samples_per_s=round(self._meter.best_samples_per_s, 3),
             device_memory=devices.memory(self.device),
         )
         if self.workload.flops_per_sample:
@@ -274,19 +300,20 @@ class Trainer:
         self._new_window()
 
     def eta_s(self) -> float:
-        """Remaining steps at the smoothed rate, plus the evals and epoch preparations
-        (mining) still to come at their average cost so far. The rate is measured between
-        reports, whose loss read is a sync point, so it holds on a GPU with no per-step sync."""
-        remaining = (self.total_steps - self.step) / self._rate
+        """Remaining steps at the smoothed rate of training time (engine.monitor.throughput),
+        plus the evals still to come at their average cost so far and the epoch preparations
+        (mining) at the last one's. The rate is measured between reports, whose loss read is a
+        sync point, so it holds on a GPU with no per-step sync."""
+        remaining = self._meter.seconds_for(self.total_steps - self.step) or 0.0
         every = self.train.eval_every_steps
         evals_left = 1 if not every else (self.total_steps // every - self.step // every
                                           + (1 if self.total_steps % every else 0))
         if self._evals:
             remaining += evals_left * self._eval_s / self._evals
-        if self._prepares:
+        if self._epoch_cost_s:
             last_epoch = self.order.epoch_of(self.total_samples - 1)
-            epochs_left = max(0, last_epoch - self.order.epoch_of(self.samples_seen))
-            remaining += epochs_left * self._prepare_s / self._prepares
+            epochs_left = max(0, last_epoch - self._prepared_epoch)  # each is prepared once
+            remaining += epochs_left * self._epoch_cost_s
         return remaining
 
     def maybe_eval(self) -> None:
@@ -420,6 +447,7 @@ class Trainer:
         """Start a fresh reporting window of this length (the probe's timed windows begin
         after its warm-up, whose losses and time are not the measurement's)."""
         self.train = dataclasses.replace(self.train, report_every_s=report_every_s)
+        self._meter.full_window_s = report_every_s
         self._new_window()
 
     def use_micro_batch(self, batch_size: int) -> None:
@@ -514,6 +542,9 @@ def report_failure(events: EventWriter, error: Exception, step: int | None) -> i
                     step=step, rank=_rank(), traceback=text)
         print(text, file=sys.stderr, flush=True)
         return EXIT_FAILED
+    if isinstance(error, parity.ParityFailure):  # the parity event, written already, has the figures
+        print(f"parity: {error}", file=sys.stderr, flush=True)
+        return EXIT_PARITY
     if isinstance(error, NonFiniteLoss):
         events.emit("numerical", step=error.step, message=str(error), rank=_rank())
         print(f"numerical: {error}", file=sys.stderr, flush=True)

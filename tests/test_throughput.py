@@ -1,0 +1,149 @@
+"""Throughput and ETA figures of the trainer and a command's tracker: averages that reporting
+fragments cannot inflate, and an ETA that holds still through mining and eval pauses. The
+trainer runs on a clock of the test's (it moves only when the test says), so none of this
+depends on how busy the machine is."""
+
+from __future__ import annotations
+
+import random
+import time
+from types import SimpleNamespace
+
+from conftest import TINY
+from engine import runconfig
+from engine.command.progress import Observation
+from engine.command.tracker import Tracker
+from engine.monitor.throughput import RateMeter
+from engine.run.events import EventWriter
+from engine.run.rundir import RunDir
+from engine.run.stats import averages
+from engine.train import trainer as trainer_module
+
+# 8 epochs of 32 steps of 64 samples, a report every 0.2 s of the fake clock (about 4 steps),
+# a checkpoint every 10 steps (each one a reporting fragment), an eval every epoch.
+RUN = TINY + ["params.n=64", "params.products=4", "params.samples=2048", "train.epochs=8",
+              "train.report_every_s=0.2", "batch_size=32", "accumulation=2",
+              "train.checkpoint_every_steps=10", "train.eval_every_steps=32"]
+STEP_S = (0.04, 0.06)        # a step's time on the fake clock, seeded jitter
+MINING_S, INDEX_BUILD_S, EVAL_S = 1.5, 2.0, 0.4
+MINES_FROM = 3               # twotower's "0-2:none,3-7:faiss@16"
+
+
+def fake_clock_trainer(monkeypatch, overrides=RUN):
+    clock = SimpleNamespace(now=1000.0)
+    fake_time = SimpleNamespace(**{**vars(time), "monotonic": lambda: clock.now})
+    monkeypatch.setattr(trainer_module, "time", fake_time)  # the trainer's clock only
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", overrides))
+    trainer = trainer_module.Trainer(run, EventWriter(run.events_path, attempt=1), "cpu", run.config().device)
+    return run, trainer, clock
+
+
+def test_a_mining_run_has_a_steady_eta_and_honest_rates(home, monkeypatch):
+    run, trainer, clock = fake_clock_trainer(monkeypatch)
+    jitter, ended = random.Random(0), {0: clock.now}
+    train_step, evaluate = trainer.train_step, trainer.workload.evaluate
+
+    def timed_step() -> None:
+        train_step()
+        clock.now += jitter.uniform(*STEP_S)
+        ended[trainer.step] = clock.now
+
+    def prepare_epoch(model, epoch, device, emit) -> None:
+        """twotower's shape: nothing to do before MINES_FROM, then a mining pass per epoch,
+        the first of them building the index too."""
+        if epoch < MINES_FROM:
+            emit("mining", epoch=epoch, mode="none")
+            return
+        built = {"index_build_s": INDEX_BUILD_S} if epoch == MINES_FROM else {}
+        clock.now += MINING_S + built.get("index_build_s", 0.0)
+        emit("mining", epoch=epoch, mode="faiss@16", mining_s=MINING_S, **built)
+
+    def slow_evaluate(model, device):
+        clock.now += EVAL_S
+        return evaluate(model, device)
+
+    trainer.train_step = timed_step
+    trainer.workload.prepare_epoch = prepare_epoch
+    trainer.workload.evaluate = slow_evaluate
+    assert trainer.fit() == "finished"
+    end, start = clock.now, ended[0]
+    events = run.events()
+    steps = [e for e in events if e["type"] == "step"]
+
+    # The ETA once mining has begun (before, nothing says it will) predicts the end within 5%
+    # of the run, and consecutive predictions of the end move by less than 3% of it: no
+    # swing from a checkpoint's fragment window, an eval or a mining pass.
+    first_mining = next(e["t"] for e in events if e["type"] == "mining" and e["mode"] != "none")
+    late = [e for e in steps if e["t"] > first_mining and e["step"] < trainer.total_steps]
+    assert len(late) > 20
+    predicted = [ended[e["step"]] + e["eta_s"] for e in late]
+    for e, end_at in zip(late, predicted):
+        assert abs(end_at - end) < 0.05 * (end - start), e
+    assert max(abs(b - a) for a, b in zip(predicted, predicted[1:])) < 0.03 * (end - start)
+
+    # Fragments: checkpoints cut windows short, and such windows do not set the best.
+    full = [e for e in steps if e["window_s"] >= 0.2]
+    assert any(e["window_s"] < 0.1 for e in steps)
+    assert steps[-1]["best_samples_per_s"] == max(e["samples_per_s"] for e in full)
+    assert steps[-1]["best_samples_per_s"] <= 64 / STEP_S[0]   # no faster than the fastest step
+
+    # The run's average: samples over the time spent training, mining and evals left out.
+    avg = averages(events)
+    train_s = sum(ended[i + 1] - ended[i] for i in range(trainer.total_steps)) - \
+        MINING_S * (8 - MINES_FROM) - INDEX_BUILD_S - EVAL_S * 7
+    assert abs(avg.train_s - train_s) < 0.01 * train_s
+    assert abs(avg.samples_per_s - 2048 * 8 / train_s) < 0.01 * avg.samples_per_s
+    assert 64 / STEP_S[1] <= avg.samples_per_s <= 64 / STEP_S[0]
+
+
+def test_the_eta_before_mining_counts_only_training_and_evals(home, monkeypatch):
+    # No preparation, steady steps: the ETA is the steps left at the measured rate.
+    run, trainer, clock = fake_clock_trainer(monkeypatch, RUN + ["train.eval_every_steps=0"])
+    train_step = trainer.train_step
+
+    def timed_step() -> None:
+        train_step()
+        clock.now += 0.05
+
+    trainer.train_step = timed_step
+    trainer.fit()
+    for e in [e for e in run.events() if e["type"] == "step"][2:-1]:
+        assert abs(e["eta_s"] - (e["total"] - e["step"]) * 0.05) < 0.5, e
+
+
+def test_rate_meter_weights_windows_by_their_time():
+    meter = RateMeter(full_window_s=1.0)
+    meter.add(steps=2, samples=20, seconds=2.0)          # warm-up: held aside
+    assert meter.samples_per_s == 10
+    for _ in range(10):
+        meter.add(steps=10, samples=100, seconds=1.0)
+    meter.add(steps=1, samples=10, seconds=0.001)        # a fragment: 10,000/s
+    assert abs(meter.samples_per_s - 100) < 2 and meter.best_samples_per_s == 100
+    assert abs(meter.seconds_for(50) - 5.0) < 0.1
+
+
+def test_rate_meter_forgets_old_speed_over_its_horizon():
+    meter = RateMeter(full_window_s=1.0, horizon_s=10.0)
+    for _ in range(60):
+        meter.add(steps=10, samples=100, seconds=1.0)
+    for _ in range(60):
+        meter.add(steps=5, samples=50, seconds=1.0)      # half speed (a neighbour, swapping)
+    assert abs(meter.samples_per_s - 50) < 1 and meter.best_samples_per_s == 100
+
+
+def _seen(step: int) -> Observation:
+    return Observation(kind="step", step=step, total=1000, loss=1.0, source="tqdm")
+
+
+def test_a_commands_flush_fragment_does_not_set_its_best():
+    tracker = Tracker(samples_per_step=10, report_every_s=1.0)
+    steps, t = [], 0.0
+    for step in range(0, 401):       # 100 steps a second
+        t = step / 100
+        steps += [fields for kind, fields in tracker.parsed(_seen(step), t) if kind == "step"]
+    tracker.parsed(_seen(405), t + 0.001)   # five steps in a millisecond, then the end
+    last = [fields for kind, fields in tracker.flush(t + 0.001) if kind == "step"][-1]
+    assert last["samples_per_s"] > 10_000          # the fragment's own figure
+    assert abs(last["best_samples_per_s"] - 1000) < 1
+    assert abs(last["smoothed_samples_per_s"] - 1000) < 20
+    assert abs(last["eta_s"] - 595 / 100) < 0.2
