@@ -16,6 +16,7 @@ from cockpit.headless import duration, human_line as _human_line
 from engine.run.stats import RunStats
 
 MAX_POINTS = 256
+RECENT_POINTS = 1024   # ~8 minutes of step events at 2 a second
 LOG_LINES = 200
 WARNINGS = 20
 
@@ -23,7 +24,7 @@ WARNINGS = 20
 class Series:
     """A decimating (x, y) series of bounded length that always ends at the newest point."""
 
-    __slots__ = ("x", "y", "cap", "stride", "_count", "last")
+    __slots__ = ("x", "y", "cap", "stride", "_count", "last", "recent")
 
     def __init__(self, cap: int = MAX_POINTS):
         self.x: list[float] = []
@@ -32,9 +33,13 @@ class Series:
         self.stride = 1        # keep every stride-th point offered
         self._count = 0
         self.last: tuple[float, float] | None = None
+        # The newest points, every one: a plot of the last minutes stays sharp however long
+        # the run (the decimated points thin out as it grows).
+        self.recent: deque[tuple[float, float]] = deque(maxlen=RECENT_POINTS)
 
     def add(self, x: float, y: float) -> None:
         self.last = (x, y)
+        self.recent.append(self.last)
         self._count += 1
         if self._count % self.stride:
             return
@@ -44,8 +49,14 @@ class Series:
             del self.x[1::2], self.y[1::2]
             self.stride *= 2
 
-    def points(self) -> tuple[list[float], list[float]]:
-        """The kept points plus the newest one, so the line reaches 'now'."""
+    def points(self, since: float | None = None) -> tuple[list[float], list[float]]:
+        """The kept points plus the newest one, so the line reaches 'now'; with `since`, those
+        at x >= since, every one of the newest RECENT_POINTS among them."""
+        if since is not None:
+            cut = self.recent[0][0] if self.recent else math.inf
+            older = [(x, y) for x, y in zip(self.x, self.y) if since <= x < cut]
+            newer = [p for p in self.recent if p[0] >= since]
+            return [x for x, _ in older + newer], [y for _, y in older + newer]
         if self.last is not None and (not self.x or self.x[-1] != self.last[0]):
             return self.x + [self.last[0]], self.y + [self.last[1]]
         return self.x, self.y
