@@ -7,6 +7,7 @@ while a run this session watched is still live asks: stop it, or leave it runnin
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Iterable
 
 from textual.app import App, SystemCommand
@@ -14,7 +15,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from cockpit.ui.dashboard import DashboardScreen
-from cockpit.ui.help import HelpScreen
+from cockpit.ui.help import HelpScreen, keys_of
 from cockpit.ui.launch import LaunchScreen
 from cockpit.ui.quit import QuitScreen
 from cockpit.ui.runs import RunsScreen, live_runs
@@ -26,9 +27,9 @@ class CockpitApp(App):
     TITLE = "cockpit"
     SUB_TITLE = "PyTorch training on the machine you have"
     BINDINGS = [
-        Binding("q", "quit", "Quit"),
-        Binding("question_mark,f1", "help", "Help", key_display="?"),
-        Binding("o", "runs", "Runs", show=False),
+        Binding("q", "quit", "Quit", tooltip="asks what to do with a live run this session watched"),
+        Binding("question_mark,f1", "help", "Help", key_display="?", tooltip="the keys of this screen"),
+        Binding("o", "runs", "Runs", show=False, tooltip="every run: open a past one, attach to a live one"),
     ]
 
     def __init__(self, *, attach: bool = True):
@@ -57,17 +58,27 @@ class CockpitApp(App):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(self.screen))
 
     def action_runs(self) -> None:
         if not isinstance(self.screen, RunsScreen):
             self.push_screen(RunsScreen())
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
-        yield SystemCommand("Runs", "History of runs: open a past one or attach to a live one",
-                            self.action_runs)
-        yield SystemCommand("Help", "Keys and screens", self.action_help)
+        """The palette: what the screen below offers (its BINDINGS), then the app's own keys,
+        then Textual's (theme, screenshot...). Built from the bindings, so a screen's new key
+        is in the palette without being named here; an action its screen refuses now (a
+        check_action saying no) is left out."""
+        titles = set()
+        for key in [*keys_of(screen, self), *keys_of(self, self)]:
+            if key.title in titles or not key.enabled():
+                continue
+            titles.add(key.title)
+            yield SystemCommand(key.title, f"{key.about} · {key.keys}",
+                                partial(self.run_action, key.action, key.node))
+        for command in super().get_system_commands(screen):
+            if command.title not in titles:  # Textual's Quit: ours asks about a live run
+                yield command
         live = live_runs()
         if live:
             yield SystemCommand("Attach", f"Attach to the live run {live[0].id}",

@@ -1,60 +1,124 @@
-"""The help screen: what each screen is for and its keys."""
+"""Keys and help for whichever screen is showing, read from the screens themselves.
+
+One mechanism for every screen: a screen's keys are its BINDINGS (description, and the
+tooltip for the longer word), what it is for is its HELP (Textual's own attribute, markdown).
+The help screen (`?`) and the command palette (cockpit.app) both list them, with the app's
+global keys, so a new screen's keys appear in both without being named here.
+"""
 
 from __future__ import annotations
 
-from textual.app import ComposeResult
+from dataclasses import dataclass
+
+from textual.actions import parse
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
+from textual.dom import DOMNode
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Markdown
 
-HELP = """\
-# cockpit
-
-**Launch** — pick a workload (what to train) and a device preset (how), add `--set`-style
-overrides (`batch_size=16 train.epochs=2`), check the resolved configuration, run.
-`r` run · `e` edit the highlighted preset · `p` probe · `o` runs · `a` attach to a live run ·
-`tab` next pane
-
-**Editor** — every field of the preset, checked as you type by the same rules as preset
-files; changed fields are marked against the shipped preset. `ctrl+s` save to your preset
-dir · `ctrl+o` save as a new name · `esc` back. Shipped presets are never written: saving
-one puts your copy in your preset dir, where it shadows the shipped one.
-
-**Run** — progress and ETA, throughput (`t`: samples/s or steps/s) and loss over time, the
-eval metric, memory (pressure, swap, RSS, device memory), every attempt with how it ended,
-the evidence, the fallback taken and where it resumed; the log. `s` stop gracefully
-(checkpoint, then exit) · `d` detach: the run goes on without the cockpit · `esc` back.
-
-**Probe** — times real training steps of the workload on every device here (the CPU at 1,
-physical and logical threads), each in its own process, within a budget (60 s): samples/s
-(median and the middle half of its windows), peak memory, pressure, crashes as results, and
-the recommendation in a sentence. `p` measure (asks the budget; enter) · `u` use the best
-(sets device and threads as overrides) · `b` find the largest micro-batch that fits the
-device preset and keeps memory pressure normal and swap flat (asks an optional memory limit
-such as 6G) · `s` save that as a new device preset · `esc` back.
-
-**Runs** — every run with status, workload, device, throughput and duration. `enter` opens
-one: a past run is replayed from its events, a live one is attached. `s` stop · `r` resume
-a stopped, failed or interrupted run from its newest checkpoint, on the preset its last
-attempt ran on · `f5` refresh.
-
-**Anywhere** — `ctrl+p` command palette · `?` this help · `q` quit (asks what to do with a
-live run). A run is its own process: closing the terminal or losing SSH leaves it running,
-and `cockpit` attaches to it again.
-
-Headless, the same: `cockpit --no-ui`, `cockpit runs list|show|follow|stop|resume`, `cockpit presets`,
-`cockpit probe [--find-batch]`.
+ANYWHERE = """\
+A run is its own process: closing the terminal or losing SSH leaves it running, and `cockpit`
+attaches to it again. Headless, the same: `cockpit --no-ui`, `cockpit runs
+list|show|follow|stop|resume`, `cockpit presets`, `cockpit probe [--find-batch]`.
 """
 
 
+@dataclass(frozen=True)
+class KeyHelp:
+    """One action offered by a screen or the app, with every key bound to it."""
+
+    keys: str          # as the footer shows them: 'esc', '? / f1'
+    title: str         # the binding's description: 'Stop run'
+    about: str         # its tooltip, else the description
+    node: DOMNode      # where the action runs (the screen, or the app for 'app.*')
+    action: str        # 'choose("stop")', without the namespace
+
+    def enabled(self) -> bool:
+        """The node's own check_action: False (hidden) and None (disabled) are both 'not now'."""
+        _, name, params = parse(self.action)
+        return bool(self.node.check_action(name, params))
+
+
+def _own_bindings(node: DOMNode) -> list[Binding]:
+    """The BINDINGS the project's classes declare, base classes first; Textual's own (focus
+    keys, copy, ctrl+q) are left to the app section's fixed lines."""
+    bindings = []
+    for cls in reversed(type(node).__mro__):
+        if cls.__module__.startswith("textual.") or "BINDINGS" not in cls.__dict__:
+            continue
+        bindings += Binding.make_bindings(cls.__dict__["BINDINGS"])
+    return bindings
+
+
+def _target(node: DOMNode, action: str, app: App) -> tuple[DOMNode, str]:
+    """Where 'app.runs' runs, and the action without its namespace."""
+    namespace, _, _ = parse(action)
+    if namespace == "app":
+        return app, action[len("app."):]
+    if namespace == "screen":
+        return (node if isinstance(node, Screen) else app.screen), action[len("screen."):]
+    return node, action
+
+
+def keys_of(node: DOMNode, app: App) -> list[KeyHelp]:
+    """Every described action of a screen (or the app), in BINDINGS order, keys merged."""
+    merged: dict[tuple[int, str], dict] = {}
+    for binding in _own_bindings(node):
+        if binding.system or not binding.description:
+            continue
+        target, action = _target(node, binding.action, app)
+        entry = merged.setdefault((id(target), action), {
+            "keys": [], "title": binding.description, "about": binding.tooltip or binding.description,
+            "node": target, "action": action})
+        shown = app.get_key_display(binding)
+        if shown not in entry["keys"]:
+            entry["keys"].append(shown)
+    return [KeyHelp(keys=" / ".join(e.pop("keys")), **e) for e in merged.values()]
+
+
+def screen_name(screen: Screen) -> str:
+    """'ProbeScreen' -> 'Probe'."""
+    name = type(screen).__name__
+    return name[: -len("Screen")] if name.endswith("Screen") and name != "Screen" else name
+
+
+def _row(key: KeyHelp, note: str = "") -> str:
+    # A list, not a table: a markdown table takes three rows a key, too many at 80x24.
+    about = "" if key.about == key.title else f" — {key.about}"
+    return f"- `{key.keys}` **{key.title}**{about}{note}"
+
+
+def help_markdown(screen: Screen, app: App) -> str:
+    """The help of `screen`: what it is for, its keys, then the keys that work everywhere."""
+    own = keys_of(screen, app)
+    lines = [f"# {screen_name(screen)}", ""]
+    if getattr(screen, "HELP", None):
+        lines += [type(screen).HELP.strip(), ""]
+    lines += [_row(k, "" if k.enabled() else " (not now)") for k in own] + [""]
+    here = {(id(k.node), k.action) for k in own}
+    lines += ["## Anywhere", ""]
+    lines += [_row(k) for k in keys_of(app, app) if (id(k.node), k.action) not in here]
+    lines += [f"- `{app.COMMAND_PALETTE_DISPLAY or app.COMMAND_PALETTE_BINDING}` **Command palette** — "
+              "every action of this screen and the app, by name",
+              "- `tab` / `shift+tab` **Next / previous pane**", "", ANYWHERE]
+    return "\n".join(lines)
+
+
 class HelpScreen(ModalScreen[None]):
+    """The help of the screen below it (given when opened)."""
+
     BINDINGS = [Binding("escape,q,question_mark,f1", "dismiss(None)", "Close", key_display="esc")]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
     HelpScreen > VerticalScroll { width: 90%; max-width: 100; height: 90%; border: thick $primary; background: $surface; }
     """
 
+    def __init__(self, screen: Screen):
+        super().__init__()
+        self.about = screen
+
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Markdown(HELP)
+            yield Markdown(help_markdown(self.about, self.app))

@@ -120,12 +120,17 @@ class PresetList(OptionList):
 
 class LaunchScreen(Screen):
     BINDINGS = [
-        Binding("r", "run", "Run"),
-        Binding("e", "edit", "Edit preset"),
-        Binding("p", "probe", "Probe"),
-        Binding("o", "app.runs", "Runs"),
-        Binding("a", "attach", "Attach"),
+        Binding("r", "run", "Run", tooltip="start the resolved configuration (enter in overrides too)"),
+        Binding("e", "edit", "Edit preset", tooltip="edit the preset highlighted in the focused list (else the device preset)"),
+        Binding("p", "probe", "Probe", tooltip="which device trains this workload fastest here; batch finder"),
+        Binding("o", "app.runs", "Runs", tooltip="every run: open a past one, attach to a live one"),
+        Binding("a", "attach", "Attach", tooltip="watch the newest live run"),
     ]
+    HELP = """\
+Pick a workload (what to train) and a device preset (how), add `--set`-style overrides
+(`batch_size=16 train.epochs=2`), check the resolved configuration, run. `tab` moves between
+the lists and the overrides field.
+"""
     DEFAULT_CSS = """
     #lists { height: 10; }
     #overrides-row { height: 1; margin: 0 1; }
