@@ -9,8 +9,8 @@ getrusage (sleeps and wake-ups included), each as % of one core at 1 Hz.
     python benchmarks/monitor_cost.py                 # 1 Hz for 30 s
     python benchmarks/monitor_cost.py --hz 20 --seconds 10
 
-Faster rates keep the same mix per sample: the child-list refresh (every 5 s at 1 Hz) is
-scaled to every 5 samples.
+Faster rates keep the same mix per sample: the child-list refresh and the scan of other
+processes for CPU (each every 5 s at 1 Hz) are scaled to every 5 samples.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.monitor import sysmon  # noqa: E402
+from engine.monitor import hardware, sysmon  # noqa: E402
 
 TRAINER = """
 import subprocess, sys, time
@@ -58,7 +58,9 @@ def main() -> int:
                                stdout=subprocess.PIPE, start_new_session=True)
     try:
         assert trainer.stdout.readline().strip() == b"ready"
-        sampler = sysmon.SystemSampler(trainer.pid, children_every_s=sysmon.CHILDREN_EVERY_S / args.hz)
+        others = hardware.OtherProcesses(every_s=hardware.OTHERS_EVERY_S / args.hz)
+        sampler = sysmon.SystemSampler(trainer.pid, children_every_s=sysmon.CHILDREN_EVERY_S / args.hz,
+                                       others=others)
         period = 1.0 / args.hz
         costs = []
         loop_cpu, start = cpu_s(), time.monotonic()
@@ -83,6 +85,8 @@ def main() -> int:
           f"{sample['rss'] / 1e6:.0f} MB) {len(costs)} times at {args.hz:g} Hz over {wall:.1f} s")
     print(f"pressure: {sample['pressure']['source'] or 'unavailable'} "
           f"({sample['pressure']['detail']})")
+    print(f"hardware: {hardware.summary(sample) or 'no CPU figure'}; "
+          f"{len(sample['gpus'])} GPUs through NVML")
     print(f"first sample (children listed, counters primed): {first * 1e3:.2f} ms CPU")
     print(f"per sample: mean {per_sample * 1e3:.3f} ms, median {statistics.median(rest) * 1e3:.3f} ms,"
           f" max {max(rest) * 1e3:.3f} ms CPU")
