@@ -26,6 +26,7 @@ examples:
   cockpit presets list
   cockpit probe -w trm-tiny                         which device (and CPU thread count) is fastest here
   cockpit probe -w clip-m1 -d mps --find-batch --save mps-clip   largest batch that keeps memory calm
+  cockpit check -w trm-tiny -d mps                  does the device compute the right numbers?
   cockpit sample last --prompt "def "               continue a prompt with a trm run's checkpoint
 
 exit codes: 0 finished, 1 failed, 2 bad input, 130 interrupted or stopped
@@ -63,7 +64,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from cockpit.commands import presets as presets_cmd, runs as runs_cmd
-    from cockpit.commands import probe as probe_cmd, sample as sample_cmd
+    from cockpit.commands import check as check_cmd, probe as probe_cmd, sample as sample_cmd
 
     parser = _Parser(prog="cockpit", description="A terminal cockpit for PyTorch training.",
                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -77,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="override a setting: batch_size=16, train.epochs=2, params.n=128 (repeatable)")
     parser.add_argument("--inject", action="append", default=[], metavar="KIND@STEP",
                         help="make the trainer fail for real at a step, to try the fallback rules: "
-                             "native-crash, oom, backend, openmp, nan, hang, user-code or slow "
+                             "native-crash, oom, backend, openmp, nan, hang, user-code, slow or "
+                             "wrong-grad "
                              "(e.g. native-crash@117; KIND@STEP+ repeats in every attempt)")
     parser.add_argument("--json", action="store_true", help="print every event as a JSON line")
     parser.add_argument("--detach", action="store_true",
@@ -85,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_output_arguments(parser)
     parser.add_argument("--runs-dir", metavar="DIR", help="where runs live (default: COCKPIT_RUNS_DIR "
                                                           "or the user data dir)")
-    sub = parser.add_subparsers(dest="command", metavar="{run,presets,runs,probe,sample}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{run,presets,runs,probe,check,sample}", parser_class=_Parser)
 
     p = sub.add_parser("presets", help="list, show and locate presets")
     psub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -125,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(handler=runs_cmd.resume)
     _add_run_parser(sub)
     probe_cmd.add_parser(sub)
+    check_cmd.add_parser(sub)
     sample_cmd.add_parser(sub)
     return parser
 

@@ -48,6 +48,9 @@ class DevicePreset:
     precision: Precision = setting("auto", "auto: bf16 on CUDA when supported, else fp32")
     grad_checkpointing: bool = setting(False, "recompute activations in backward to save memory")
     compile: bool = setting(False, "torch.compile the model (refused on MPS)")
+    parity_check: bool = setting(False, "before training, check the device's loss, gradients and "
+                                        "optimizer step against the CPU in fp32 (`cockpit check`); "
+                                        "wrong numbers are a crash of kind numerical-parity")
     threads: int = setting(0, "CPU threads for torch; 0 keeps torch's default", min=0)
     nproc_per_node: int = setting(1, "processes on this machine; above 1 the attempt runs under "
                                      "torchrun with DDP (one per GPU on CUDA, gloo on CPU)", min=1)

@@ -175,6 +175,11 @@ def configure(workload: WorkloadPreset, workload_name: str, where: str, device_n
     ladder = carry_overrides(workload, ladder, overrides)
     if workload.is_command:
         workload = check_command(workload, where, {device_name: device, **ladder})
+        for name, preset in {device_name: device, **ladder}.items():
+            if any(spec.startswith("wrong-grad@") for spec in preset.inject):
+                raise ConfigError(f"device preset {name!r}", "inject",
+                                  "wrong-grad perturbs the gradients of cockpit's own trainer; a "
+                                  "command's training loop is its own, expected another fault kind")
     else:  # the first attempt's step vs the data set; the trainer checks every attempt's
         samples = workloads.num_samples(workload.workload, workload.params)
         if samples is not None:

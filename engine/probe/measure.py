@@ -107,6 +107,7 @@ class Worker:
     scratch: Path
     batches: bool = False
     trial_s: float = TRIAL_S
+    parity: str | None = None  # "also": check against the CPU before measuring; "only": just that
     events: list[dict] = field(default_factory=list)
     samples: list[tuple[float, dict]] = field(default_factory=list)
 
@@ -141,6 +142,8 @@ class Worker:
                    "--preset-json", json.dumps(to_table(self.preset))]
         if self.batches:
             command += ["--batches", "--trial-s", str(self.trial_s)]
+        if self.parity:
+            command += ["--parity", self.parity]
         self._spawn(command, child_env(dict(self.preset.env)), stdin=subprocess.PIPE)
 
     def _spawn(self, argv: list[str], env: dict[str, str], cwd: str | None = None,

@@ -37,7 +37,7 @@ import psutil
 import torch
 
 from engine import presets
-from engine.train import device as devices
+from engine.train import device as devices, parity
 from engine.run.crashes import EXIT_FINISHED
 from engine.run.events import EventWriter
 from engine.probe import MIN_WINDOW_S, TRIAL_MIN_STEPS, TRIAL_S, WARMUP_SHARE, WINDOWS
@@ -120,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset-json", required=True)
     parser.add_argument("--batches", action="store_true", help="batch trials, sizes from stdin")
     parser.add_argument("--trial-s", type=float, default=TRIAL_S)
+    parser.add_argument("--parity", choices=("also", "only"),
+                        help="check the device against the CPU (engine.train.parity) before "
+                             "measuring, or only that (exit 5 when its numbers are wrong)")
     args = parser.parse_args(argv)
 
     faulthandler.enable()  # a native crash leaves its Python stack as evidence
@@ -128,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         _preload()
         events.emit("worker_started", imports_s=round(time.time() - psutil.Process().create_time(), 3))
         until = None
-        if not args.batches:
+        if not args.batches and args.parity != "only":
             words = sys.stdin.readline().split()
             if len(words) != 2 or words[0] != "go":
                 return EXIT_FINISHED  # the probe ended before this candidate's turn
@@ -141,6 +144,11 @@ def main(argv: list[str] | None = None) -> int:
             events.emit("trainer_ready", **trainer.describe(),
                         startup_s=round(time.monotonic() - started, 3))
             trainer.faults.before_step(0)
+            if args.parity == "only":
+                trainer.check_parity()  # raises ParityFailure: exit 5, the parity event written
+                return EXIT_FINISHED
+            if args.parity == "also":  # a column of the probe's table: the speed is measured anyway
+                events.emit("parity", **parity.check(trainer, perturb=trainer.faults.wrong_grad).event())
             if args.batches:
                 batch_trials(trainer, sys.stdin, args.trial_s)
             else:

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 # The ends that are not crashes.
 CLEAN = ("finished", "stopped", "config")
 # Every crash kind a device preset's [rules] can name.
-CRASH_KINDS = ("oom", "backend", "native-crash", "openmp", "numerical", "hang", "killed",
-               "user-code", "checkpoint", "slowdown", "unknown")
+CRASH_KINDS = ("oom", "backend", "native-crash", "openmp", "numerical", "numerical-parity", "hang",
+               "killed", "user-code", "checkpoint", "slowdown", "unknown")
 
 # Exit codes the trainer uses on purpose (engine.train.trainer).
-EXIT_FINISHED, EXIT_FAILED, EXIT_CONFIG, EXIT_STOPPED, EXIT_NUMERICAL = 0, 1, 2, 3, 4
+EXIT_FINISHED, EXIT_FAILED, EXIT_CONFIG, EXIT_STOPPED, EXIT_NUMERICAL, EXIT_PARITY = 0, 1, 2, 3, 4, 5
 
 _OOM = re.compile(r"MPS backend out of memory|CUDA out of memory|OutOfMemoryError|"
                   r"DefaultCPUAllocator: (?:not enough memory|can't allocate memory)|std::bad_alloc|"
@@ -39,6 +39,7 @@ _LOAD_FAILED = re.compile(r"PytorchStreamReader failed|failed finding central di
                           r"Weights only load failed|UnpicklingError|invalid load key|BadZipFile|"
                           r"Bad CRC-32")
 _TRACEBACK = "Traceback (most recent call last)"
+_PARITY = re.compile(r"computes wrong numbers")
 # argparse's refusal (exit 2): a command's arguments, as the preset templated them, are wrong.
 _USAGE = re.compile(r"^usage: .*$|: error: (?:unrecognized arguments|argument |the following arguments)"
                     r"|can't open file .*No such file or directory", re.MULTILINE)
@@ -56,6 +57,8 @@ SENTENCES = {
     "openmp": "Two OpenMP runtimes were loaded into one process (torch and faiss); "
               "KMP_DUPLICATE_LIB_OK=TRUE lets it continue.",
     "numerical": "The loss became NaN or infinite{where}.",
+    "numerical-parity": "The {device} computed wrong numbers in its parity check against the CPU "
+                        "before training: a run on it would train garbage.",
     "hang": "The trainer made no progress for {timeout}{where} and was killed.",
     "killed": "The trainer was killed by {signal}{where} from outside (not a crash of its own).",
     "user-code": "The workload code raised {exception}{where}; falling back will not fix a bug.",
@@ -161,6 +164,9 @@ def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
     if end.hung_for_s is not None:
         return verdict("hang", f"no {'output or ' if end.command else ''}event for {end.hung_for_s:.0f} s",
                        timeout=f"{end.hung_for_s:.0f} s")
+    if code == EXIT_PARITY and not end.command:
+        return verdict("numerical-parity", _first_match(_PARITY, end.tail) or None,
+                       device=(end.device or "device").partition(":")[0].upper().replace("CUDA", "CUDA GPU"))
     if (code == EXIT_NUMERICAL and not end.command) or end.numerical:
         num = end.numerical or {}
         where = f" at step {num['step']}" if num.get("step") else where

@@ -40,6 +40,7 @@ DEFAULT_RULES = {
     "native-crash": "retry-progress",
     "openmp": "retry-env",
     "numerical": "fp32",
+    "numerical-parity": "next",   # the device itself is wrong: another setting of it will not do
     "hang": "next",
     "killed": "retry",
     "user-code": "stop",

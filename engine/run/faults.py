@@ -4,7 +4,8 @@ A fault is `kind@step` (the preset key `inject`, or `cockpit --inject`): the tra
 the start of optimizer step `step` (0 = at start-up). Every failure is the real thing — a
 real SIGABRT with nothing on stderr (the notes' silent Metal deaths), the real message texts
 of MPS/CUDA/CPU out-of-memory and backend errors, the real "OMP: Error #15" followed by an
-abort, a real hang that ignores SIGTERM, a loss that really turns NaN, steps that really take four times
+abort, a real hang that ignores SIGTERM, a loss that really turns NaN, gradients really wrong
+(`wrong-grad`: what a backend's silent bug does), steps that really take four times
 longer (`slow`, what swapping looks like from the loop) — so the supervisor
 classifies them from evidence alone, as it would a real crash. Nothing downstream knows a
 fault was injected except for the `fault_injected` event, written for the human reading.
@@ -26,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-KINDS = ("native-crash", "oom", "backend", "openmp", "nan", "hang", "user-code", "slow")
+KINDS = ("native-crash", "oom", "backend", "openmp", "nan", "hang", "user-code", "slow", "wrong-grad")
 # What a supervisor delivers to a command from outside, as real signals (`deliver`); the
 # other kinds are raised inside a command by cockpit.report, inside the trainer by Injector.
 SIGNAL_KINDS = ("native-crash", "hang", "slow")
@@ -91,6 +92,7 @@ class Injector:
         self.device_type = device_type
         self.emit = emit
         self.poison_loss = False  # set by a fired 'nan' fault: the loss is NaN from then on
+        self.wrong_grad = False   # set by a fired 'wrong-grad' fault: gradients wrong from then on
         self.slow_s: float | None = None  # set by a fired 'slow' fault: extra seconds per step
         self._last_call: float | None = None
         self._step_s = 0.0
@@ -135,6 +137,12 @@ class Injector:
 
     def _nan(self) -> None:
         self.poison_loss = True
+
+    def _wrong_grad(self) -> None:
+        # A backend that computes wrong gradients (pytorch #177116 on MPS): the trainer makes
+        # one parameter's gradient a hundred times too big from here on; the parity check at
+        # the start of an attempt (step 0) sees it on the candidate and not on the CPU.
+        self.wrong_grad = True
 
     def _slow(self) -> None:
         # What swapping looks like from the loop: the same work, each step four times longer.
