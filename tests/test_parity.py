@@ -126,3 +126,12 @@ def test_wrong_grad_is_refused_for_a_command(home):
 
     with pytest.raises(ConfigError, match="wrong-grad perturbs the gradients of cockpit's own trainer"):
         runconfig.resolve_command(["python", "-c", "pass"], "x", "cpu", ["inject=['wrong-grad@3']"])
+
+
+def test_a_command_on_a_preset_that_asks_for_the_check_is_told_once_and_runs(home):
+    user_preset(home, "devices", "checked", 'device = "cpu"\nparity_check = true\n')
+    config = runconfig.resolve_command(["python", "-c", "print('trained')"], "script", "checked")
+    run = RunDir.create(config)
+    assert Supervisor(run, poll_s=0.05).supervise() == "finished"
+    (warning,) = [w for w in of_type(run, "warning") if w["kind"] == "parity-not-applicable"]
+    assert "does not apply to a command" in warning["message"] and not warning["fallback"]

@@ -173,6 +173,7 @@ class Supervisor:
         self._pid = 0
         self._lifeline: Lifeline | None = None
         self._first_attempt = 1   # above 1 when this supervisor continues a run
+        self._parity_told = False  # the parity check's not-applicable warning, once a run
         self._fired: set[tuple[str, str]] = set()   # (preset, fault) injected in this run
         self._unreadable: set[str] = set()   # a command's checkpoints that it failed to load
 
@@ -327,6 +328,13 @@ class Supervisor:
         self.events.emit("attempt_started", attempt=attempt, preset=name, config=to_table(preset),
                          log=log_path.name, **launch.describe())
         self._watch = watch = AttemptWatch(attempt)
+        if launch.is_command and preset.parity_check and not self._parity_told:
+            self._parity_told = True
+            self.events.emit("warning", attempt=attempt, kind="parity-not-applicable", advice=[],
+                             fallback=False, message=f"device preset {name!r} asks for a parity "
+                             "check, which does not apply to a command: cockpit cannot run its "
+                             "model on the CPU beside it (a built-in or protocol workload can be "
+                             "checked: cockpit check)")
         if launch.is_command:
             # what the placeholders said; a command has no trainer_ready to say it
             watch.device, watch.precision = launch.device, launch.precision
