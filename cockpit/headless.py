@@ -74,6 +74,8 @@ def step_line(e: dict, memory: dict | None = None, windows: int | None = None) -
         line += f"  {rate(e['samples_per_s'])} samples/s"
     if "gflop_s" in e:
         line += f"  {e['gflop_s']:,.1f} GFLOP/s"
+    if e.get("mfu") is not None:
+        line += f" (MFU {e['mfu']:.0%})"
     if not _done(e) and (eta := eta_text(e.get("eta_s"), windows)) is not None:
         line += f"  {eta}"
     if memory is not None:
@@ -111,6 +113,8 @@ def status_line(e: dict, memory: dict | None, windows: int, quiet_s: float | Non
         parts.append(f"loss {e['loss']:.4g}")
     if e.get("samples_per_s") is not None:
         parts.append(f"{rate(e['samples_per_s'])} samples/s")
+    if e.get("mfu") is not None:
+        parts.append(f"MFU {e['mfu']:.0%}")
     if pressure and level in (None, "normal"):
         parts.append(pressure)
     line = ""
@@ -180,6 +184,8 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
         return f"checkpoint{at}: {e.get('path', '?')}"
     if kind == "fault_injected":
         return f"attempt {e['attempt']}: injecting fault {e['spec']} at step {e['step']}"
+    if kind == "parity":
+        return f"attempt {e['attempt']}: parity check {e['verdict']}: {e['message']}"
     if kind == "crash":
         line = f"attempt {e['attempt']} ({e['preset']}) crashed: {e['kind']}. {e['sentence']}"
         message = (e.get("evidence") or {}).get("message")

@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from engine import presets, workloads
-from engine.train import checkpoint, device as devices, optim, parity
+from engine.train import checkpoint, device as devices, optim, parity, peaks
 from engine.run.crashes import (EXIT_CONFIG, EXIT_FAILED, EXIT_FINISHED, EXIT_NUMERICAL, EXIT_PARITY,
                                 EXIT_STOPPED)
 from engine.train.data import SampleOrder
@@ -138,6 +138,7 @@ class Trainer:
         # Rates over training time only: evals, epoch preparation and checkpoints move the
         # window's start past themselves, and are added to the ETA as costs of their own.
         self._meter = RateMeter(full_window_s=self.train.report_every_s)
+        self.peak = peaks.device_peak(self.device, self.resolved.precision)  # (TFLOP/s, GPU) for MFU
         self._eval_s, self._evals = 0.0, 0          # time spent evaluating, for the ETA
         self._epoch_cost_s: float | None = None     # the last epoch preparation's (mining)
         self._new_window()
@@ -293,6 +294,8 @@ class Trainer:
         )
         if self.workload.flops_per_sample:
             event["gflop_s"] = round(samples_per_s * self.workload.flops_per_sample / 1e9, 2)
+            if self.peak is not None:  # model FLOP utilisation of every rank's GPU together
+                event["mfu"] = round(event["gflop_s"] / (self.peak[0] * 1e3 * self.world.size), 4)
         if self.world.is_main:
             self.events.emit("step", **event)
         else:
@@ -475,6 +478,7 @@ class Trainer:
             trainable=sum(p.numel() for p in self.model.parameters() if p.requires_grad),
             pid=os.getpid(), torch=torch.__version__, world_size=self.world.size,
             global_batch=self.global_batch, optimizer=self._optimizer_text(),
+            peak_tflops=self.peak[0] if self.peak else None,
         )
 
     def _optimizer_text(self) -> str:
