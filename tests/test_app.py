@@ -83,7 +83,7 @@ def test_runs_screen_lists_history_and_opens_a_past_run(home):
             await wait_for(pilot, lambda: len(screen.rows) == 2, what="the runs to load")
             table = screen.query_one("#runs")
             first = [str(c) for c in table.get_row_at(0)]
-            assert first[1] == "finished" and first[3] == "auto(cpu)→cpu" and first[6] == "2"
+            assert first[2] == "finished" and first[4] == "auto(cpu)→cpu" and first[7] == "2"  # after the mark column
             assert "SIGABRT" in _text(screen, "#run-detail")
             await pilot.press("enter")
             await pilot.pause()

@@ -1,5 +1,9 @@
-"""The runs screen: every run with status, workload, device, throughput and duration; open a
-past one (replayed from its events) or attach to a live one."""
+"""The runs screen: every run with status, workload, device, average throughput, duration and
+id; open a past one (replayed from its events) or attach to a live one, read its logs, mark
+two or more (space) and compare them (c).
+
+It refreshes itself every REFRESH_S while shown. Each run is a digest (engine.run.digest): a
+finished run's events are read once, a live run's only as they are appended."""
 
 from __future__ import annotations
 
@@ -18,7 +22,12 @@ from cockpit.headless import duration
 from engine.run import resume as resumption, supervisor
 from engine.errors import ConfigError
 from engine.numbers import rate
+from engine.run.digest import RunDigests
 from engine.run.rundir import RunDir, RunSummary, list_runs, summarize
+from engine.run.stats import Averages
+
+REFRESH_S = 3.0
+MARK = "●"
 
 STATUS_STYLE = {"running": "bold cyan", "finished": "green", "stopped": "yellow",
                 "failed": "bold red", "lost": "red", "interrupted": "yellow", "created": "dim", "broken": "bold red"}
@@ -59,79 +68,129 @@ def devices(s: RunSummary) -> str:
     return "→".join(parts) or s.device_preset
 
 
+def average_rate(a: Averages | None) -> str:
+    return rate(a.samples_per_s) if a is not None and a.samples_per_s is not None else "-"
+
+
 @dataclasses.dataclass
 class RunsLoaded(Message):
     rows: list[tuple[RunDir, RunSummary]]
+    averages: dict[str, Averages]     # by run id
 
 
 class RunsScreen(Screen):
     BINDINGS = [
-        Binding("enter", "open", "Open / attach", priority=True),
-        Binding("s", "stop", "Stop run"),
-        Binding("r", "resume", "Resume run"),
-        Binding("f5", "refresh", "Refresh"),
+        # Short names: with stop on a live run they still fit one 80-column footer.
+        Binding("enter", "open", "Open", priority=True),
+        Binding("space", "mark", "Mark"),
+        Binding("c", "compare", "Compare"),
+        Binding("l", "logs", "Logs"),
+        Binding("s", "stop", "Stop"),
+        Binding("r", "resume", "Resume"),
+        Binding("f5", "refresh", "Refresh", show=False),   # it refreshes itself; f5 for the impatient
         Binding("escape", "app.pop_screen", "Back"),
     ]
     DEFAULT_CSS = """
     RunsScreen DataTable { height: 1fr; }
     #run-detail { height: 3; padding: 0 1; background: $boost; }
     """
+    COLUMNS = (MARK, "when", "status", "workload", "device", "samples/s", "time", "att", "id")
 
     def __init__(self):
         super().__init__()
         self.rows: list[tuple[RunDir, RunSummary]] = []
+        self.averages: dict[str, Averages] = {}
+        self.marked: set[str] = set()   # run ids, kept across refreshes
+        # Kept by the screen while it lives: each refresh reads only what runs appended.
+        self._digests = RunDigests()
+        self._refresh_timer = None
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
         yield Static("loading runs…", id="run-detail")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        table.add_columns("when", "status", "workload", "device", "samples/s", "time", "att")
+        for name in self.COLUMNS:
+            table.add_column(name, key=name)
         self.load()
+        self._refresh_timer = self.set_interval(REFRESH_S, self.load)
 
     def on_screen_resume(self) -> None:
         self.load()
+        if self._refresh_timer is not None:
+            self._refresh_timer.resume()
+
+    def on_screen_suspend(self) -> None:
+        # Another screen is on top: nobody sees this one, so it reads nothing.
+        if self._refresh_timer is not None:
+            self._refresh_timer.pause()
 
     @work(thread=True, exclusive=True, group="runs-load", exit_on_error=False)
     def load(self) -> None:
-        # Summaries read every events file: off the UI thread, handed over by message.
-        rows = []
-        for run in list_runs():
-            try:
-                rows.append((run, summarize(run)))
-            except ConfigError:
-                continue
-        self.post_message(RunsLoaded(rows))
+        # The first look reads every events file: off the UI thread, handed over by message.
+        digests = self._digests.refresh()
+        self.post_message(RunsLoaded([(RunDir(d.run.path), d.summary) for d in digests],
+                                     {d.run.id: d.averages for d in digests}))
+
+    def _cells(self, run: RunDir, s: RunSummary) -> tuple:
+        return (MARK if run.id in self.marked else "", when(s),
+                Text(s.status, style=STATUS_STYLE.get(s.status, "")), s.workload, devices(s),
+                Text(average_rate(self.averages.get(run.id)), justify="right"),
+                Text(duration(s.duration_s), justify="right"), str(len(s.attempts)), run.id)
 
     def on_runs_loaded(self, message: RunsLoaded) -> None:
         table = self.query_one(DataTable)
         keep = table.cursor_row
-        table.clear()
-        self.rows = message.rows
-        for run, s in self.rows:
-            speed = rate(s.samples_per_s) if s.samples_per_s is not None else "-"
-            table.add_row(when(s), Text(s.status, style=STATUS_STYLE.get(s.status, "")), s.workload,
-                          devices(s), Text(speed, justify="right"), Text(duration(s.duration_s), justify="right"),
-                          str(len(s.attempts)), key=run.id)
+        selected = self._selected()
+        same_runs = [r.id for r, _ in message.rows] == [r.id for r, _ in self.rows]
+        self.rows, self.averages = message.rows, message.averages
+        self.marked &= {r.id for r, _ in self.rows}
+        if same_runs and table.row_count == len(self.rows):
+            # Cell by cell: the cursor and the scroll stay where the user left them.
+            for run, s in self.rows:
+                for name, value in zip(self.COLUMNS, self._cells(run, s)):
+                    if str(table.get_cell(run.id, name)) != str(value):
+                        table.update_cell(run.id, name, value)
+        else:
+            table.clear()
+            for run, s in self.rows:
+                table.add_row(*self._cells(run, s), key=run.id)
         if self.rows:
-            table.move_cursor(row=min(keep, len(self.rows) - 1))
+            if not same_runs:   # on the run it was on, wherever a new run put it
+                ids = [r.id for r, _ in self.rows]
+                keep = ids.index(selected.id) if selected is not None and selected.id in ids else keep
+                table.move_cursor(row=min(keep, len(self.rows) - 1))
             self._show_detail(table.cursor_row)
         else:
             self.query_one("#run-detail", Static).update("no runs yet: pick presets and press r on the launch screen")
+        self.refresh_bindings()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._show_detail(event.cursor_row)
+        self.refresh_bindings()   # Stop is offered on a running run only, Resume on the others
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        if action in ("stop", "resume"):
+            row = self.query_one(DataTable).cursor_row if self.is_mounted else -1
+            running = 0 <= row < len(self.rows) and self.rows[row][1].status == "running"
+            # A finished run is told why it cannot be resumed (r); a running one has nothing to
+            # offer but stop, and the footer says so.
+            return running if action == "stop" else not running
+        return True
 
     def _show_detail(self, row: int) -> None:
         if not 0 <= row < len(self.rows):
             return
         run, s = self.rows[row]
         crash = next((a for a in s.attempts if a.crash), None)
+        a = self.averages.get(run.id)
         lines = [f"{run.id}  step {s.step}/{s.total_steps}" + (f"  loss {s.loss:.4g}" if s.loss is not None else "")
-                 + "".join(f"  {k} {v:.4g}" for k, v in s.metrics.items() if isinstance(v, float))]
+                 + "".join(f"  {k} {v:.4g}" for k, v in s.metrics.items() if isinstance(v, float))
+                 + (f"  {average_rate(a)} samples/s avg" if a is not None and a.samples_per_s else "")
+                 + (f"  {a.steps_lost} steps lost" if a is not None and a.steps_lost else "")]
         if crash:
             lines.append(f"attempt {crash.attempt}: {crash.crash}")
         if s.error:
@@ -142,6 +201,33 @@ class RunsScreen(Screen):
     def _selected(self) -> RunDir | None:
         row = self.query_one(DataTable).cursor_row
         return self.rows[row][0] if 0 <= row < len(self.rows) else None
+
+    def action_mark(self) -> None:
+        run = self._selected()
+        if run is None:
+            return
+        self.marked ^= {run.id}
+        self.query_one(DataTable).update_cell(run.id, MARK, MARK if run.id in self.marked else "")
+
+    def action_compare(self) -> None:
+        chosen = [run for run, _ in self.rows if run.id in self.marked]
+        if len(chosen) < 2:
+            self.notify(f"{len(chosen)} run marked: mark two or more with space, then press c to compare them",
+                        severity="warning")
+            return
+        from cockpit.ui.compare import CompareScreen
+        self.app.push_screen(CompareScreen(chosen))
+
+    def action_logs(self) -> None:
+        run = self._selected()
+        if run is None:
+            return
+        try:
+            from cockpit.ui.logs import LogScreen
+        except ImportError as e:   # the log view arrives with its own change
+            self.notify(f"no log view in this build ({e})", severity="warning")
+            return
+        self.app.push_screen(LogScreen(run))
 
     def action_open(self) -> None:
         run = self._selected()
