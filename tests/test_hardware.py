@@ -138,7 +138,7 @@ def test_sustained_contention_warns_once_and_never_falls_back():
     assert [t for t, _ in fired] == [30]
     w = fired[0][1]
     assert w["kind"] == "cpu-contention" and w["fallback"] is False
-    assert "stress (pid 4242) 95%" in w["message"] and "2 cores" in w["message"]
+    assert "stress (pid 4242) at 95% of a core" in w["message"] and "2 cores" in w["message"]
     assert "renice -n 19 -p 4242" in w["advice"][0]["text"]
     assert w["advice"][1]["set"] == ["device.threads=1"]  # 2 cores less the neighbour's one
 
@@ -182,7 +182,7 @@ class NVMLError(Exception):
     pass
 
 
-def fake_pynvml(count=2, *, init_error=None, no_power=False, util_error_at=None):
+def fake_pynvml(count=2, *, init_error=None, no_power=False, util_error_at=None, memory_v2=True):
     mod = types.ModuleType("pynvml")
     mod.NVMLError = NVMLError
     mod.NVML_TEMPERATURE_GPU = 0
@@ -203,8 +203,16 @@ def fake_pynvml(count=2, *, init_error=None, no_power=False, util_error_at=None)
             raise NVMLError("GPU is lost")
         return SimpleNamespace(gpu=90 + h[1], memory=40)
     mod.nvmlDeviceGetUtilizationRates = util
-    mod.nvmlDeviceGetMemoryInfo = lambda h: SimpleNamespace(used=(30 + h[1]) * 10**9, total=80 * 10**9,
-                                                            free=(50 - h[1]) * 10**9)
+    reserved = 10**9  # what the driver keeps for itself: v1 counts it as used, v2 does not
+
+    def memory(h, version=None):
+        if version is not None and not memory_v2:
+            raise NVMLError("Function Not Found")  # a driver before R510
+        v1 = version is None
+        return SimpleNamespace(used=(30 + h[1]) * 10**9 + (reserved if v1 else 0), total=80 * 10**9,
+                               reserved=0 if v1 else reserved, free=(50 - h[1]) * 10**9 - reserved)
+    mod.nvmlMemory_v2 = 0x02000028
+    mod.nvmlDeviceGetMemoryInfo = memory
 
     def power(h):
         if no_power:
@@ -263,6 +271,13 @@ def test_absent_or_failing_nvml_shows_no_gpus_and_raises_nothing(monkeypatch):
     assert [g["power_w"] for g in read] == [None, None]        # a board that reports no power
     assert [g["util_percent"] for g in read] == [90, None]     # one figure failing, not the rest
     assert read[1]["temp_c"] == 65
+
+
+def test_memory_used_leaves_out_the_drivers_reserve_where_the_driver_can_say(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(count=1))
+    assert hardware.Gpus(None).read()[0]["mem_used"] == 30 * 10**9            # v2, as nvidia-smi
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(count=1, memory_v2=False))
+    assert hardware.Gpus(None).read()[0]["mem_used"] == 31 * 10**9            # v1: all it has
 
 
 def test_summary_of_an_older_event_is_empty_and_gpus_read_in_one_line(monkeypatch):

@@ -211,6 +211,7 @@ class Gpus:
         self.cuda_visible = cuda_visible
         self._nvml = None
         self._handles: list[tuple[int, object, str]] | None = None  # (index, handle, name)
+        self._memory_info = None  # the memory reader this driver answers
         self.why_not: str | None = None
 
     def _start(self) -> bool:
@@ -236,7 +237,22 @@ class Gpus:
             self.why_not = f"NVML: {e}"
             return False
         self._nvml = pynvml
+        self._memory_info = self._memory_reader(pynvml)
         return True
+
+    def _memory_reader(self, nv):
+        """nvmlDeviceGetMemoryInfo's v2 where the driver has it (R510 on): its `used` leaves
+        out what the driver reserves for itself, as nvidia-smi does (on an idle H100 here v1
+        says 1.7 GB used and nvidia-smi 0); else v1. Chosen once, so an old driver does not
+        fail a call every second."""
+        version = getattr(nv, "nvmlMemory_v2", None)
+        if version is not None and self._handles:
+            try:
+                nv.nvmlDeviceGetMemoryInfo(self._handles[0][1], version=version)
+                return lambda handle: nv.nvmlDeviceGetMemoryInfo(handle, version=version)
+            except Exception:  # noqa: BLE001 -- a driver without v2: v1 below
+                pass
+        return nv.nvmlDeviceGetMemoryInfo
 
     @staticmethod
     def _try(fn, *args):
@@ -251,7 +267,7 @@ class Gpus:
         nv, out = self._nvml, []
         for index, handle, name in self._handles:
             util = self._try(nv.nvmlDeviceGetUtilizationRates, handle)
-            mem = self._try(nv.nvmlDeviceGetMemoryInfo, handle)
+            mem = self._try(self._memory_info, handle)
             power_mw = self._try(nv.nvmlDeviceGetPowerUsage, handle)
             temp = self._try(nv.nvmlDeviceGetTemperature, handle, getattr(nv, "NVML_TEMPERATURE_GPU", 0))
             out.append({"index": index, "name": name,
@@ -267,7 +283,9 @@ class Gpus:
 
 
 def _names(others: list[dict]) -> str:
-    return ", ".join(f"{o['name']} (pid {o['pid']}) {o['cpu_percent']:.0f}%" for o in others)
+    """'stress (pid 4242) at 95% of a core, python (pid 17) at 60%'."""
+    return ", ".join(f"{o['name']} (pid {o['pid']}) at {o['cpu_percent']:.0f}%" + (" of a core" if i == 0 else "")
+                     for i, o in enumerate(others))
 
 
 class ContentionDetector:
@@ -310,7 +328,7 @@ class ContentionDetector:
         others = sample["cpu_others"]
         cores = sample.get("cpu_count") or psutil.cpu_count() or 1
         taken = sum(o["cpu_percent"] for o in others) / 100.0
-        message = (f"other processes are taking the CPU this run needs: {_names(others)} of a core; "
+        message = (f"other processes are taking the CPU this run needs: {_names(others)}; "
                    f"the machine's {cores} cores have been {sample['cpu_system_percent']:.0f}% busy "
                    f"for {lasted:.0f} s")
         advice = [{"text": "stop or pause them, or lower their priority: renice -n 19 -p "
