@@ -96,3 +96,11 @@ def test_digests_follow_the_runs_dir(tmp_path):
     shutil.rmtree(tmp_path / "20261123-000002-b")
     assert [d.run.id for d in digests.refresh()] == ["20261123-000001-a"]
     assert digests.refresh()[0] is first[1]      # kept between refreshes, not read again
+
+
+def test_a_digest_summarizes_each_fixture_run_as_a_full_read_does():
+    for name in ("finished", "crash-fallback"):
+        run = RunDir(RUNS / name)
+        digest = RunDigest(run)
+        digest.refresh()
+        assert digest.summary == summarize(run), name

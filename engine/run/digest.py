@@ -5,12 +5,14 @@ Summarizing a five-hour run reads about 50,000 events (20 MB, a second of CPU he
 that lists runs and refreshes every few seconds cannot do that each time. A digest reads the
 file once, then each `refresh()` costs a stat for a run that did not change, and the new lines
 only for one that did. It keeps what summarize() needs of the events -- all but the memory
-samples, and of each attempt's step events only the newest (the summary keeps only the
-last step's figures) -- so it stays small however long the run.
+samples, and of each stretch of step events only the newest (the summary keeps the last
+step's figures; its whole-run figures come from the digest's own fold of every event) -- so
+it stays small however long the run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from pathlib import Path
@@ -67,9 +69,25 @@ class RunDigest:
                 self._add(e)
             self._seen = seen
         if changed or self.summary.status == "running":
-            self.summary = summarize(_SoFar(self.run.path, self._kept))
+            self.summary = self._summarize()
             return True
         return False
+
+    def _summarize(self) -> RunSummary:
+        """summarize() over the kept events; the whole-run figures it shares with the averages
+        (throughput, time training, steps lost) from the digest's own fold, which saw every
+        step, and the newest event's time from every event, memory samples too."""
+        summary = summarize(_SoFar(self.run.path, self._kept))
+        if summary.status == "broken":
+            return summary
+        whole = self._stats.result()
+        names = {f.name for f in dataclasses.fields(summary)}
+        for f in dataclasses.fields(whole):
+            if f.name in names:
+                setattr(summary, f.name, getattr(whole, f.name))
+        if "last_event" in names:
+            summary.last_event = self._stats.last_t
+        return summary
 
     def _add(self, e: dict) -> None:
         self._stats.add(e)
