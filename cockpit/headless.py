@@ -42,7 +42,8 @@ def _metrics(metrics: dict) -> str:
 
 
 def memory_text(m: dict) -> str:
-    """'rss 1.2 GB, mem 71%, swap-in 0 MB/s, pressure normal' from a memory event."""
+    """'rss 1.2 GB, mem 71%, swap-in 0 MB/s, cpu 190%, gpu 97%, pressure normal' from a memory
+    event."""
     parts = []
     if m.get("rss") is not None:
         parts.append(f"rss {m['rss'] / 1e9:.1f} GB")
@@ -50,6 +51,10 @@ def memory_text(m: dict) -> str:
         parts.append(f"mem {100 * m['system_used'] / m['system_total']:.0f}%")
     if m.get("swap_in_per_s") is not None:
         parts.append(f"swap-in {m['swap_in_per_s'] / 1e6:.1f} MB/s")
+    if m.get("cpu_percent") is not None:  # the hardware panel's figures, short
+        parts.append(f"cpu {m['cpu_percent']:.0f}%")
+    if utils := [g["util_percent"] for g in m.get("gpus") or [] if g.get("util_percent") is not None]:
+        parts.append("gpu " + ("/".join(f"{u}%" for u in utils) if len(utils) <= 2 else f"{min(utils)}-{max(utils)}%"))
     level = (m.get("pressure") or {}).get("level")
     parts.append(f"pressure {level or 'n/a'}")
     return ", ".join(parts)

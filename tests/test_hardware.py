@@ -19,7 +19,7 @@ import psutil
 import pytest
 from textual.app import App, ComposeResult
 
-from cockpit.headless import human_line
+from cockpit.headless import human_line, memory_text
 from cockpit.ui.model import RunModel
 from cockpit.ui.widgets.hardware import HardwarePanel, hardware_text
 from engine.monitor import hardware, sysmon
@@ -173,6 +173,15 @@ def test_headless_prints_the_contention_warning_readably():
     assert line.startswith("warning: other processes are taking the CPU this run needs: stress")
     assert "    - stop or pause them" in line and "(--set device.threads=1)" in line
     assert "fall back" not in line
+
+
+def test_headless_step_lines_carry_cpu_and_gpu_use():
+    memory = {"rss": 2 * 10**9, "system_total": 10, "system_used": 5, "pressure": {"level": "normal"},
+              "cpu_percent": 190.4, "gpus": [{"util_percent": 97}, {"util_percent": None}]}
+    assert memory_text(memory) == "rss 2.0 GB, mem 50%, cpu 190%, gpu 97%, pressure normal"
+    memory["gpus"] = [{"util_percent": u} for u in (91, 99, 95)]
+    assert "gpu 91-99%" in memory_text(memory)
+    assert memory_text({"rss": 10**9}) == "rss 1.0 GB, pressure n/a"  # an event from before
 
 
 # ---------------------------------------------------------------- GPUs through a fake NVML
