@@ -44,6 +44,8 @@ def add_parser(sub) -> None:
                    help="wall time for the whole probe (default 60; --find-batch 90)")
     q.add_argument("--no-threads", action="store_true",
                    help="measure CPU candidates only at their own thread count")
+    q.add_argument("--no-compile", action="store_true",
+                   help="no compiled twin of each CUDA candidate (compile = true, timed apart)")
     q.add_argument("--fresh", action="store_true", help="measure again even if a result is cached")
     q.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                    help="print the result as JSON")
@@ -99,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
                           "belongs to the batch finder; expected --find-batch with it")
     candidates = cands.build(config.workload, devices=cands.parse_list(args.devices, "--devices"),
                              preset_names=cands.parse_list(args.presets, "--presets"),
-                             base=device_name, overrides=overrides, threads=not args.no_threads)
+                             base=device_name, overrides=overrides, threads=not args.no_threads,
+                             compile=not args.no_compile)
     from engine.probe.speed import FINISH_MARGIN_S, MIN_SLICE_S
 
     least = MIN_SLICE_S * len(candidates) + FINISH_MARGIN_S
@@ -180,7 +183,7 @@ def _progress(update: dict) -> None:
 
 def table(result) -> str:
     rows = [("candidate", "device", "batch", "samples/s", "middle half", "peak mem", "pressure", "swap-in",
-             "result")]
+             "parity", "result")]
     for r in result.candidates:
         swap = r.memory.get("swap_in")
         rows.append((
@@ -189,13 +192,22 @@ def table(result) -> str:
             f"{rate(r.spread[0])}-{rate(r.spread[1])}" if r.spread else "-",
             r.peak_text, r.memory.get("pressure") or "n/a",
             "n/a" if swap is None else f"{swap / 2**20:.0f} MB",
-            r.status if r.status != "crashed" else f"crashed: {r.crash['kind']}",
+            _parity_cell(r),
+            (r.status if r.status != "crashed" else f"crashed: {r.crash['kind']}")
+            + (f" (compiled in {r.compile_s:.0f} s)" if r.compile_s is not None else ""),
         ))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     right = {3, 4, 5, 7}
     return "\n".join("  ".join(cell.rjust(w) if i in right else cell.ljust(w)
                                for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
                      for row in rows)
+
+
+def _parity_cell(r) -> str:
+    """'ok', 'WRONG' or '-' (not checked: the CPU reference itself, a command, no result)."""
+    if not r.parity:
+        return "-"
+    return "ok" if r.parity["ok"] else "WRONG"
 
 
 def run_command(config, candidate, base: str, presets_mode: bool) -> str:
@@ -207,6 +219,8 @@ def run_command(config, candidate, base: str, presets_mode: bool) -> str:
         words += ["-d", base, "--set", f"device={candidate.preset.device}"]
     if candidate.preset.device == "cpu" and candidate.preset.threads:
         words += ["--set", f"threads={candidate.preset.threads}"]
+    if candidate.preset.compile and not presets_mode and not config.device.compile:
+        words += ["--set", "compile=true"]
     for item in config.overrides:
         words += ["--set", item]
     return " ".join(shlex.quote(w) for w in words)

@@ -128,6 +128,7 @@ class Worker:
         self._sampler: SystemSampler | None = None
         self._sampled = 0.0
         self._ended_by: str | None = None
+        self.extra_s = 0.0  # time its slice is lengthened by: the parity check's, which is not speed
         self._start()
 
     def _new_run(self) -> None:
@@ -168,6 +169,8 @@ class Worker:
         new = self._new_events()
         for e in new:
             e["_received"] = now
+            if e["type"] == "parity":
+                self.extra_s += e.get("seconds") or 0.0
         self.events += new
         return new
 
@@ -221,7 +224,7 @@ class Worker:
         then end it. An exception here (Ctrl-C) ends the worker too: it runs in its own
         session, so nothing else would."""
         try:
-            while self.alive and time.time() < deadline and not (cancel and cancel.is_set()):
+            while self.alive and time.time() < deadline + self.extra_s and not (cancel and cancel.is_set()):
                 new = self.poll()
                 if new and on_events:
                     on_events(new)

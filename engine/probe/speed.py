@@ -30,14 +30,16 @@ MIN_SLICE_S = 5.0
 # reported as unsteady: on a machine this busy the ranking may not hold.
 UNSTEADY = 0.5
 # Ranked first to last: measured, measured roughly, measured not at all, broken.
-STATUS_ORDER = {"ok": 0, "rough": 1, "too-slow": 2, "crashed": 3, "unavailable": 4}
+STATUS_ORDER = {"ok": 0, "rough": 1, "wrong": 2, "too-slow": 3, "crashed": 4, "unavailable": 5}
+# A compiled candidate's slice counts this many shares of the budget: its first steps compile.
+COMPILE_SHARES = 2
 
 
 @dataclass
 class CandidateResult:
     label: str
     preset: str
-    status: str                        # ok | rough | too-slow | crashed | unavailable
+    status: str                        # ok | rough | wrong | too-slow | crashed | unavailable
     device: str | None = None          # as the trainer resolved it ("cuda:0", "cpu")
     precision: str | None = None
     batch_size: int = 0
@@ -56,6 +58,9 @@ class CandidateResult:
     seconds: float = 0.0
     basis: str = ""                    # a command's: how its samples/s was derived, in words
     unit: str = "samples"              # "steps": a command that takes no {batch_size}
+    compiled: bool = False             # compile = true (a CUDA candidate's compiled twin)
+    compile_s: float | None = None     # its first step less a later one's: the compiling
+    parity: dict | None = None         # the parity check's verdict, worst gradient and message
 
     @property
     def trained(self) -> bool:
@@ -127,7 +132,9 @@ def probe(config: RunConfig, candidates: list[Candidate], budget_s: float = PROB
     with tempfile.TemporaryDirectory(prefix="cockpit-probe-") as scratch:
         # Every worker starts now, so their imports (seconds each, cold) overlap; then they
         # are measured one at a time, with nothing else running.
-        workers = [start_worker(config, c.preset, Path(scratch)) for c in candidates]
+        workers = [start_worker(config, c.preset, Path(scratch), **_parity(config, c))
+                   for c in candidates]
+        shares = [COMPILE_SHARES if c.preset.compile else 1 for c in candidates]
         try:
             if not config.workload.is_command:  # a command starts from scratch at its turn
                 tell({"type": "importing", "total": len(candidates)})
@@ -139,7 +146,8 @@ def probe(config: RunConfig, candidates: list[Candidate], budget_s: float = PROB
             for i, (candidate, worker) in enumerate(zip(candidates, workers)):
                 if cancel and cancel.is_set():
                     break
-                slice_end = time.time() + max(MIN_SLICE_S, (end - time.time()) / (len(candidates) - i))
+                share = (end - time.time()) * shares[i] / sum(shares[i:])
+                slice_end = time.time() + max(MIN_SLICE_S, share)
                 tell({"type": "candidate", "index": i, "total": len(candidates),
                       "label": candidate.label, "until": slice_end})
                 worker.go(slice_end - EXIT_MARGIN_S)
@@ -161,6 +169,15 @@ def probe(config: RunConfig, candidates: list[Candidate], budget_s: float = PROB
                        **cache.identify(config.workload, candidates, budget_s))
 
 
+def _parity(config: RunConfig, candidate: Candidate) -> dict:
+    """Check the candidate against the CPU in fp32 first, unless it is that CPU (or a command,
+    whose model cockpit cannot run twice)."""
+    p = candidate.preset
+    if config.workload.is_command or (p.device == "cpu" and p.precision in ("auto", "fp32")):
+        return {}
+    return {"parity": "also"}
+
+
 def candidate_result(candidate: Candidate, worker: Worker, ended: WorkerEnd) -> CandidateResult:
     """What one worker's events, memory readings and end say about its candidate."""
     preset = candidate.preset
@@ -178,6 +195,13 @@ def candidate_result(candidate: Candidate, worker: Worker, ended: WorkerEnd) -> 
     steps = worker.of_type("step")
     warmup = worker.of_type("probe_warmup")
     result.first_step_s = warmup[0]["seconds"] if warmup else None
+    result.compiled = preset.compile
+    if preset.compile and warmup:
+        later = statistics.median(e["seconds"] for e in warmup[1:]) if len(warmup) > 1 else 0.0
+        result.compile_s = round(max(0.0, warmup[0]["seconds"] - later), 1)
+    checked = next(iter(worker.of_type("parity")), None)
+    if checked:
+        result.parity = {k: checked.get(k) for k in ("verdict", "ok", "worst_grad", "message")}
     last = done or (steps[-1] if steps else {})
     result.peak = (done or {}).get("peak", {})
     result.device_memory = last.get("device_memory", {}) or {}
@@ -210,6 +234,8 @@ def candidate_result(candidate: Candidate, worker: Worker, ended: WorkerEnd) -> 
         result.crash = {"kind": ended.verdict.kind, "sentence": ended.verdict.sentence,
                         "evidence": ended.verdict.evidence}
         result.note = ended.verdict.sentence
+    elif result.parity and not result.parity["ok"]:
+        result.status, result.note = "wrong", result.parity["message"]  # fast garbage is no candidate
     elif result.samples_per_s is None:
         result.status = "too-slow"
         if worker.is_command:
@@ -255,6 +281,8 @@ def _failures(results: list[CandidateResult]) -> list[str]:
             out.append(f"{r.label} was too slow to time ({r.note})")
         elif r.status == "unavailable":
             out.append(f"{r.label} is unavailable")
+        elif r.status == "wrong":
+            out.append(f"{r.label} computes wrong numbers (parity check: {r.parity['message']})")
     return out
 
 
@@ -294,8 +322,23 @@ def recommend(workload: str, ranked: list[CandidateResult]) -> tuple[str | None,
         sentence += f" (rough: {best.note})"
     if best.basis:
         sentence += f" (a command: {best.basis})"
+    sentence += _compile_verdict(best, trained)
     compared = [best, *others[:1]]
     sentence += "".join(f"; {r.label} was {r.note}" for r in compared if r.note.startswith("unsteady"))
     if failures:
         sentence += "; " + "; ".join(failures)
     return best.label, sentence + "."
+
+
+def _compile_verdict(best: CandidateResult, trained: list[CandidateResult]) -> str:
+    """Whether compiling won on the best device, and by how much, against its eager twin."""
+    twins = [r for r in trained if r.device_kind == best.device_kind and r.compiled != best.compiled
+             and r.batch_text == best.batch_text]
+    if not twins:
+        return ""
+    compiled, eager = (best, twins[0]) if best.compiled else (twins[0], best)
+    ratio = compiled.samples_per_s / max(eager.samples_per_s, 1e-12)
+    cost = f" after {compiled.compile_s:.0f} s of compiling" if compiled.compile_s is not None else ""
+    if best.compiled:
+        return f"; compiling wins: {ratio:.2f}x eager's {rate(eager.samples_per_s)} samples/s{cost}"
+    return f"; compiling does not pay here: {ratio:.2f}x eager{cost}"

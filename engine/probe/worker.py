@@ -148,7 +148,10 @@ def main(argv: list[str] | None = None) -> int:
                 trainer.check_parity()  # raises ParityFailure: exit 5, the parity event written
                 return EXIT_FINISHED
             if args.parity == "also":  # a column of the probe's table: the speed is measured anyway
-                events.emit("parity", **parity.check(trainer, perturb=trainer.faults.wrong_grad).event())
+                checked = parity.check(trainer, perturb=trainer.faults.wrong_grad)
+                events.emit("parity", **checked.event())
+                if until is not None:
+                    until += checked.seconds  # the parent lengthens the slice by as much
             if args.batches:
                 batch_trials(trainer, sys.stdin, args.trial_s)
             else:

@@ -1,0 +1,79 @@
+"""The probe's compiled twins of CUDA candidates and its parity column (issue 18)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from conftest import child_env, cockpit_cmd, user_preset
+from engine import runconfig
+from engine.probe import candidates
+from engine.probe.speed import CandidateResult, recommend
+from cockpit.commands.probe import run_command
+
+MATMUL = ["params.n=64", "params.products=8", "params.samples=4096", "params.eval_samples=64"]
+
+
+def _labels(found):
+    return [(c.label, c.preset.compile) for c in found]
+
+
+def test_cuda_candidates_get_a_compiled_twin_and_no_other_device_does(home, monkeypatch):
+    config = runconfig.resolve("matmul", "auto", [])
+    # what this machine has, as the probe reads it without torch: here, an NVIDIA GPU
+    monkeypatch.setattr(candidates, "available_devices", lambda: ["cuda", "cpu"])
+    found = candidates.build(config.workload, devices=[], preset_names=[], base="auto", overrides=[],
+                             threads=False)
+    assert _labels(found) == [("cuda", False), ("cuda compiled", True), ("cpu", False)]
+    monkeypatch.setattr(candidates, "available_devices", lambda: ["mps", "cpu"])
+    found = candidates.build(config.workload, devices=[], preset_names=[], base="auto", overrides=[],
+                             threads=False)
+    assert _labels(found) == [("mps", False), ("cpu", False)]   # never on MPS, where it is refused
+    found = candidates.build(config.workload, devices=["cuda"], preset_names=[], base="auto",
+                             overrides=[], compile=False)
+    assert _labels(found) == [("cuda", False)]                  # --no-compile
+    found = candidates.build(config.workload, devices=["cuda"], preset_names=[], base="auto",
+                             overrides=["compile=true"])
+    assert _labels(found) == [("cuda", True)]                    # compiled already: no twin
+
+
+def _r(label, rate, compiled=False, compile_s=None, device="cuda:0"):
+    return CandidateResult(label=label, preset="cuda", status="ok", device=device, batch_size=16,
+                           samples_per_s=rate, spread=[rate * 0.98, rate * 1.02], compiled=compiled,
+                           compile_s=compile_s)
+
+
+def test_the_recommendation_says_when_compiling_wins_and_by_how_much():
+    label, text = recommend("trm-chat-small", [_r("cuda compiled", 208.0, True, 41.0), _r("cuda", 100.0),
+                                               _r("cpu", 2.0, device="cpu")])
+    assert label == "cuda compiled"
+    assert "; compiling wins: 2.08x eager's 100 samples/s after 41 s of compiling" in text
+    label, text = recommend("matmul", [_r("cuda", 100.0), _r("cuda compiled", 90.0, True, 12.0)])
+    assert label == "cuda" and "; compiling does not pay here: 0.90x eager after 12 s of compiling" in text
+    config = runconfig.resolve("matmul", "auto", [])
+    chosen = candidates.Candidate("cuda compiled", "auto", config.device.__class__(device="cuda", compile=True))
+    assert run_command(config, chosen, "auto", False).endswith("--set device=cuda --set compile=true")
+
+
+def test_a_candidate_with_wrong_numbers_is_shown_and_never_recommended(home):
+    """bf16 on the CPU is checked against fp32 (the CPU in fp32 is the reference itself); the
+    wrong-grad fault, which fires in every attempt, makes its gradients wrong."""
+    user_preset(home, "devices", "bf16", 'device = "cpu"\nprecision = "bf16"\nbatch_size = 16\n'
+                'threads = 1\ninject = ["wrong-grad@0+"]\n')
+    user_preset(home, "devices", "plain", 'device = "cpu"\nbatch_size = 16\nthreads = 1\n')
+    out = subprocess.run(cockpit_cmd("probe", "-w", "matmul", "--presets", "bf16,plain", "--budget", "20", "--no-threads",
+                                     *[a for o in MATMUL for a in ("--set", o)], "--json"),
+                         capture_output=True, text=True, env=child_env(), timeout=180)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    rows = {c["label"]: c for c in result["candidates"]}
+    assert rows["bf16"]["status"] == "wrong" and rows["bf16"]["parity"]["verdict"] == "numerically wrong"
+    assert rows["bf16"]["parity"]["worst_grad"]["name"] == "readout"
+    assert rows["plain"]["parity"] is None and rows["plain"]["status"] == "ok"  # the reference itself
+    assert result["recommended"] == "plain"
+    assert "bf16 computes wrong numbers (parity check:" in result["sentence"]
+    table = subprocess.run(cockpit_cmd("probe", "-w", "matmul", "--presets", "bf16,plain", "--budget", "20", "--no-threads",
+                                       *[a for o in MATMUL for a in ("--set", o)]),
+                           capture_output=True, text=True, env=child_env(), timeout=180)  # cached
+    header, *lines = table.stdout.splitlines()
+    assert "parity" in header and any(line.startswith("bf16") and "WRONG" in line for line in lines)
