@@ -5,7 +5,9 @@ gradients wrong by orders of magnitude above 32K elements, BatchNorm backward wi
 channels_last, SDPA on non-contiguous inputs, addcdiv on non-contiguous tensors): a run on
 such a device trains garbage while every monitor is green. So, before training:
 
-1. forward and backward of the run's next micro-batch, with the run's weights, on the
+1. forward and backward of the run's next micro-batch (its first MAX_SAMPLES samples: the
+   CPU's side costs seconds then, not minutes, and activations stay far above the sizes where
+   those bugs start), with the run's weights, on the
    candidate exactly as the run trains it (its forward, compiled or not; its precision's
    autocast) and on a CPU copy in fp32. Compared: the loss, and each parameter's gradient
    (relative error: the norm of the difference over the norm of the CPU's gradient).
@@ -49,6 +51,7 @@ TOLERANCES = {
     "fp16": Tolerance(loss=1e-2, grad=5e-2, update=1e-3),
 }
 PERTURB_FACTOR = 100.0  # the wrong-grad fault: one gradient wrong by two orders of magnitude
+MAX_SAMPLES = 4
 
 
 @dataclass
@@ -113,8 +116,8 @@ def check(trainer, *, perturb: bool = False) -> Parity:
     started = time.monotonic()
     cpu = torch.device("cpu")
     model, workload = trainer.model, trainer.workload
-    n = min(trainer.preset.batch_size, trainer.total_samples - trainer.samples_seen) or \
-        trainer.preset.batch_size
+    n = min(trainer.preset.batch_size, MAX_SAMPLES, trainer.total_samples - trainer.samples_seen) or \
+        min(trainer.preset.batch_size, MAX_SAMPLES)
     position = trainer.samples_seen if trainer.samples_seen < trainer.total_samples else 0
     trainer.maybe_prepare_epoch(trainer.order.epoch_of(position))  # as the next step would
     indices = trainer.order.indices(position, n)
