@@ -29,14 +29,15 @@ def list_(args: argparse.Namespace) -> int:
     if not summaries:
         print("no runs yet; start one with: cockpit --no-ui")
         return 0
-    print(f"{'run':<44} {'status':<11} {'step':>13} {'samples':>10} {'time':>7}")
+    # samples/s is the run's average over its training time, not its last window's
+    print(f"{'run':<44} {'status':<11} {'step':>13} {'avg samples':>11} {'time':>7} {'lost':>5}")
     for s in summaries:
         if s.error:  # listed as broken, with why; the other runs are still listed
             print(f"{s.id:<44} {s.status:<11} {s.error}")
             continue
         progress = f"{s.step}/{s.total_steps or '?'}"
         print(f"{s.id:<44} {s.status:<11} {progress:>13} "
-              f"{_rate(s.samples_per_s):>10} {duration(s.duration_s):>7}")
+              f"{_rate(s.samples_per_s):>11} {duration(s.duration_s):>7} {s.steps_lost or '-':>5}")
     return 0
 
 
@@ -55,7 +56,10 @@ def show(args: argparse.Namespace) -> int:
     print(f"progress  step {s.step}/{s.total_steps or '?'}, {s.samples_seen:,} samples")
     if s.loss is not None:
         print(f"loss      {s.loss:.4g}")
-    print(f"speed     {_rate(s.samples_per_s)} samples, duration {duration(s.duration_s)}")
+    print(f"speed     {speed_text(s)}")
+    print(f"time      {time_text(s)}")
+    if s.gflop_s is not None:
+        print(f"compute   {rate(s.gflop_s)} GFLOP/s on average")
     for k, v in s.metrics.items():
         print(f"eval      {k} {v:.4g}" if isinstance(v, float) else f"eval      {k} {v}")
     for a in s.attempts:
@@ -64,8 +68,30 @@ def show(args: argparse.Namespace) -> int:
         if a.crash:
             print(f"          {a.crash}")
     if s.steps_lost:
-        print(f"lost      {s.steps_lost} steps to crashes")
+        print(f"lost      {s.steps_lost} step{'s' if s.steps_lost != 1 else ''} to crashes "
+              "(trained again after a fallback, or past the last checkpoint)")
     return 0
+
+
+def speed_text(s) -> str:
+    """'317 samples/s on average (4.95 steps/s); 290 in the last window' (the last
+    window only while the run goes on: a finished run's is its final fragment)."""
+    if s.samples_per_s is None:
+        return "-"
+    text = f"{rate(s.samples_per_s)} samples/s on average"
+    if s.steps_per_s is not None:
+        text += f" ({rate(s.steps_per_s)} steps/s)"
+    if s.status == "running" and s.window_samples_per_s is not None:
+        text += f"; {rate(s.window_samples_per_s)} in the last window"
+    return text
+
+
+def time_text(s) -> str:
+    """'12m40s, 11m02s of it training' (the rest: start-up, evals, mining, checkpoints)."""
+    text = duration(s.duration_s)
+    if s.train_s:
+        text += f", {duration(s.train_s)} of it training"
+    return text
 
 
 def follow(args: argparse.Namespace) -> int:

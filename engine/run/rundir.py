@@ -26,6 +26,7 @@ from engine import paths, presets
 from engine.errors import ConfigError
 from engine.run.events import read_events
 from engine.run.identity import ProcessId
+from engine.run.stats import RunStats
 from engine.runconfig import RunConfig
 
 
@@ -170,22 +171,32 @@ class RunSummary:
     total_steps: int = 0
     samples_seen: int = 0
     loss: float | None = None
+    # The run's averages over time spent training, all attempts (engine.run.stats): a
+    # window's own figure can be a 0.05 s fragment's.
     samples_per_s: float | None = None
+    steps_per_s: float | None = None
+    gflop_s: float | None = None
+    train_s: float = 0.0
+    window_samples_per_s: float | None = None  # the last reporting window's: a live run's speed now
     eta_s: float | None = None
     started: float | None = None
     ended: float | None = None
+    last_event: float | None = None    # the newest event's time
     metrics: dict = field(default_factory=dict)
     attempts: list[AttemptSummary] = field(default_factory=list)
     fallbacks: list[dict] = field(default_factory=list)
-    steps_lost: int = 0
+    steps_lost: int = 0                # steps trained again, or lost past a checkpoint, after crashes
     command: list[str] | None = None   # a command workload's argv template
     error: str | None = None           # why a 'broken' run dir cannot be read
 
     @property
     def duration_s(self) -> float | None:
+        """Start to end; a running run's to now, a lost one's to its last event (it is not
+        getting any longer)."""
         if self.started is None:
             return None
-        return (self.ended or time.time()) - self.started
+        end = self.ended or (time.time() if self.status == "running" else self.last_event)
+        return (end or self.started) - self.started
 
 
 def summarize(run: RunDir) -> RunSummary:
@@ -220,7 +231,9 @@ def _fold(run: RunDir) -> RunSummary:
     summary = RunSummary(id=run.id, workload=config.get("workload_preset", "?"),
                          device_preset=config.get("device_preset", "?"),
                          command=(config.get("workload") or {}).get("command"))
+    stats = RunStats()
     for e in run.events():
+        stats.add(e)
         kind = e["type"]
         if kind == "run_started":
             summary.status, summary.started = "running", e["t"]
@@ -235,7 +248,7 @@ def _fold(run: RunDir) -> RunSummary:
         elif kind == "step":
             summary.step, summary.total_steps = e["step"], e.get("total") or 0
             summary.samples_seen = e.get("samples_seen", summary.samples_seen)
-            summary.loss, summary.samples_per_s = e.get("loss"), e.get("samples_per_s")
+            summary.loss, summary.window_samples_per_s = e.get("loss"), e.get("samples_per_s")
             summary.eta_s = e.get("eta_s")
             if summary.attempts:
                 summary.attempts[-1].last_step = e["step"]
@@ -250,9 +263,12 @@ def _fold(run: RunDir) -> RunSummary:
             summary.attempts[-1].exit = e.get("exit", "")
         elif kind == "run_finished":
             summary.status, summary.ended = e["status"], e["t"]
-            summary.steps_lost += (e.get("summary") or {}).get("steps_lost", 0)
         elif kind == "run_interrupted":
             summary.status, summary.ended = "interrupted", e["t"]
+    averages = stats.result()
+    summary.samples_per_s, summary.steps_per_s = averages.samples_per_s, averages.steps_per_s
+    summary.gflop_s, summary.train_s = averages.gflop_s, averages.train_s
+    summary.steps_lost, summary.last_event = averages.steps_lost, stats.last_t
     if summary.status == "running" and run.supervisor_pid() is None:
         summary.status = "lost"  # the supervisor was killed; nothing will finish this run
     return summary

@@ -31,6 +31,7 @@ class Averages:
     steps_lost: int               # steps trained again (or never kept) because an attempt crashed
     final_loss: float | None      # the last step event's loss
     final_metrics: dict = field(default_factory=dict)  # the last eval event's metrics
+    gflop_s: float | None = None  # over the same training time, where the workload counts FLOPs
 
 
 @dataclass(slots=True)
@@ -45,12 +46,14 @@ class _AttemptSpan:
 class RunStats:
     """Averages folded one event at a time (`add`), read at any moment (`result`)."""
 
-    __slots__ = ("samples", "steps", "train_s", "first_t", "last_t", "final_loss",
-                 "final_metrics", "_attempts", "_current")
+    __slots__ = ("samples", "steps", "gflop", "gflop_s_time", "train_s", "first_t", "last_t",
+                 "final_loss", "final_metrics", "_attempts", "_current")
 
     def __init__(self) -> None:
         self.samples = 0.0
         self.steps = 0.0
+        self.gflop = 0.0             # GFLOP trained, over the windows that say their GFLOP/s
+        self.gflop_s_time = 0.0      # ... and those windows' time
         self.train_s = 0.0
         self.first_t: float | None = None
         self.last_t: float | None = None
@@ -122,6 +125,9 @@ class RunStats:
         else:
             self.samples += rate * window
         self.steps += (e.get("steps_per_s") or 0.0) * window
+        if e.get("gflop_s") is not None:
+            self.gflop += e["gflop_s"] * window
+            self.gflop_s_time += window
         if seen is not None:
             a.last_samples = seen
 
@@ -148,6 +154,7 @@ class RunStats:
             steps_lost=self.steps_lost,
             final_loss=self.final_loss,
             final_metrics=dict(self.final_metrics),
+            gflop_s=self.gflop / self.gflop_s_time if self.gflop_s_time > 0 else None,
         )
 
 
