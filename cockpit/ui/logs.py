@@ -239,9 +239,6 @@ class LogScreen(Screen):
     def _show_view(self) -> None:
         for pane in self.query(LogPane):
             pane.set_class(pane.id == self.view, "current")
-        pane = self.current_pane()
-        if pane.following:
-            self.call_after_refresh(pane.follow)   # it had no size while hidden
 
     def _titles(self) -> None:
         events = self.query_one("#events", LogPane)

@@ -43,7 +43,9 @@ class LogPane(ScrollView, can_focus=False):
     # ------------------------------------------------------------ content
 
     def replace(self, lines: list[str], partial: str = "") -> None:
+        """New content (another attempt's log, or one started over), followed from its end."""
         self.lines, self.partial, self.match, self.marked = [], partial, None, None
+        self.following = True
         self._width = 0
         self.append(lines, partial)
 
@@ -64,7 +66,9 @@ class LogPane(ScrollView, can_focus=False):
             self.partial = partial
         self.virtual_size = Size(self._width + 1, self.line_count)
         if self.following:
-            self.scroll_end(animate=False, immediate=True, x_axis=False)
+            # after the layout has taken the new size in: until then there may be no scrollbar
+            # and so nothing to scroll
+            self.call_after_refresh(self._scroll_end)
         self.refresh()
 
     @property
@@ -79,7 +83,6 @@ class LogPane(ScrollView, can_focus=False):
     def follow(self) -> None:
         self.following = True
         self.scroll_end(animate=False, immediate=True, x_axis=False)
-        self.call_after_refresh(self._scroll_end)
 
     def _scroll_end(self) -> None:
         if self.following:
@@ -100,6 +103,11 @@ class LogPane(ScrollView, can_focus=False):
 
     def _scroll_top(self, y: int) -> None:
         self.scroll_to(y=y, animate=False, immediate=True, force=True)
+
+    def on_resize(self) -> None:
+        # a pane shown again (or the terminal resized) had no room to keep its end in view
+        if self.following:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
 
     def on_mouse_scroll_up(self) -> None:
         self.following = False
