@@ -65,6 +65,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     from cockpit.commands import presets as presets_cmd, runs as runs_cmd
     from cockpit.commands import check as check_cmd, probe as probe_cmd, sample as sample_cmd
+    from cockpit.commands import compare as compare_cmd
 
     parser = _Parser(prog="cockpit", description="A terminal cockpit for PyTorch training.",
                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -101,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     q = psub.add_parser("path", help="where presets and runs are kept")
     q.set_defaults(handler=presets_cmd.path)
 
-    r = sub.add_parser("runs", help="list, show, follow, stop and resume runs")
+    r = sub.add_parser("runs", help="list, show, follow, stop, resume and compare runs")
     rsub = r.add_subparsers(dest="action", required=True, parser_class=_Parser)
     q = rsub.add_parser("list", help="runs, newest first")
     q.add_argument("--json", action="store_true")
@@ -125,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--detach", action="store_true", help="continue in the background")
     add_output_arguments(q)
     q.set_defaults(handler=runs_cmd.resume)
+    compare_cmd.add_parser(rsub)
     _add_run_parser(sub)
     probe_cmd.add_parser(sub)
     check_cmd.add_parser(sub)

@@ -13,7 +13,7 @@ import pytest
 
 from cockpit.app import make_app
 from cockpit.ui import compare as compare_screen
-from cockpit.ui.compare import CompareScreen
+from cockpit.ui.compare import CompareScreen, colour
 from cockpit.ui.runs import RunsScreen
 from engine import presets
 from engine.runconfig import resolve
@@ -75,8 +75,8 @@ def test_two_marked_runs_are_compared_curves_and_what_differs(home, size):
             assert any(name.endswith("settings differ") for name in rows)
             # one line per run on each plot, in the run's own colour
             loss = screen.query_one("#loss-overlay")
-            assert [colour for _, _, colour in loss.drawn] == [c.colour for c in screen.compared]
-            assert len({c.colour for c in screen.compared}) == 2 and "red" not in loss.drawn[0][2]
+            assert [line_colour for _, _, line_colour in loss.drawn] == [colour(0), colour(1)]
+            assert colour(0) != colour(1) and "red" not in colour(0) + colour(1)
             assert screen.query_one("#eval-overlay").border_title == "r2 by steps"
             await pilot.press("escape")
             assert isinstance(app.screen, RunsScreen)

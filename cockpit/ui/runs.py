@@ -18,6 +18,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
+from cockpit.comparison import devices
 from cockpit.headless import duration
 from engine.run import resume as resumption, supervisor
 from engine.errors import ConfigError
@@ -56,16 +57,6 @@ def when(s: RunSummary) -> str:
     if len(stamp) == 15 and stamp[8] == "-" and stamp.replace("-", "").isdigit():
         return f"{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]}"
     return run_id[:11]
-
-
-def devices(s: RunSummary) -> str:
-    """The presets the run went through, each with the device it resolved to: auto(cpu)→cpu."""
-    parts = []
-    for a in s.attempts:
-        part = a.preset if a.device in ("?", a.preset, None) else f"{a.preset}({a.device})"
-        if not parts or parts[-1] != part:
-            parts.append(part)
-    return "→".join(parts) or s.device_preset
 
 
 def average_rate(a: Averages | None) -> str:

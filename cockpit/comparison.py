@@ -1,0 +1,155 @@
+"""Comparing runs, for both front ends (the runs screen's `c` and `cockpit runs compare`): each
+run's results beside the settings in which the runs differ. No Textual here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from cockpit.headless import duration
+from engine.errors import ConfigError
+from engine.numbers import rate
+from engine.presets import read_toml
+from engine.run.curves import RunCurves
+from engine.run.digest import RunDigest
+from engine.run.rundir import RunDir, RunSummary
+from engine.run.stats import Averages
+
+# Settings that name or describe rather than decide how the run trains: never a difference
+# worth a row (overrides are already in the values they set).
+_NOT_SETTINGS = ("description", "overrides")
+
+
+@dataclasses.dataclass(frozen=True)
+class Compared:
+    """One run as a comparison shows it."""
+
+    run: RunDir
+    summary: RunSummary
+    averages: Averages
+    curves: RunCurves | None
+    settings: dict[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    name: str
+    cells: list[str]         # one per run
+    heading: bool = False    # a section's title; its cells are empty
+
+
+def compared(digest: RunDigest) -> Compared:
+    """The digest's run as of its last refresh()."""
+    return Compared(run=digest.run, summary=digest.summary, averages=digest.averages,
+                    curves=digest.curves, settings=settings(digest.run))
+
+
+def devices(s: RunSummary) -> str:
+    """The presets the run went through, each with the device it resolved to: auto(cpu)→cpu."""
+    parts = []
+    for a in s.attempts:
+        part = a.preset if a.device in ("?", a.preset, None) else f"{a.preset}({a.device})"
+        if not parts or parts[-1] != part:
+            parts.append(part)
+    return "→".join(parts) or s.device_preset
+
+
+def settings(run: RunDir) -> dict[str, str]:
+    """The run's configuration flattened to 'params.n' -> '512': the workload preset's params
+    and train settings, the starting device preset's; the fallback ladder left out (its
+    presets show in the devices the run went through)."""
+    try:
+        table = run.config().to_table()   # defaults filled in: an older run.toml compares alike
+    except ConfigError:
+        try:
+            table = read_toml(run.config_path)
+        except ConfigError:
+            return {}
+    table.pop("ladder", None)
+    flat: dict[str, str] = {}
+    _flatten(table, "", flat)
+    return flat
+
+
+def _flatten(table: dict, prefix: str, into: dict[str, str]) -> None:
+    for key, value in table.items():
+        if key in _NOT_SETTINGS:
+            continue
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and key != "env":
+            # 'workload.params.n' reads as 'params.n', which is how --set names it.
+            _flatten(value, "" if name == "workload" else f"{name}.", into)
+        else:
+            into[name] = _text(value)
+
+
+def _text(value) -> str:
+    if isinstance(value, dict):
+        return " ".join(f"{k}={v}" for k, v in value.items()) or "-"
+    if isinstance(value, (list, tuple)):
+        return " ".join(str(v) for v in value) or "-"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def differing(runs: list[Compared]) -> list[str]:
+    """The settings whose values are not the same in every run, in the order they come."""
+    keys = list(dict.fromkeys(k for r in runs for k in r.settings))
+    return [k for k in keys if len({r.settings.get(k) for r in runs}) > 1]
+
+
+def metrics(runs: list[Compared]) -> list[str]:
+    """Every eval metric any of the runs reported."""
+    names = (m for r in runs for m in (r.curves.evals if r.curves is not None else r.averages.final_metrics))
+    return list(dict.fromkeys(names))
+
+
+def table(runs: list[Compared]) -> list[Row]:
+    """What matters most first (at 80x24 the screen shows about nine rows before it scrolls):
+    how each run ended, its final loss and metrics, speed and time; then only the settings
+    that differ; then the rest of the run."""
+
+    def each(f) -> list[str]:
+        return [f(r) for r in runs]
+
+    rows = [Row("status", each(lambda r: r.summary.status)),
+            Row("final loss", each(lambda r: _number(r.averages.final_loss)))]
+    rows += [Row(m, each(lambda r, m=m: _number(r.averages.final_metrics.get(m)))) for m in metrics(runs)]
+    rows += [Row("samples/s avg", each(lambda r: _rate(r.averages.samples_per_s))),
+             Row("duration", each(lambda r: duration(r.summary.duration_s)))]
+    differ = differing(runs)
+    if differ:
+        rows.append(Row(f"{len(differ)} settings differ", ["" for _ in runs], heading=True))
+        rows += [Row(key, each(lambda r, key=key: r.settings.get(key, "-"))) for key in differ]
+    else:
+        rows.append(Row("settings", ["all the same" for _ in runs]))
+    rows.append(Row("run", ["" for _ in runs], heading=True))
+    rows += [
+        Row("ran on", each(lambda r: devices(r.summary))),
+        Row("steps", each(lambda r: f"{r.summary.step}/{r.summary.total_steps}" if r.summary.step else "no steps")),
+        Row("steps lost", each(lambda r: str(r.averages.steps_lost))),
+        Row("steps/s avg", each(lambda r: _rate(r.averages.steps_per_s))),
+        Row("training", each(lambda r: duration(r.averages.train_s) if r.averages.train_s else "-")),
+        Row("id", each(lambda r: r.run.id)),
+    ]
+    return rows
+
+
+def as_json(runs: list[Compared]) -> list[dict]:
+    """Each run's results and the settings that differ, for scripts."""
+    differ = differing(runs)
+    return [{"id": r.run.id, "status": r.summary.status, "final_loss": r.averages.final_loss,
+             "final_metrics": r.averages.final_metrics, "samples_per_s": r.averages.samples_per_s,
+             "steps_per_s": r.averages.steps_per_s, "duration_s": r.summary.duration_s,
+             "train_s": r.averages.train_s, "steps": r.summary.step, "total_steps": r.summary.total_steps,
+             "steps_lost": r.averages.steps_lost, "ran_on": devices(r.summary),
+             "settings": {k: r.settings.get(k) for k in differ}} for r in runs]
+
+
+def _rate(value: float | None) -> str:
+    return rate(value) if value else "-"
+
+
+def _number(value) -> str:
+    return f"{value:.4g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"

@@ -1,0 +1,47 @@
+"""`cockpit runs compare`: the comparison table headless, in-process on the recorded fixture
+runs (the same rows as the runs screen's comparison, cockpit.comparison)."""
+
+from __future__ import annotations
+
+import json
+
+from cockpit.cli import main
+from ui_support import copy_run
+
+FINISHED, CRASH = "20261123-000001-finished", "20261123-000002-crash"
+
+
+def _rows(text: str) -> dict[str, list[str]]:
+    return {line.split()[0]: line.split()[1:] for line in text.splitlines()[1:] if line.strip()}
+
+
+def test_compare_prints_results_and_only_the_settings_that_differ(home, capsys):
+    copy_run(home, "finished", FINISHED)
+    copy_run(home, "crash-fallback", CRASH)
+    assert main(["runs", "compare", "20261123-000001", "20261123-000002"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split() == ["A", "B"]
+    rows = _rows(out)
+    assert rows["id"] == [FINISHED, CRASH]
+    assert rows["final"] == ["loss", "0.009409", "0.09574"]
+    assert rows["samples/s"] == ["avg", "327", "473"]
+    assert rows["train.lr"] == ["0.02", "0.05"] and rows["device.inject"] == ["-", "native-crash@12"]
+    assert "train.seed" not in rows and "device.accumulation" not in rows
+    assert "-- 16 settings differ" in out
+
+
+def test_compare_as_json(home, capsys):
+    copy_run(home, "finished", FINISHED)
+    copy_run(home, "crash-fallback", CRASH)
+    assert main(["runs", "compare", FINISHED, CRASH, "--json"]) == 0
+    finished, crash = json.loads(capsys.readouterr().out)
+    assert finished["id"] == FINISHED and crash["ran_on"] == "auto(cpu)→cpu"
+    assert finished["settings"]["params.n"] == "512" and crash["settings"]["params.n"] == "32"
+    assert round(finished["samples_per_s"]) == 327 and finished["final_metrics"]["r2"] > 0.99
+
+
+def test_compare_needs_two_different_runs(home, capsys):
+    copy_run(home, "finished", FINISHED)
+    assert main(["runs", "compare", FINISHED, "last"]) == 2
+    assert "needs two or more different runs" in capsys.readouterr().err
+    assert main(["runs", "compare", FINISHED, "nothing-like-it"]) == 2
