@@ -5,6 +5,7 @@ live run that goes on."""
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -203,3 +204,32 @@ def test_a_live_run_goes_on_in_the_comparison(home, monkeypatch):
         run(drive())
     finally:
         proc.kill()
+
+
+def test_y_puts_loss_on_a_log_scale_and_e_picks_the_eval_metric(home):
+    copy_run(home, "finished", FINISHED)
+    other = copy_run(home, "crash-fallback", CRASH)
+    with open(other / "events.jsonl", "a") as f:   # a second metric, in one run only
+        f.write('{"v":1,"t":1795432298.4,"type":"eval","attempt":2,"step":12,"metrics":{"r2":0.92,"mse":0.04}}\n')
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await _compare(app, pilot, ["x", "x"])
+            loss = screen.query_one("#loss-overlay")
+            linear = loss.drawn[1][1][-1]
+            await pilot.press("y")
+            assert loss.border_title == "loss (log) by steps"
+            assert loss.drawn[1][1][-1] == pytest.approx(math.log10(linear))
+            await pilot.press("y")
+            assert loss.border_title == "loss by steps" and loss.drawn[1][1][-1] == linear
+            evals = screen.query_one("#eval-overlay")
+            assert evals.border_title == "r2 by steps (e: next)"
+            await pilot.press("e")
+            assert evals.border_title == "mse by steps (e: next)"
+            assert len(evals.drawn) == 1 and evals.drawn[0][2] == colour(0)   # the run that has it
+            assert _table(screen)["mse"] == ["0.04", "-"]
+            await pilot.press("e")
+            assert evals.border_title.startswith("r2 by steps")
+
+    run(drive())

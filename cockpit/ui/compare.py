@@ -48,8 +48,9 @@ class ComparisonLoaded(Message):
 
 class CompareScreen(Screen):
     BINDINGS = [
-        Binding("x", "cycle_axis", "Axis"),        # steps, samples, time
-        Binding("m", "cycle_metric", "Metric"),    # which eval metric the second plot shows
+        Binding("x", "cycle_axis", "Axis", tooltip="x in steps, samples seen or time since the start"),
+        Binding("y", "log_scale", "Log y", tooltip="loss on a logarithmic scale, or back to linear"),
+        Binding("e", "cycle_metric", "Eval", tooltip="the next eval metric on the second plot"),
         Binding("escape", "app.pop_screen", "Back"),
     ]
     DEFAULT_CSS = """
@@ -63,6 +64,7 @@ class CompareScreen(Screen):
         super().__init__()
         self.runs = list(runs)
         self.axis = AXES[0]
+        self.log_loss = False
         self.metric: str | None = None
         self.compared: list[Compared] = []
         self._digests = [RunDigest(run, curves=True) for run in self.runs]
@@ -130,15 +132,17 @@ class CompareScreen(Screen):
     def _show_plots(self) -> None:
         unit = f" ({self._time_unit()[0]})" if self.axis == "seconds" else ""
         lines = [self._line(c.curves.loss, i) for i, c in enumerate(self.compared)]
+        name = "loss (log)" if self.log_loss else "loss"
         self.query_one("#loss-overlay", OverlayPlot).show(
-            lines, title=f"loss by {AXIS_NAME[self.axis]}{unit}", empty=self._empty("steps"))
+            lines, title=f"{name} by {AXIS_NAME[self.axis]}{unit}", empty=self._empty("steps"),
+            log=self.log_loss)
         eval_plot = self.query_one("#eval-overlay", OverlayPlot)
         if self.metric is None:
             eval_plot.show([], title="eval", empty="no eval metrics")
             return
         lines = [self._line(c.curves.evals.get(self.metric), i) for i, c in enumerate(self.compared)]
         more = len(metrics(self.compared)) > 1
-        eval_plot.show(lines, title=f"{self.metric} by {AXIS_NAME[self.axis]}{unit}" + (" (m: next)" if more else ""),
+        eval_plot.show(lines, title=f"{self.metric} by {AXIS_NAME[self.axis]}{unit}" + (" (e: next)" if more else ""),
                        empty=f"no {self.metric} " + self._empty("evals").removeprefix("no "))
 
     def _empty(self, what: str) -> str:
@@ -168,6 +172,10 @@ class CompareScreen(Screen):
 
     def action_cycle_axis(self) -> None:
         self.axis = AXES[(AXES.index(self.axis) + 1) % len(AXES)]
+        self._show_plots()
+
+    def action_log_scale(self) -> None:
+        self.log_loss = not self.log_loss
         self._show_plots()
 
     def action_cycle_metric(self) -> None:

@@ -72,13 +72,16 @@ class RunsLoaded(Message):
 class RunsScreen(Screen):
     BINDINGS = [
         # Short names: with stop on a live run they still fit one 80-column footer.
-        Binding("enter", "open", "Open", priority=True),
-        Binding("space", "mark", "Mark"),
-        Binding("c", "compare", "Compare"),
-        Binding("l", "logs", "Logs"),
-        Binding("s", "stop", "Stop"),
-        Binding("r", "resume", "Resume"),
-        Binding("f5", "refresh", "Refresh", show=False),   # it refreshes itself; f5 for the impatient
+        Binding("enter", "open", "Open", priority=True,
+                tooltip="a past run replayed from its events; a live one attached"),
+        Binding("space", "mark", "Mark", tooltip="mark or unmark the run for a comparison"),
+        Binding("c", "compare", "Compare", tooltip="the marked runs' curves overlaid and what differs"),
+        Binding("l", "logs", "Logs", tooltip="the run's events and its attempts' output"),
+        Binding("s", "stop", "Stop", tooltip="stop the running run: it checkpoints, then exits"),
+        Binding("r", "resume", "Resume",
+                tooltip="continue a stopped, failed or interrupted run from its newest checkpoint"),
+        # It refreshes itself every REFRESH_S; f5 for the impatient.
+        Binding("f5", "refresh", "Refresh", show=False, tooltip="read the runs dir again now"),
         Binding("escape", "app.pop_screen", "Back"),
     ]
     DEFAULT_CSS = """

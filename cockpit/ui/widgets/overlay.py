@@ -5,12 +5,26 @@ point's range of 2e-6 ("10.3339910.333910.334..."), tell nothing.
 
 from __future__ import annotations
 
+import math
+
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 from textual_plot import HiResMode, NumericAxisFormatter, PlotWidget
 
 Line = tuple[list[float], list[float], str]   # xs, ys, colour
+
+
+def short(v: float) -> str:
+    """A tick label of at most 6 characters: 16k, 1.5M, 0.25, 3e-4."""
+    a = abs(v)
+    if a >= 1e6:
+        return f"{v / 1e6:.3g}M"
+    if a >= 1e4:
+        return f"{v / 1e3:.3g}k"
+    if a == 0 or a >= 1e-2:
+        return f"{v:.4g}"
+    return f"{v:.0e}"
 
 
 class FewTicks(NumericAxisFormatter):
@@ -22,6 +36,23 @@ class FewTicks(NumericAxisFormatter):
 
     def get_ticks(self, min_: float, max_: float, max_ticks: int = 8) -> list[float]:
         return super().get_ticks(min_, max_, min(max_ticks, self.most))
+
+    def get_labels_for_ticks(self, ticks) -> list[str]:
+        return [short(t) for t in ticks]
+
+
+class DecadeTicks(FewTicks):
+    """The axis holds log10(y): ticks at whole decades where it spans one, labelled as y."""
+
+    def get_ticks(self, min_: float, max_: float, max_ticks: int = 8) -> list[float]:
+        if max_ - min_ >= 1:
+            lo, hi = math.ceil(min_), math.floor(max_)
+            stride = max(1, math.ceil((hi - lo + 1) / self.most))
+            return [float(d) for d in range(lo, hi + 1, stride)]
+        return super().get_ticks(min_, max_, max_ticks)
+
+    def get_labels_for_ticks(self, ticks) -> list[str]:
+        return [short(10 ** t) for t in ticks]
 
 
 class _Axes(PlotWidget, can_focus=False):
@@ -60,10 +91,14 @@ class OverlayPlot(Vertical):
     def on_mount(self) -> None:
         self.query_one(Static).display = False
 
-    def show(self, lines: list[Line], *, title: str, empty: str) -> None:
-        """Draw `lines`; if none has a point, say `empty` instead."""
+    def show(self, lines: list[Line], *, title: str, empty: str, log: bool = False) -> None:
+        """Draw `lines`; if none has a point, say `empty` instead. `log`: y on a log scale
+        (a loss of 1e-5 is a flat line on a linear one); values <= 0 are left out there."""
         self.border_title = title
         axes, note = self.query_one(_Axes), self.query_one(Static)
+        if log:
+            lines = [_log(xs, ys, colour) for xs, ys, colour in lines]
+        axes.set_y_formatter(DecadeTicks(3) if log else FewTicks(3))
         lines = [_thin(xs, ys, colour, 4 * max(10, axes.size.width)) for xs, ys, colour in lines]
         self.drawn = [line for line in lines if line[0]]
         axes.display, note.display = bool(self.drawn), not self.drawn
@@ -88,6 +123,11 @@ def _thin(xs: list[float], ys: list[float], colour: str, most: int) -> Line:
     step = len(xs) / most
     keep = [int(i * step) for i in range(most)] + [len(xs) - 1]
     return [xs[i] for i in keep], [ys[i] for i in keep], colour
+
+
+def _log(xs: list[float], ys: list[float], colour: str) -> Line:
+    kept = [(x, math.log10(y)) for x, y in zip(xs, ys) if y > 0 and math.isfinite(y)]
+    return [x for x, _ in kept], [y for _, y in kept], colour
 
 
 def _span(values: list[float]) -> tuple[float | None, float | None]:
