@@ -104,6 +104,7 @@ def test_a_busy_neighbour_is_named_and_the_excluded_are_not(spinner, sleeper):
     assert busy[spinner.pid]["name"].startswith("python")
     assert sleeper.pid not in busy
     assert len(others.others) <= hardware.OTHERS_SHOWN
+    assert others.others_percent >= sum(o["cpu_percent"] for o in others.others)
     assert [o["cpu_percent"] for o in others.others] == sorted(
         (o["cpu_percent"] for o in others.others), reverse=True)
     wait_cpu(spinner, 0.5)
@@ -141,6 +142,16 @@ def test_sustained_contention_warns_once_and_never_falls_back():
     assert "stress (pid 4242) at 95% of a core" in w["message"] and "2 cores" in w["message"]
     assert "renice -n 19 -p 4242" in w["advice"][0]["text"]
     assert w["advice"][1]["set"] == ["device.threads=1"]  # 2 cores less the neighbour's one
+
+
+def test_more_neighbours_than_are_shown_count_in_full():
+    """Seen on the 16-core GPU host: 16 spinners, five shown at about 99% each. The warning
+    must count all sixteen, and leaves no core to give the run."""
+    sample = contended() | {"cpu_count": 16, "cpu_others_percent": 1584.0,
+                            "cpu_others": [{"pid": p, "name": "python3", "cpu_percent": 99.0} for p in range(5)]}
+    w = hardware.ContentionDetector(sustain_s=0).sample(sample, 0.0)
+    assert "python3 (pid 4) at 99% and more, 1,584% in all;" in w["message"]
+    assert w["cpu_others_percent"] == 1584.0 and len(w["advice"]) == 1  # no threads to suggest
 
 
 def test_brief_or_harmless_neighbours_give_no_warning():
@@ -348,6 +359,9 @@ def test_wide_panel_names_each_gpu_with_bars_and_the_neighbours_pids():
     gpu1 = shown[3]
     assert gpu1.startswith("GPU1 NVIDIA H100 80GB HBM3  util ") and "91%" in gpu1
     assert "31.0 GB of 80.0 GB" in gpu1 and "94°C" in gpu1 and "287 W" in gpu1
+    crowded = model(gpus=0)
+    crowded.memory["cpu_others_percent"] = 1584.0  # more busy neighbours than the two listed
+    assert lines(hardware_text(crowded, 76))[1].startswith("others  1,584% in all:  stress 98%")
     # A fixed height folds the GPUs rather than cutting them off.
     short = lines(hardware_text(model(gpus=8), 196, height=3))
     assert [s.split()[0] for s in short] == ["CPU", "others", "8"]

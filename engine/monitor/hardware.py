@@ -11,7 +11,11 @@ The system sampler (engine.monitor.sysmon) adds these to every `memory` event:
     cpu_others      [{pid, name, cpu_percent}] of other processes using at least
                     OTHER_MIN_PERCENT of one core, busiest first, at most OTHERS_SHOWN of them;
                     refreshed every OTHERS_EVERY_S (a scan reads every process's /proc stat,
-                    about 3 ms for 90 processes here), carried unchanged in between
+                    about 3 ms for 90 processes here, 5 ms for 180 on a 16-core GPU host),
+                    carried unchanged in between
+    cpu_others_percent
+                    the CPU of every process over that line together, shown or not (16
+                    neighbours at 99% each are 1,584%, where the five shown add up to 495)
     gpus            [{index, name, util_percent, mem_used, mem_total, power_w, temp_c}] per
                     GPU the run can see, through NVIDIA's NVML (`pip install nvidia-ml-py`);
                     [] when NVML is not installed, finds no driver or fails. A figure the GPU
@@ -123,6 +127,7 @@ class OtherProcesses:
         self._machine: tuple[float, float] | None = None
         self._at: float | None = None
         self.others: list[dict] = []
+        self.others_percent = 0.0
         self.system_percent: float | None = None
 
     def due(self, now: float) -> bool:
@@ -154,6 +159,7 @@ class OtherProcesses:
         busy_pids = sorted(((s - last[pid]) / wall * 100.0, pid) for pid, s in seconds.items()
                            if pid in last and s - last[pid] >= self.min_percent / 100.0 * wall)
         self.others = []
+        self.others_percent = round(sum(percent for percent, _ in busy_pids), 1)
         for percent, pid in reversed(busy_pids[-OTHERS_SHOWN:]):
             try:
                 name = procs[pid].name()
@@ -282,10 +288,20 @@ class Gpus:
 # ---------------------------------------------------------------- contention warning
 
 
-def _names(others: list[dict]) -> str:
-    """'stress (pid 4242) at 95% of a core, python (pid 17) at 60%'."""
-    return ", ".join(f"{o['name']} (pid {o['pid']}) at {o['cpu_percent']:.0f}%" + (" of a core" if i == 0 else "")
+def _taken(sample: Mapping) -> float:
+    """% of one core the other processes use together (the shown ones, for an event that
+    predates cpu_others_percent)."""
+    shown = sum(o["cpu_percent"] for o in sample.get("cpu_others") or [])
+    return max(shown, sample.get("cpu_others_percent") or 0.0)
+
+
+def _names(others: list[dict], taken: float) -> str:
+    """'stress (pid 4242) at 95% of a core, python (pid 17) at 60%', and '..., 1,584% in all'
+    when more are busy than are shown."""
+    text = ", ".join(f"{o['name']} (pid {o['pid']}) at {o['cpu_percent']:.0f}%" + (" of a core" if i == 0 else "")
                      for i, o in enumerate(others))
+    shown = sum(o["cpu_percent"] for o in others)
+    return text + (f" and more, {taken:,.0f}% in all" if taken > shown + 1 else "")
 
 
 class ContentionDetector:
@@ -303,10 +319,8 @@ class ContentionDetector:
         self.warned = False
 
     def contended(self, sample: Mapping) -> bool:
-        others = sample.get("cpu_others") or []
         busy = sample.get("cpu_system_percent")
-        return (busy is not None and busy >= self.busy_percent
-                and sum(o["cpu_percent"] for o in others) >= self.others_percent)
+        return busy is not None and busy >= self.busy_percent and _taken(sample) >= self.others_percent
 
     def sample(self, sample: Mapping, t: float) -> dict | None:
         if not self.contended(sample):
@@ -327,8 +341,8 @@ class ContentionDetector:
     def _warning(self, sample: Mapping, lasted: float) -> dict:
         others = sample["cpu_others"]
         cores = sample.get("cpu_count") or psutil.cpu_count() or 1
-        taken = sum(o["cpu_percent"] for o in others) / 100.0
-        message = (f"other processes are taking the CPU this run needs: {_names(others)}; "
+        taken = _taken(sample) / 100.0
+        message = (f"other processes are taking the CPU this run needs: {_names(others, 100 * taken)}; "
                    f"the machine's {cores} cores have been {sample['cpu_system_percent']:.0f}% busy "
                    f"for {lasted:.0f} s")
         advice = [{"text": "stop or pause them, or lower their priority: renice -n 19 -p "
@@ -339,7 +353,8 @@ class ContentionDetector:
                                    "leave (next run): threads beyond the free cores wait on each other",
                            "set": [f"device.threads={left}"]})
         return {"kind": "cpu-contention", "message": message, "advice": advice, "fallback": False,
-                "cpu_others": list(others), "cpu_system_percent": sample["cpu_system_percent"],
+                "cpu_others": list(others), "cpu_others_percent": round(100 * taken, 1),
+                "cpu_system_percent": sample["cpu_system_percent"],
                 "cpu_percent": sample.get("cpu_percent")}
 
 

@@ -21,7 +21,7 @@ event:
                      (PSI: some/full avg10 and avg60 in %; sysctl: 1, 2 or 4), "source":
                      "cgroup"|"psi"|"sysctl"|None, "detail": what was read, or why nothing
                      could be}
-    cpu_percent, cpu_count, cpu_system_percent, cpu_others, gpus
+    cpu_percent, cpu_count, cpu_system_percent, cpu_others, cpu_others_percent, gpus
                     what the CPUs and GPUs do: see engine.monitor.hardware
 
 A missing source is reported as unavailable (level, raw and source None), never guessed.
@@ -349,7 +349,7 @@ class SystemSampler:
             "pressure": self.pressure.read(),
             "cpu_percent": cpu, "cpu_count": self._cpu_count,
             "cpu_system_percent": self._others.system_percent,
-            "cpu_others": self._others.others,
+            "cpu_others": self._others.others, "cpu_others_percent": self._others.others_percent,
             "gpus": self._gpus.read(),
         }
 

@@ -76,6 +76,9 @@ def _others_line(memory: dict, width: int, wide: bool) -> Text | None:
     for o in others:
         pid = f" (pid {o['pid']})" if wide else ""
         parts.append(Text(f"{o['name']}{pid} {o['cpu_percent']:.0f}%", style="yellow"))
+    total = memory.get("cpu_others_percent") or 0.0
+    if total > sum(o["cpu_percent"] for o in others) + 1:  # more are busy than are listed
+        parts.insert(1, Text(f"{total:,.0f}% in all:", style="bold yellow"))
     return _fit(parts, width)
 
 
