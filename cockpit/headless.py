@@ -9,7 +9,9 @@
 - `--json`: every event as a JSON line, exactly as events.jsonl has it.
 
 An attempt's first step windows measure warm-up (allocation, caches, compilation), so its ETA
-says "settling" until SETTLE_WINDOWS of them are in.
+says "settling" until SETTLE_WINDOWS of them are in. The rate shown is the smoothed one
+(engine.monitor.throughput): a window can be a checkpoint's 0.05 s fragment. While a mining
+pass runs (minutes on a big bank, no step at all) the line says so instead of only "no step".
 """
 
 from __future__ import annotations
@@ -68,6 +70,18 @@ def eta_text(eta_s: float | None, windows: int | None = None) -> str | None:
     return "ETA settling" if windows is not None and windows < SETTLE_WINDOWS else f"ETA {duration(eta_s)}"
 
 
+def shown_rate(e: dict) -> float | None:
+    """The step event's smoothed samples/s, or its window's from a writer that has none."""
+    smoothed = e.get("smoothed_samples_per_s")
+    return smoothed if smoothed is not None else e.get("samples_per_s")
+
+
+def activity_text(started: dict, now: float | None) -> str:
+    """'mining hard negatives for epoch 6 (35s)' from a mining_started event."""
+    spent = f" ({duration(now - started['t'])})" if now is not None and now - started["t"] >= 1 else ""
+    return f"mining hard negatives for epoch {started.get('epoch', '?')}{spent}"
+
+
 def step_line(e: dict, memory: dict | None = None, windows: int | None = None) -> str:
     """'step 40/400 (10%)  loss 0.41  1,234 samples/s  ETA 2m10s  | rss 0.3 GB, ...'."""
     line = f"step {e['step']}"
@@ -75,8 +89,8 @@ def step_line(e: dict, memory: dict | None = None, windows: int | None = None) -
         line += f"/{e['total']} ({100 * e['step'] / e['total']:.0f}%)"
     if e.get("loss") is not None:
         line += f"  loss {e['loss']:.4g}"
-    if e.get("samples_per_s") is not None:
-        line += f"  {rate(e['samples_per_s'])} samples/s"
+    if (speed := shown_rate(e)) is not None:
+        line += f"  {rate(speed)} samples/s"
     if "gflop_s" in e:
         line += f"  {e['gflop_s']:,.1f} GFLOP/s"
     if e.get("mfu") is not None:
@@ -94,9 +108,10 @@ def _done(e: dict) -> bool:
 
 
 def status_line(e: dict, memory: dict | None, windows: int, quiet_s: float | None = None,
-                width: int = 80) -> str:
+                width: int = 80, activity: str | None = None) -> str:
     """The live line, what fits in `width` in this order of importance:
-    '[=====>     ]  35%  step 140/400  ETA 2m10s  loss 0.41  1,234 samples/s  pressure normal'."""
+    '[=====>     ]  35%  step 140/400  ETA 2m10s  loss 0.41  1,234 samples/s  pressure normal'.
+    `activity` (a mining pass) says why there is no step, in place of 'no step for'."""
     total, step = e.get("total"), e["step"]
     parts = []
     if total:
@@ -106,7 +121,9 @@ def status_line(e: dict, memory: dict | None, windows: int, quiet_s: float | Non
         # below 100 columns the bar's room goes to the rest (pressure fits at 80)
         parts.append((drawn if width >= 100 else "") + f"{100 * done:3.0f}%")
     parts.append(f"step {step}/{total}" if total else f"step {step}")
-    if quiet_s is not None:
+    if activity is not None:
+        parts.append(activity)
+    elif quiet_s is not None:
         parts.append(f"no step for {duration(quiet_s)}")
     level = (memory.get("pressure") or {}).get("level") if memory is not None else None
     pressure = f"pressure {level or 'n/a'}" if memory is not None else None
@@ -116,8 +133,8 @@ def status_line(e: dict, memory: dict | None, windows: int, quiet_s: float | Non
         parts.append(eta)
     if e.get("loss") is not None:
         parts.append(f"loss {e['loss']:.4g}")
-    if e.get("samples_per_s") is not None:
-        parts.append(f"{rate(e['samples_per_s'])} samples/s")
+    if (speed := shown_rate(e)) is not None:
+        parts.append(f"{rate(speed)} samples/s")
     if e.get("mfu") is not None:
         parts.append(f"MFU {e['mfu']:.0%}")
     if pressure and level in (None, "normal"):
@@ -273,6 +290,7 @@ class HeadlessPrinter:
         self.memory: dict | None = None  # the latest memory event, shown with the step
         self.step: dict | None = None    # the attempt's latest step event
         self.windows = 0                 # its step windows so far (the ETA settles)
+        self.mining: dict | None = None  # the mining_started event of a pass under way
         self.logged_t: float | None = None   # the event time of the last progress line written
         self.logged: dict | None = None      # the step it showed
         self.status = ""                 # the live line now on screen
@@ -302,8 +320,13 @@ class HeadlessPrinter:
             self.memory = e
             return self._progress(e["t"], stalled=True) if not self.live else []
         if kind == "step":
-            self.step, self.windows = e, self.windows + 1
+            self.step, self.windows, self.mining = e, self.windows + 1, None
             return self._progress(e["t"]) if not self.live else []
+        if kind == "mining_started":
+            self.mining = e
+            return []
+        if kind in ("mining", "crash", "attempt_ended"):
+            self.mining = None
         lines = []
         if kind in ("crash", "attempt_started", "attempt_ended", "run_finished"):
             lines += self._end_attempt()
@@ -316,7 +339,9 @@ class HeadlessPrinter:
         if step is None or (self.logged_t is not None and t - self.logged_t < self.log_every_s):
             return []
         line = step_line(step, self.memory, self.windows)
-        if stalled and (quiet := _quiet(step, t)) is not None:
+        if stalled and self.mining is not None:
+            line += f"  ({activity_text(self.mining, t)})"
+        elif stalled and (quiet := _quiet(step, t)) is not None:
             line += f"  (no step for {duration(quiet)})"
         self.logged_t, self.logged = t, step
         return [line]
@@ -330,11 +355,13 @@ class HeadlessPrinter:
         return [line] if line else []
 
     def _status(self) -> str:
-        if self.step is None:
-            return ""
-        quiet = _quiet(self.step, self.memory["t"]) if self.memory is not None else None
+        now = self.memory["t"] if self.memory is not None else None
+        if self.step is None:  # a schedule that mines from epoch 0 does so before any step
+            return activity_text(self.mining, now) if self.mining is not None else ""
+        quiet = _quiet(self.step, now) if now is not None else None
+        activity = activity_text(self.mining, now) if self.mining is not None else None
         width = self.width or shutil.get_terminal_size().columns
-        return status_line(self.step, self.memory, self.windows, quiet, max(20, width - 1))
+        return status_line(self.step, self.memory, self.windows, quiet, max(20, width - 1), activity)
 
     def close(self) -> None:
         """End the live line (the run is over); a no-op otherwise."""

@@ -215,7 +215,11 @@ def test_mined_negatives_never_include_the_positive(tmp_path, index):
                     index=index, ivf_lists=16, ivf_probe=4, eval_k=10)
     workload = TwoTowerWorkload(params, seed=0)
     events = []
-    workload.prepare_epoch(LastVector(), 0, torch.device("cpu"), lambda t, **f: events.append(f))
+    kinds = []
+    workload.prepare_epoch(LastVector(), 0, torch.device("cpu"),
+                           lambda t, **f: (kinds.append(t), events.append(f)))
+    assert kinds == ["mining_started", "mining"]   # the screens say a pass is under way
+    events = events[1:]
     negatives, train_targets = workload.negatives, workload.data.train.targets
     assert negatives.shape == (500, 12)
     assert not bool((negatives == train_targets[:, None]).any())

@@ -119,14 +119,14 @@ def test_mining_is_folded_with_a_log_line_and_active_while_it_runs():
     m = RunModel()
     m.fold([{"type": "run_started", "t": 0.0, "run": "r", "workload": "twotower", "device_preset": "cpu"},
             {"type": "attempt_started", "t": 0.0, "attempt": 1, "preset": "cpu", "config": {}}])
-    assert m.fold([{"type": "preparing_epoch", "t": 1.0, "attempt": 1, "epoch": 0, "step": 0}])
+    assert m.fold([{"type": "mining_started", "t": 1.0, "attempt": 1, "epoch": 0, "negatives": 16}])
     assert m.mining_active
     m.fold([{"type": "mining", "t": 1.0, "attempt": 1, "epoch": 0, "mode": "none"}])
     assert not m.mining_active and m.mining is None   # an epoch the schedule does not mine
     mined = {"type": "mining", "t": 30.0, "attempt": 1, "epoch": 6, "mode": "faiss@64",
              "index": "IVF256,Flat nprobe 16", "exact": False, "recall_vs_exact": 0.9731,
              "queries": 20000, "mining_s": 28.4, "index_build_s": 3.2}
-    m.fold([{"type": "preparing_epoch", "t": 2.0, "attempt": 1, "epoch": 6, "step": 600}])
+    m.fold([{"type": "mining_started", "t": 2.0, "attempt": 1, "epoch": 6, "negatives": 64}])
     assert m.mining_active
     changed = m.fold([mined])
     assert not m.mining_active and m.mining == mined and "log" in changed

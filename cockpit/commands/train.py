@@ -11,6 +11,7 @@ import time
 from cockpit.headless import LOG_EVERY_S, HeadlessPrinter, duration
 from engine import command, presets, runconfig, settings
 from engine.errors import ConfigError
+from engine.numbers import rate
 from engine.run.alerts import Terminal
 from engine.run.events import EventFollower, run_end
 from engine.run.resume import at_work
@@ -124,7 +125,8 @@ def _print_summary(s: RunSummary) -> None:
     metrics = "  ".join(f"{k} {v:.4g}" for k, v in s.metrics.items() if isinstance(v, (int, float)))
     loss = f"loss {s.loss:.4g}" if s.loss is not None else "no loss reported"
     line = (f"{s.status}: step {s.step}" + (f"/{s.total_steps}" if s.total_steps else "") + f", {loss}"
-            + (f", {metrics}" if metrics else "") + f", in {duration(s.duration_s)}")
+            + (f", {metrics}" if metrics else "") + f", in {duration(s.duration_s)}"
+            + (f", {rate(s.samples_per_s)} samples/s on average" if s.samples_per_s else ""))
     try:
         print(line, flush=True)
     except OSError:

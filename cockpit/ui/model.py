@@ -113,7 +113,7 @@ class RunModel:
     metrics: dict = field(default_factory=dict)
     eval_step: int | None = None
     mining: dict | None = None        # the latest mining event (index, recall vs exact, timings)
-    mining_active: bool = False       # the workload is preparing an epoch (twotower: mining)
+    mining_active: bool = False       # a mining pass is under way (mining_started, no mining yet)
     memory: dict | None = None        # the latest memory event
     warnings: deque = field(default_factory=lambda: deque(maxlen=WARNINGS))
     attempts: list[Attempt] = field(default_factory=list)
@@ -319,9 +319,8 @@ def _eval(m: RunModel, e: dict) -> set[str]:
     return {"progress", "plots", "log"}
 
 
-def _preparing_epoch(m: RunModel, e: dict) -> set[str]:
-    # No log line: most epochs of most workloads prepare nothing worth one (the mining event
-    # that follows says what was done).
+def _mining_started(m: RunModel, e: dict) -> set[str]:
+    # No log line: the mining event that ends the pass says what it did, and how long it took.
     m.mining_active = True
     return {"progress"}
 
@@ -409,7 +408,7 @@ _HANDLERS = {
     "memory": _memory, "warning": _warning, "crash": _crash, "attempt_ended": _attempt_ended,
     "fallback": _fallback, "run_failed": _run_failed, "run_finished": _run_finished,
     "fault_injected": _fault_injected, "run_resumed": _run_resumed,
-    "preparing_epoch": _preparing_epoch, "mining": _mining,
+    "mining_started": _mining_started, "mining": _mining,
     "run_interrupted": _run_interrupted, "supervisor_lost": _supervisor_lost,
 }
 

@@ -244,9 +244,6 @@ class Trainer:
             return
         if self.preset.empty_cache == "before-mining":
             devices.empty_cache(self.device)
-        # Said before it starts: a mining pass can take minutes with no step, and the screens
-        # say why the throughput fell to nothing (its own event, e.g. "mining", follows).
-        self.emit("preparing_epoch", epoch=epoch, step=self.step)
         once = 0.0
 
         def emit(kind: str, **fields) -> None:

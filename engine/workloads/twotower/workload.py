@@ -141,6 +141,9 @@ class TwoTowerWorkload:
             self.negatives = None
             emit("mining", epoch=epoch, mode="none")
             return
+        # Said before it starts: a pass can take minutes with no step, and the screens say
+        # why the throughput fell to nothing until the "mining" event below ends it.
+        emit("mining_started", epoch=epoch, negatives=k)
         started = time.perf_counter()
         faiss = self._faiss_module()
         threads = mining.coordinate_threads(faiss, self.params.faiss_threads)
