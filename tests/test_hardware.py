@@ -407,6 +407,17 @@ def test_panel_in_an_app_fits_the_terminal_and_refits_when_resized(size):
             else:
                 assert len(shown) == 6 and shown[5].startswith("GPU3 NVIDIA H100")
             assert all(len(line) <= panel.size.width for line in shown)
+            # A frame with nothing new for the panel repaints nothing; a memory event does.
+            painted = []
+            panel.update = lambda *a, **k: painted.append(a)
+            m = panel._model
+            m.fold([{"type": "step", "t": 4.0, "step": 2, "total": 10, "device_memory": {"allocated": 1}}])
+            panel.show(m)
+            assert painted == []
+            m.fold([dict(m.memory, t=5.0, cpu_percent=12.0)])
+            panel.show(m)
+            assert len(painted) == 1 and "CPU 12%" in painted[0][0].plain
+            del panel.update
             other = (200, 50) if size == (80, 24) else (80, 24)
             await pilot.resize_terminal(*other)
             await wait_for(pilot, lambda: (len(str(panel.render()).splitlines()) == 6) == (other[0] == 200),

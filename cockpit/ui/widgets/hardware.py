@@ -2,9 +2,10 @@
 CPU, each GPU (NVML), or on a Mac what Metal and the memory pressure say.
 
 Fed from RunModel: the supervisor's latest `memory` event (engine.monitor.hardware's fields)
-and the device memory the trainer reports with each step. Fits what it is given: at most
-four lines below WIDE columns (every GPU folded into one line when there are more than
-two), a line per GPU with bars and names above.
+and the device memory the trainer reports with each step. Fits what it is given: the
+panel's height when the screen fixes one, else at most four lines below WIDE columns; every
+GPU is folded into one line when a line each would not fit; bars and GPU names from WIDE
+columns on.
 """
 
 from __future__ import annotations
@@ -210,7 +211,7 @@ def hardware_text(m: RunModel, width: int, height: int | None = None) -> Text:
     wide = width >= WIDE
     limit = height or (None if wide else COMPACT_LINES)
     gpus = (m.memory or {}).get("gpus") or []
-    lines = _lines(m, width, wide, fold_gpus=not wide and len(gpus) > 2)
+    lines = _lines(m, width, wide, fold_gpus=False)
     if limit is not None and len(lines) > limit and len(gpus) > 1:
         lines = _lines(m, width, wide, fold_gpus=True)
     return Text("\n").join(lines[:limit])
@@ -233,12 +234,22 @@ class HardwarePanel(Static):
         super().__init__(*args, **kwargs)
         self._model: RunModel | None = None
         self._line_count = 0
+        self._shown: tuple = ()
 
     def on_mount(self) -> None:
         self.border_title = "hardware"
 
     def show(self, model: RunModel) -> None:
-        self._model = model
+        # The dashboard calls this on every frame with a step that carries device memory (up
+        # to ten a second); the figures here change with a memory event (once a second), the
+        # device memory only matters on a Mac. Objects, compared by identity, not ids: a kept
+        # reference cannot be freed and its id reused.
+        shown = (model.memory, model.device_memory if _on_mac(model) else None,
+                 model.attempts[-1].device if model.attempts else None)
+        if self._model is model and len(shown) == len(self._shown) and \
+                all(a is b for a, b in zip(shown, self._shown)):
+            return
+        self._model, self._shown = model, shown
         self._paint()
 
     def on_resize(self, event: Resize) -> None:
