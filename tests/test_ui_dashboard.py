@@ -1,26 +1,88 @@
 """The run dashboard: a real tiny training run started from the launch screen, through an
 injected native crash and the fallback to the end; replay of recorded runs; stop; a flood of
-events that the screen keeps up with in bounded memory."""
+events that the screen keeps up with in bounded memory; the layout at 80x24, 100x30 and
+200x50; the plots' keys; what a finished run no longer offers."""
 
 from __future__ import annotations
 
 import json
+import math
+import os
 import subprocess
 import sys
 import threading
 import time
 
+import pytest
+
 from cockpit.app import make_app
-from cockpit.ui.dashboard import DashboardScreen
+from cockpit.ui.dashboard import DashboardScreen, metric_text
 from cockpit.ui.model import LOG_LINES, MAX_POINTS
+from cockpit.ui.widgets.attempts import AttemptsPanel
+from cockpit.ui.widgets.plots import CRASH_STYLE, LogTicks, PlotCard
 from conftest import TINY
 from engine.run.events import read_events
 from engine.run.rundir import RunDir, list_runs
-from ui_support import copy_run, run, wait_for
+from ui_support import copy_run, fake_live, run, wait_for
+
+SIZES = [(80, 24), (100, 30), (200, 50)]
 
 
 def _text(screen, selector: str) -> str:
     return str(screen.query_one(selector).render())
+
+
+def screen_lines(app) -> list[str]:
+    """The terminal's rows as the user sees them (text cut off is not there)."""
+    return [strip.text for strip in app.screen._compositor.render_strips()]
+
+
+def on_screen(app, text: str) -> bool:
+    return any(text in line for line in screen_lines(app))
+
+
+def _events(path) -> list[dict]:
+    return read_events(path / "events.jsonl")
+
+
+def _write(path, events: list[dict]) -> None:
+    (path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+
+
+async def _open(pilot, app, path, *, live: bool = False) -> DashboardScreen:
+    dash = app.open_run(RunDir(path))
+    if live:
+        await wait_for(pilot, lambda: dash.model.live and dash.model.step > 0, what="the live run")
+    else:
+        await wait_for(pilot, lambda: dash.ended, what="the replay")
+    await pilot.pause(0.3)
+    return dash
+
+
+def _assert_whole(dash: DashboardScreen) -> None:
+    """Every part of the screen inside it, none over another."""
+    screen = dash.region
+    parts = [w for w in dash.children if w.display]
+    for w in parts:
+        assert screen.contains_region(w.region), (w, w.region, screen)
+        assert w.region.height > 0, w
+    for i, a in enumerate(parts):
+        for b in parts[i + 1:]:
+            assert not a.region.overlaps(b.region), (a, b)
+    cards = [c for c in dash.query(PlotCard) if c.display]
+    plots = dash.query_one("#plots").region
+    for i, a in enumerate(cards):
+        assert plots.contains_region(a.region), a
+        for b in cards[i + 1:]:
+            assert not a.region.overlaps(b.region), (a, b)
+
+
+def _data_rows(card: PlotCard) -> int:
+    """Rows of a card's plot between the top and bottom of its frame."""
+    return card.plot.query_one("#plot").size.height - 2
+
+
+# ------------------------------------------------------------ a real run
 
 
 def test_real_run_through_the_ui_crashes_falls_back_and_finishes(home):
@@ -45,8 +107,7 @@ def test_real_run_through_the_ui_crashes_falls_back_and_finishes(home):
             assert m.attempts[0].crash["evidence"]["signal"] == "SIGABRT"
             assert m.attempts[1].resumed_from["step"] == 2     # the checkpoint before the crash
             assert m.metrics["r2"] > 0.5                       # it trained to the end
-            panel = dash.query_one("#attempts-text").render()
-            text = str(panel)
+            text = " ".join(_text(dash, "#attempts-text").split())   # as read, across wrapped lines
             assert "native-crash" in text and "SIGABRT" in text and "attempt 2 on cpu" in text
             assert "resume at step 2" in text
             assert dash.query_one("#attempts").has_class("crashed")
@@ -59,28 +120,356 @@ def test_real_run_through_the_ui_crashes_falls_back_and_finishes(home):
     assert [e["type"] for e in read_events(only.events_path)][-1] == "run_finished"
 
 
+# ------------------------------------------------------------ replay
+
+
 def test_replayed_run_shows_crash_panel_plots_and_log(home):
     path = copy_run(home, "crash-fallback")
 
     async def drive():
         app = make_app(attach=False)
         async with app.run_test(size=(80, 24)) as pilot:
-            dash = app.open_run(RunDir(path))
-            await wait_for(pilot, lambda: dash.ended, what="the replay")
-            await pilot.pause(0.3)
+            dash = await _open(pilot, app, path)
             assert not dash.start and dash.model.live is False
             assert "finished" in _text(dash, "#status")
             assert "SIGABRT" in _text(dash, "#attempts-text")
-            rate = dash.query_one("#rate-plot")
-            assert rate._datasets and len(rate._v_lines) == 1  # the crash is marked on the plot
-            assert "samples/s" in rate.border_title
+            rate = dash.query_one("#rate-card", PlotCard)
+            assert rate.plot._datasets and len(rate.plot._v_lines) == 1  # the crash is marked
+            assert "samples/s" in rate.title_text
             await pilot.press("t")
             await pilot.pause(0.2)
-            assert "steps/s" in rate.border_title
+            assert "steps/s" in rate.title_text
             assert any("fallback: attempt 2 on cpu" in line for line in dash.model.log)
             assert "run finished" in _text(dash, "#log")      # the log's tail is on screen
 
     run(drive())
+
+
+# ------------------------------------------------------------ layout
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_whole_at_every_size(home, size):
+    """Nothing cut or overlapping at 80x24, 100x30 and 200x50; the finished line's metric,
+    the footer's help and palette keys on screen; the plots more than two data rows."""
+    path = copy_run(home, "finished")
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=size) as pilot:
+            dash = await _open(pilot, app, path)
+            _assert_whole(dash)
+            r2 = metric_text(dash.model.metrics["r2"])
+            assert on_screen(app, f"r2 {r2}") and on_screen(app, "took")
+            assert on_screen(app, "? Help") and on_screen(app, "^p palette")
+            assert on_screen(app, "Logs") and on_screen(app, "Window")
+            for name in ("rate", "loss"):
+                assert _data_rows(dash.query_one(f"#{name}-card", PlotCard)) >= 5, size
+            lines = screen_lines(app)
+            assert all(len(line) <= size[0] for line in lines)
+            if size == (200, 50):
+                # the space is used: every plot in a row, and a log of many lines
+                shown = [c.id for c in dash.query(PlotCard) if c.display]
+                assert shown == ["rate-card", "loss-card", "eval-card", "lr-card"]
+                assert _data_rows(dash.query_one("#rate-card", PlotCard)) >= 15
+                assert dash.query_one("#log").content_size.height >= 8
+                assert dash.query_one("#hardware").display and dash.query_one("#memory").display
+            else:
+                assert dash.query_one("#log").content_size.height >= 2
+
+    run(drive())
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_live_run_whole_with_stop_and_detach_offered(home, size):
+    path = copy_run(home, "finished")
+    fake_live(path)
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=size) as pilot:
+            dash = await _open(pilot, app, path, live=True)
+            _assert_whole(dash)
+            for key in ("s Stop", "d Detach", "? Help", "^p palette"):
+                assert on_screen(app, key) or on_screen(app, key.replace(" ", "  ")), key
+
+    run(drive())
+
+
+def test_finished_run_does_not_offer_stop_or_detach(home):
+    path = copy_run(home, "finished")
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            dash = await _open(pilot, app, path)
+            assert dash.check_action("stop", ()) is False and dash.check_action("detach", ()) is False
+            assert not on_screen(app, "Stop") and not on_screen(app, "Detach")
+            await pilot.press("s")           # not bound now: nothing happens, nothing is said
+            await pilot.pause(0.1)
+            assert isinstance(app.screen, DashboardScreen) and not app._notifications
+            await pilot.press("escape")      # back still works
+            assert not isinstance(app.screen, DashboardScreen)
+
+    run(drive())
+
+
+def test_memory_and_hardware_share_a_slot_when_narrow(home):
+    path = copy_run(home, "finished")
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            dash = await _open(pilot, app, path)
+            assert dash.query_one("#memory").display and not dash.query_one("#hardware").display
+            assert on_screen(app, "h hardware")
+            await pilot.press("h")
+            await pilot.pause(0.1)
+            assert dash.query_one("#hardware").display and not dash.query_one("#memory").display
+            assert on_screen(app, "h memory") and on_screen(app, "CPU")
+            _assert_whole(dash)
+
+    run(drive())
+
+
+# ------------------------------------------------------------ issue 16 item 5: attempts panel
+
+
+def _live_after_fallback(home):
+    """The crash-fallback run cut after attempt 2's first step, with a live supervisor."""
+    path = copy_run(home, "crash-fallback")
+    events = _events(path)
+    second = next(i for i, e in enumerate(events) if e["type"] == "step" and e["attempt"] == 2)
+    _write(path, events[: second + 1])
+    RunDir(path).write_supervisor_pid(os.getpid())
+    return path
+
+
+def test_after_a_fallback_the_crash_stays_in_view_at_80x24(home):
+    path = _live_after_fallback(home)
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            dash = await _open(pilot, app, path, live=True)
+            await pilot.pause(0.3)
+            panel = dash.query_one(AttemptsPanel)
+            rows = [line[panel.region.x:panel.region.right] for line in
+                    screen_lines(app)[panel.region.y:panel.region.bottom]]
+            visible = "\n".join(rows)
+            assert "#1 auto on cpu" in visible                  # the crashed attempt's header
+            assert "The trainer died from SIGABRT" in visible   # and its sentence
+            # wrapped lines hang under their paragraph: only an attempt's header starts at
+            # the panel's first column
+            inner = [r[1:-1] for r in rows[1:-1] if r[1:-1].strip()]
+            assert all(r.startswith("#") or r.startswith(" ") for r in inner), inner
+            # the text wraps before the scrollbar's column
+            width = panel.scrollable_content_region.width
+            text = _text(dash, "#attempts-text")
+            assert all(len(line) <= width for line in text.splitlines())
+            assert panel.scrollable_content_region.right <= panel.region.right - 2
+
+    run(drive())
+
+
+# ------------------------------------------------------------ item 7: no step, no axes
+
+
+def test_a_run_that_failed_before_any_step_says_so_instead_of_axes(home):
+    path = copy_run(home, "crash-fallback")
+    events = _events(path)
+    first = events[: next(i for i, e in enumerate(events) if e["type"] == "trainer_ready")]
+    t = first[-1]["t"] + 10.3339
+    crash = next(e for e in events if e["type"] == "crash")
+    _write(path, first + [
+        {**crash, "t": t},
+        {"v": 1, "t": t, "type": "attempt_ended", "attempt": 1, "outcome": "native-crash", "exit": "SIGABRT"},
+        {"v": 1, "t": t, "type": "run_failed", "attempt": 0, "why": "no fallback left"},
+        {"v": 1, "t": t, "type": "run_finished", "attempt": 0, "status": "failed"},
+    ])
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            dash = await _open(pilot, app, path)
+            for name in ("rate", "loss"):
+                card = dash.query_one(f"#{name}-card", PlotCard)
+                assert card.empty_text and "ended before its first reported step" in card.empty_text
+                assert not card.plot.display
+            await wait_for(pilot, lambda: on_screen(app, "no further attempt"), what="the panel")
+            screen = "\n".join(screen_lines(app))
+            assert "ended before its" in screen and "10.33" not in screen
+
+    run(drive())
+
+
+# ------------------------------------------------------------ item 13 and the plots' keys
+
+
+def test_crash_marks_loss_value_and_log_scale(home):
+    path = copy_run(home, "crash-fallback")
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            dash = await _open(pilot, app, path)
+            loss = dash.query_one("#loss-card", PlotCard)
+            (line,) = loss.plot._datasets
+            (mark,) = loss.plot._v_lines
+            assert mark.line_style == CRASH_STYLE and line.line_style != CRASH_STYLE
+            assert "red" not in line.line_style and "magenta" not in line.line_style
+            # one loss value on screen: the progress line's, not a second one in the title
+            assert f"loss {dash.model.loss:.4g}" in _text(dash, "#progress-text")
+            assert not any(ch.isdigit() for ch in loss.title_text)
+            linear = list(line.y)
+            await pilot.press("y")
+            await pilot.pause(0.3)
+            (line,) = loss.plot._datasets
+            assert isinstance(loss.plot._y_formatter, LogTicks) and "log scale" in loss.title_text
+            assert list(line.y) == pytest.approx([math.log10(y) for y in linear])
+            await pilot.press("y")
+            await pilot.pause(0.3)
+            assert list(loss.plot._datasets[0].y) == pytest.approx(linear)
+
+    run(drive())
+
+
+def test_window_key_plots_the_last_minutes(home):
+    """w cycles whole run -> last 30, 5, 1 minutes; a window shows only its points, all of them."""
+    path = copy_run(home, "finished")
+    events = _events(path)
+    # stretch the recorded run to 40 minutes, so the windows cut it
+    t0 = events[0]["t"]
+    for e in events:
+        e["t"] = t0 + (e["t"] - t0) * 35
+    _write(path, events)
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=(100, 30)) as pilot:
+            dash = await _open(pilot, app, path)
+            rate = dash.query_one("#rate-card", PlotCard)
+            whole = len(rate.plot._datasets[0].x)
+            end = dash.model.elapsed(dash.model.newest_t)
+            for label, seconds in (("last 30 min", 1800), ("last 5 min", 300), ("last min", 60)):
+                await pilot.press("w")
+                await pilot.pause(0.3)
+                assert label in rate.title_text and label in dash.query_one("#loss-card", PlotCard).title_text
+                expected = dash.model.samples_series.points(end - seconds)[0]
+                if not expected:   # the run's last minute had no step
+                    assert rate.empty_text == f"no throughput in the {label}"
+                    continue
+                xs = list(rate.plot._datasets[0].x)
+                assert min(xs) >= end - seconds - 1e-6 and len(xs) == len(expected) < whole
+            await pilot.press("w")
+            await pilot.pause(0.3)
+            assert "min" not in rate.title_text and len(rate.plot._datasets[0].x) == whole
+
+    run(drive())
+
+
+def test_maximise_cycles_through_the_plots_and_escape_brings_all_back(home):
+    path = copy_run(home, "finished")
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            dash = await _open(pilot, app, path)
+            small = _data_rows(dash.query_one("#rate-card", PlotCard))
+            seen = []
+            for _ in range(4):
+                await pilot.press("m")
+                await pilot.pause(0.3)
+                shown = [c for c in dash.query(PlotCard) if c.display]
+                assert len(shown) == 1 and not dash.query_one("#panels").display
+                seen.append(shown[0].id)
+                assert _data_rows(shown[0]) > 2 * small   # the screen's height, not a strip
+                assert shown[0].plot._datasets            # drawn, though hidden before
+                _assert_whole(dash)
+            assert seen == ["rate-card", "loss-card", "eval-card", "lr-card"]
+            assert "r2" in dash.query_one("#eval-card", PlotCard).title_text
+            assert "lr 0.02" in dash.query_one("#lr-card", PlotCard).title_text
+            await pilot.press("escape")
+            await pilot.pause(0.2)
+            assert isinstance(app.screen, DashboardScreen)     # esc leaves the plot, not the run
+            assert dash.query_one("#panels").display and dash.maximised is None
+            _assert_whole(dash)
+
+    run(drive())
+
+
+# ------------------------------------------------------------ item 14: figures and words
+
+
+def test_throughput_average_gflops_and_steps_lost(home):
+    path = copy_run(home, "crash-fallback")
+    events = _events(path)
+    # attempt 1 trained to step 12 before it crashed; attempt 2 resumed from step 10
+    crash = next(i for i, e in enumerate(events) if e["type"] == "crash")
+    step10 = next(e for e in events if e["type"] == "step" and e["step"] == 10)
+    extra = [{**step10, "step": s, "t": step10["t"] + 0.01 * s, "gflop_s": 2.5} for s in (11, 12)]
+    _write(path, events[:crash] + extra + events[crash:])
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=(200, 50)) as pilot:
+            dash = await _open(pilot, app, path)
+            m = dash.model
+            assert m.steps_lost == 2
+            assert "2 steps trained again" in dash.query_one(AttemptsPanel).border_title
+            assert on_screen(app, "2 steps trained again")
+            title = dash.query_one("#rate-card", PlotCard).title_text
+            assert f"average {m.avg_samples_per_s:,.0f}" in title
+            if m.gflop_s:
+                assert "GFLOP/s" in title
+
+    run(drive())
+
+
+def test_noise_is_said_in_words(home):
+    path = copy_run(home, "finished")
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=(200, 50)) as pilot:
+            await _open(pilot, app, path)
+            screen = "\n".join(screen_lines(app))
+            assert "psi" not in screen and "no stalls" in screen
+            assert "(CPU: RSS)" not in screen        # a CPU run has no device memory line
+            assert "threads  " not in screen
+
+    run(drive())
+    assert metric_text(1.0) == "1.000" and metric_text(0.91696) == "0.9170" and metric_text(12345.6) == "12,346"
+
+
+def test_mining_is_said_while_it_runs(home):
+    path = copy_run(home, "finished")
+    fake_live(path)
+    events = _events(path)
+    events[0]["workload"] = "twotower"
+    t = events[-1]["t"]
+    events += [
+        {"v": 1, "t": t + 0.1, "type": "mining", "attempt": 1, "epoch": 1, "mode": "faiss@8", "index": "IVF64,Flat",
+         "exact": False, "recall_vs_exact": 0.93, "queries": 4096, "mining_s": 12.3},
+        {"v": 1, "t": t + 0.2, "type": "preparing_epoch", "attempt": 1, "epoch": 2, "step": 129},
+    ]
+    _write(path, events)
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            dash = await _open(pilot, app, path, live=True)
+            await wait_for(pilot, lambda: dash.model.mining_active, what="the mining event")
+            await pilot.pause(0.3)
+            progress = _text(dash, "#progress-text")
+            assert "mining hard negatives" in progress and "recall 0.930 vs exact" in progress
+            assert "ETA" not in progress
+            _assert_whole(dash)
+
+    run(drive())
+
+
+# ------------------------------------------------------------ stop, and a flood
 
 
 def test_stop_asks_the_supervisor_to_stop(home):
@@ -113,7 +502,7 @@ def test_a_flood_of_events_is_kept_up_with_in_bounded_memory(home):
     events = read_events(path / "events.jsonl")
     body = [e for e in events if e["type"] in ("step", "memory", "eval", "checkpoint")]
     (path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events[:3]))
-    RunDir(path).write_supervisor_pid(__import__('os').getpid())
+    RunDir(path).write_supervisor_pid(os.getpid())
     rounds, written = 60, [0]
 
     def writer():

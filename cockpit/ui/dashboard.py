@@ -1,16 +1,23 @@
-"""The run dashboard: progress and ETA, throughput and loss plots, the eval metric, memory,
-the crash/fallback panel and a log tail, for a live run (attached or just started) or a past
-one (replayed from its events).
+"""The run dashboard: progress and ETA, plots of throughput, loss, the eval metrics and the
+learning rate, memory and hardware, the crash/fallback panel and a log tail, for a live run
+(attached or just started) or a past one (replayed from its events).
+
+Layout by the terminal's size: below SHORT rows the panels keep six lines and the log two, so
+the plots get the rest (six data rows at 80x24); below NARROW columns memory and hardware
+share one slot (h switches) and two plots share a row; at 200x50 four plots in a row, all
+panels side by side and a log that takes what is left. m maximises one plot at a time.
 
 Threading: a worker thread (cockpit.ui.follow) starts the supervisor when asked and follows
 events.jsonl; it only post_message's batches. Here each batch is folded into the RunModel at
 once (cheap) and the widgets are repainted at most FRAME_S apart, so a flood of events costs
-at most ten repaints a second.
+at most ten repaints a second; the plots, the costly part, at most once per PLOT_S.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
+import textwrap
 import time
 from collections import deque
 
@@ -18,7 +25,7 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal
+from textual.containers import Grid, Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, ProgressBar, Static
 from textual.worker import get_current_worker
@@ -29,37 +36,77 @@ from cockpit.ui.follow import RunEvents, follow
 from cockpit.ui.logs import LogScreen
 from cockpit.ui.model import RunModel, rate_text
 from cockpit.ui.widgets.attempts import AttemptsPanel
+from cockpit.ui.widgets.hardware import HardwarePanel
 from cockpit.ui.widgets.memory import MemoryPanel
-from cockpit.ui.widgets.plots import SeriesPlot
+from cockpit.ui.widgets.plots import PlotCard, fit, short_number, title_line
 from engine import presets
-from engine.run import supervisor
 from engine.errors import ConfigError
+from engine.run import supervisor
 from engine.run.rundir import RunDir
 
 FRAME_S = 0.1
 PLOT_S = 1.0   # the plots are the costly part of a frame (~20 ms each); once a second is plenty
+SHORT = 32     # rows below which panels and log shrink so the plots keep their height
+TALL = 40      # rows from which the plots may take two rows of cards
+NARROW = 120   # columns below which memory and hardware share one slot
+CARD_COLUMNS = 45   # a plot card narrower than this squeezes its ticks together
 STATUS_STYLE = {"running": "bold cyan", "finished": "bold green", "stopped": "bold yellow",
                 "failed": "bold red", "lost": "bold red", "interrupted": "yellow", "created": "dim"}
+# Crash marks are red (plots.CRASH_STYLE): no series is red or magenta, which reads as red.
+RATE_STYLE, LOSS_STYLE, LR_STYLE = "cyan", "green", "bright_blue"
+EVAL_STYLES = ("yellow", "white", "bright_cyan")
+WINDOWS = ((None, "whole run"), (1800.0, "last 30 min"), (300.0, "last 5 min"), (60.0, "last min"))
+CARDS = ("rate", "loss", "eval", "lr")
+# What a workload's epoch preparation is, said while it runs (no steps come meanwhile).
+PREPARING = {"twotower": "mining hard negatives"}
 
 
 class DashboardScreen(Screen):
     BINDINGS = [
-        Binding("s", "stop", "Stop run"),
-        Binding("d", "detach", "Detach"),
-        Binding("t", "toggle_rate", "steps/samples"),
+        Binding("s", "stop", "Stop", tooltip="stop the run: it checkpoints after the current step, then exits"),
+        Binding("d", "detach", "Detach", tooltip="back, leaving the run running without the cockpit"),
+        Binding("t", "toggle_rate", "Rate", tooltip="plot throughput in samples/s or steps/s"),
         Binding("l", "logs", "Logs"),
-        Binding("escape", "back", "Back"),
+        Binding("w", "window", "Window", tooltip="plots over the whole run, the last 30, 5 or 1 minutes"),
+        Binding("y", "log_scale", "Log y", tooltip="loss on a logarithmic scale, or back to linear"),
+        Binding("m", "maximise", "Max", tooltip="one plot on the whole screen, then the next; back to all"),
+        # not in the footer (at 80 columns '? Help' would not fit): the shared panel's own
+        # border says 'h hardware' / 'h memory'
+        Binding("h", "side_panel", "Memory/hardware", show=False,
+                tooltip="memory or hardware in the panel they share below 120 columns"),
+        Binding("escape", "back", "Back", show=False, tooltip="back (a maximised plot: back to all plots)"),
     ]
+    HELP = """\
+Progress and ETA, plots over time since the run started -- throughput (`t`: samples/s or
+steps/s; its title has the run's average and GFLOP/s), loss (`y`: log scale), the eval
+metrics and the learning rate when the run reports them, crashes as red dashed lines -- then
+memory (pressure, swap, RSS, device memory), hardware (CPU, GPUs), every attempt with how it
+ended, the evidence, the fallback taken and where it resumed, and the log's tail.
+`w` plots the last 30, 5 or 1 minutes, `m` maximises one plot (again: the next, esc: all).
+`s` stops the run gracefully (checkpoint, then exit); `d` leaves it running without the
+cockpit, which attaches to it again later. Neither is offered once the run has ended.
+"""
     DEFAULT_CSS = """
     DashboardScreen { layout: vertical; }
     #status { height: 1; padding: 0 1; background: $boost; }
-    #progress-row { height: 1; padding: 0 1; }
+    #progress-row { height: auto; padding: 0 1; }
     #progress-row ProgressBar { width: 22; }
     #progress-row Bar { width: 16; }
-    #progress-text { width: 1fr; }
-    #plots { height: 1fr; min-height: 7; }
-    #panels { height: 9; }
-    #log { height: 4; border: round $primary 50%; border-title-color: $text; }
+    #progress-text { width: 1fr; height: auto; max-height: 2; }
+    #plots { height: 2fr; min-height: 8; layout: grid; grid-size: 2 1; grid-gutter: 0 1; }
+    #panels { height: 10; }
+    #log { height: 1fr; min-height: 3; border-top: round $primary 50%; border-title-color: $text;
+           padding: 0 1; }
+    #panels HardwarePanel { height: 100%; max-height: 100%; width: 1fr; }
+    #panels AttemptsPanel { width: 2fr; }
+    DashboardScreen.-short #panels { height: 8; }
+    DashboardScreen.-short #log { height: 3; }
+    DashboardScreen.-narrow #panels HardwarePanel { width: 30; display: none; }
+    DashboardScreen.-narrow #panels AttemptsPanel { width: 1fr; }
+    DashboardScreen.-narrow.-hardware #panels MemoryPanel { display: none; }
+    DashboardScreen.-narrow.-hardware #panels HardwarePanel { display: block; }
+    DashboardScreen.-max #panels, DashboardScreen.-max #log { display: none; }
+    DashboardScreen.-max #plots { height: 1fr; }
     """
 
     def __init__(self, run: RunDir, *, start: bool = False):
@@ -74,6 +121,10 @@ class DashboardScreen(Screen):
         except ConfigError:
             pass
         self.show_steps = False
+        self.loss_log = False
+        self.window = 0                  # index into WINDOWS
+        self.maximised: str | None = None  # a card's name (CARDS) while one fills the plots
+        self._arranged: tuple | None = None
         self._dirty: set[str] = set()
         self._paint_due: float | None = None
         self._paint_timer = None
@@ -81,6 +132,7 @@ class DashboardScreen(Screen):
         self._last_paint = 0.0
         self._last_plot = 0.0
         self._plotted = False    # the first data reaches the plots at once, later data once per PLOT_S
+        self._can_stop: bool | None = None
         self.ended = False
         # what happens from now on alerts (a replayed past does not); the supervisor does the
         # rest -- desktop, notify command -- since it has no terminal of its own here
@@ -95,20 +147,46 @@ class DashboardScreen(Screen):
         with Horizontal(id="progress-row"):
             yield ProgressBar(total=1, show_eta=False, id="progress")
             yield Static(id="progress-text")
-        with Horizontal(id="plots"):
-            yield SeriesPlot("samples/s", style="cyan", id="rate-plot")
-            yield SeriesPlot("loss", style="magenta", id="loss-plot")
+        with Grid(id="plots"):
+            for name in CARDS:
+                yield PlotCard(id=f"{name}-card")
         with Horizontal(id="panels"):
             yield MemoryPanel(id="memory")
+            yield HardwarePanel(id="hardware")
             yield AttemptsPanel(id="attempts")
         yield Static(id="log")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#log", Static).border_title = "log"
+        self._fit_to_size()
         self._dirty = {"status", "progress", "plots", "memory", "attempts", "log"}
         self._paint()
         self.follow_run()
+
+    def on_resize(self) -> None:
+        self._fit_to_size()
+        # what fits in a line changed: the texts are laid out again at the next frame
+        self._dirty |= {"status", "progress", "plots", "log"}
+        self._last_plot = 0.0
+        self._schedule_paint()
+
+    def _fit_to_size(self) -> None:
+        width, height = self.size
+        self.set_class(height < SHORT, "-short")
+        narrow = width < NARROW
+        if narrow != self.has_class("-narrow"):
+            self.set_class(narrow, "-narrow")
+            self.refresh_bindings()   # h only means something while the slot is shared
+        # keys without padding below NARROW columns: every key and '? Help' fit in 80
+        self.query_one(Footer).compact = narrow
+        self._label_side_panel()
+
+    def _label_side_panel(self) -> None:
+        narrow = self.has_class("-narrow")
+        self.query_one(MemoryPanel).border_subtitle = "h hardware" if narrow else ""
+        self.query_one(HardwarePanel).border_subtitle = "h memory" if narrow else ""
+        self._arrange_plots()
 
     # ------------------------------------------------------------ the worker
 
@@ -129,6 +207,8 @@ class DashboardScreen(Screen):
         if message.ended:
             self.ended = True
             changed.add("status")
+        if "memory" in changed:
+            changed.add("hardware")   # the same memory event carries the CPU and GPU figures
         self._dirty |= changed
         self._schedule_paint()
 
@@ -157,6 +237,7 @@ class DashboardScreen(Screen):
         m = self.model
         if "status" in dirty:
             self.query_one("#status", Static).update(self._status_text(), layout=False)
+            self._offer_stop()
         if "progress" in dirty or "status" in dirty:
             self._paint_progress()
         if "plots" in dirty:
@@ -167,6 +248,8 @@ class DashboardScreen(Screen):
                 self._dirty.add("plots")  # drawn by a later frame, scheduled below
         if "memory" in dirty:
             self.query_one(MemoryPanel).show(m)
+        if "hardware" in dirty or "memory" in dirty:
+            self.query_one(HardwarePanel).show(m)
         if "attempts" in dirty:
             self.query_one(AttemptsPanel).show(m)
         if "log" in dirty:
@@ -177,56 +260,183 @@ class DashboardScreen(Screen):
             self.call_after_refresh(lambda: self.frame_lags.append(time.time() - oldest))
         self._schedule_paint()
 
+    def _offer_stop(self) -> None:
+        """s and d only while the run is running: the footer drops them when it ends."""
+        can = self._stoppable()
+        if can != self._can_stop:
+            self._can_stop = can
+            self.refresh_bindings()
+
+    def _stoppable(self) -> bool:
+        m = self.model
+        return not m.finished and not self.ended and (bool(m.live) or (self.start and m.live is None))
+
     def _status_text(self) -> Text:
         m = self.model
-        text = Text()
-        text.append(m.status, style=STATUS_STYLE.get(m.status, "bold"))
+        parts = [Text(m.status, style=STATUS_STYLE.get(m.status, "bold"))]
         if m.live and not self.start:
-            text.append(" (attached)", style="dim")
+            parts[0].append(" (attached)", style="dim")
+        parts.append(Text(f"{m.workload} on {m.device_preset}"))
         a = m.attempts[-1] if m.attempts else None
-        text.append(f"  {m.workload} on {m.device_preset}")
         if a is not None:
-            text.append(f" · attempt {a.attempt}: {a.preset}" + (f" ({a.device})" if a.device else ""))
-        text.append(f"  {m.run_id}", style="dim")
-        return text
+            parts.append(Text(f"attempt {a.attempt}: {a.preset}" + (f" on {a.device}" if a.device else "")))
+        parts.append(Text(m.run_id, style="dim"))
+        return fit(parts, max(20, self.size.width - 2), sep="  ")
 
     def _paint_progress(self) -> None:
         m = self.model
         bar = self.query_one("#progress", ProgressBar)
         bar.update(total=max(1, m.total), progress=min(m.step, max(1, m.total)))
-        parts = [f"step {m.step}/{m.total or '?'}"]
+        text = self.query_one("#progress-text", Static)
+        width = max(20, (text.size.width or self.size.width - 26))
+        text.update(two_lines(self._progress_parts(), width))
+
+    def _progress_parts(self) -> list[Text]:
+        m = self.model
+        parts = [Text(f"step {m.step}/{m.total or '?'}")]
         if m.epoch is not None:
-            parts.append(f"epoch {m.epoch}")
+            parts.append(Text(f"epoch {m.epoch}"))
         if m.finished:
-            parts.append(f"took {duration(m.duration_s(time.time()))}")
+            parts.append(Text(f"took {duration(m.duration_s(time.time()))}"))
+        elif m.mining_active:
+            # no steps while an epoch is prepared: say why, instead of an ETA that means nothing
+            parts.append(Text(PREPARING.get(m.workload, "preparing the next epoch") + "…", style="bold yellow"))
+            last = (m.mining or {})
+            if last.get("recall_vs_exact") is not None:
+                parts.append(Text(f"last pass: recall {last['recall_vs_exact']:.3f} vs exact, "
+                                  f"{last.get('mining_s', 0):.1f} s", style="dim"))
         elif (eta := eta_text(m.eta_s, m.attempts[-1].windows if m.attempts else None)) is not None:
-            parts.append(eta)
+            parts.append(Text(eta))
         if m.loss is not None:
-            parts.append(f"loss {m.loss:.4g}")
-        for k, v in list(m.metrics.items())[:2]:
-            parts.append(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}")
-        self.query_one("#progress-text", Static).update("  ".join(parts), layout=False)
+            parts.append(Text(f"loss {m.loss:.4g}"))
+        for k, v in list(m.metrics.items())[:3]:
+            parts.append(Text(f"{k} {metric_text(v)}"))
+        return parts
+
+    # ------------------------------------------------------------ plots
+
+    def _cards_with_data(self) -> list[str]:
+        """The cards worth a place: throughput and loss always (they say why they are empty),
+        eval and lr once the run reported them."""
+        m = self.model
+        return ["rate", "loss"] + (["eval"] if m.eval_series else []) + (["lr"] if m.lr_series.last else [])
+
+    def _arrange_plots(self) -> None:
+        """Which cards show, in a grid of how many columns and rows."""
+        width, height = self.size
+        wanted = self._cards_with_data()
+        if self.maximised not in wanted:
+            self.maximised = None
+        key = (tuple(wanted), width, height, self.maximised)
+        if key == self._arranged:
+            return
+        self._arranged = key
+        self.set_class(self.maximised is not None, "-max")
+        if self.maximised is not None:
+            shown, columns, rows = [self.maximised], 1, 1
+        else:
+            columns = min(len(wanted), max(2, width // CARD_COLUMNS))
+            rows = min(1 if height < TALL else 2, math.ceil(len(wanted) / columns))
+            shown = wanted[: columns * rows]
+        grid = self.query_one("#plots", Grid)
+        grid.styles.grid_size_columns, grid.styles.grid_size_rows = columns, rows
+        for name in CARDS:
+            self.query_one(f"#{name}-card", PlotCard).display = name in shown
+        self._last_plot = 0.0   # a card shown anew has its data drawn at the next frame
 
     def _paint_plots(self) -> None:
         m = self.model
+        self._arrange_plots()
+        seconds, window = WINDOWS[self.window]
+        until = m.elapsed(m.ended_t or m.newest_t)
+        if seconds is not None:
+            since = max(0.0, until - seconds)
+        else:
+            # every card over the same span, from the first step: an eval plot lines up with
+            # the loss under it
+            firsts = [s.x[0] for s in (m.samples_series, m.loss_series) if s.x]
+            since, window = (min(firsts) if firsts else None), None
+        shown = [name for name in CARDS if self.query_one(f"#{name}-card", PlotCard).display]
+        for name in shown:
+            card = self.query_one(f"#{name}-card", PlotCard)
+            getattr(self, f"_paint_{name}")(card, since, until, window, card.size.width or 40)
+        self._plotted = bool(m.samples_series.last or m.loss_series.last)
+
+    def _empty(self, what: str, series=None, window: str | None = None) -> str:
+        m = self.model
+        if series is not None and series.last is not None and window is not None:
+            return f"no {what} in the {window}"
+        if m.finished or self.ended:
+            return f"no {what}: the run ended before its first reported step"
+        return f"no {what} yet: it comes with the first reported step"
+
+    def _paint_rate(self, card: PlotCard, since, until, window: str | None, width: int) -> None:
+        m = self.model
         series, unit = (m.steps_series, "steps/s") if self.show_steps else (m.samples_series, "samples/s")
         now = m.steps_per_s if self.show_steps else m.samples_per_s
-        xs, ys = series.points()
-        self._plotted = bool(xs)
-        self.query_one("#rate-plot", SeriesPlot).show(xs, ys, m.marks, title=rate_text(now, unit))
-        xs, ys = m.loss_series.points()
-        loss = f"loss {m.loss:.4g}" if m.loss is not None else "loss"
-        self.query_one("#loss-plot", SeriesPlot).show(xs, ys, m.marks, title=loss)
+        average = m.avg_steps_per_s if self.show_steps else m.avg_samples_per_s
+        parts = [Text(rate_text(now, unit), style=f"bold {RATE_STYLE}")]
+        if average is not None:
+            parts.append(Text(f"average {rate_text(average, '').strip()}"))
+        if m.gflop_s:
+            parts.append(Text(f"{m.gflop_s:,.1f} GFLOP/s" if m.gflop_s >= 1 else f"{m.gflop_s:.2g} GFLOP/s"))
+        card.set_title(title_line(parts, width - 1, window))
+        xs, ys = series.points(since)
+        card.show([(xs, ys, RATE_STYLE)], m.marks, empty=self._empty("throughput", series, window), since=since, until=until)
+
+    def _paint_loss(self, card: PlotCard, since, until, window: str | None, width: int) -> None:
+        # The value is the progress line's (one loss on screen, not two a frame apart).
+        m = self.model
+        parts = [Text("loss", style=f"bold {LOSS_STYLE}")]
+        if self.loss_log:
+            parts.append(Text("log scale"))
+        card.set_title(title_line(parts, width - 1, window))
+        xs, ys = m.loss_series.points(since)
+        card.show([(xs, ys, LOSS_STYLE)], m.marks, empty=self._empty("loss", m.loss_series, window), since=since, until=until,
+                  log=self.loss_log)
+
+    def _paint_eval(self, card: PlotCard, since, until, window: str | None, width: int) -> None:
+        m = self.model
+        names = list(m.eval_series)[: len(EVAL_STYLES)]
+        title = Text("eval ", style="bold")
+        for i, (name, style) in enumerate(zip(names, EVAL_STYLES)):
+            title.append(("  " if i else "") + f"━ {name}", style=style)
+        card.set_title(title_line([title], width - 1, window))
+        lines = [(*m.eval_series[name].points(since), style) for name, style in zip(names, EVAL_STYLES)]
+        card.show(lines, m.marks, empty=f"no eval in the {window or 'run'}", since=since, until=until)
+
+    def _paint_lr(self, card: PlotCard, since, until, window: str | None, width: int) -> None:
+        m = self.model
+        parts = [Text(f"lr {short_number(m.lr)}" if m.lr is not None else "lr", style=f"bold {LR_STYLE}")]
+        card.set_title(title_line(parts, width - 1, window))
+        xs, ys = m.lr_series.points(since)
+        card.show([(xs, ys, LR_STYLE)], m.marks, empty=f"no lr in the {window or 'run'}", since=since, until=until)
+
+    # ------------------------------------------------------------ log
 
     def _paint_log(self) -> None:
         # The tail that fits, as one update: writing each line to a RichLog cost ~1 ms a line.
+        # A long line wraps under its text, past its time stamp; l opens the whole log.
         log = self.query_one("#log", Static)
+        if not log.display:
+            return
         rows = max(1, log.content_size.height or 2)
-        width = max(10, log.content_size.width or 76)
-        tail = list(itertools.islice(reversed(self.model.log), rows))[::-1]
-        log.update(Text("\n".join(line[:width] for line in tail), no_wrap=True), layout=False)
+        width = max(20, log.content_size.width or 76)
+        wrapped: list[str] = []
+        for line in itertools.islice(reversed(self.model.log), rows):
+            wrapped[:0] = wrap_hanging(line, width)
+            if len(wrapped) >= rows:
+                break
+        log.update(Text("\n".join(wrapped[-rows:]), no_wrap=True), layout=False)
 
     # ------------------------------------------------------------ actions
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("stop", "detach"):
+            return self._stoppable()        # hidden on a run that has ended: nothing to stop
+        if action == "side_panel":
+            return self.has_class("-narrow")  # side by side at this width: nothing to switch
+        return True
 
     def action_stop(self) -> None:
         if supervisor.request_stop(self.run):
@@ -240,6 +450,9 @@ class DashboardScreen(Screen):
         self.dismiss()
 
     def action_back(self) -> None:
+        if self.maximised is not None:
+            self.action_maximise(off=True)
+            return
         self.action_detach()
 
     def action_logs(self) -> None:
@@ -247,6 +460,78 @@ class DashboardScreen(Screen):
 
     def action_toggle_rate(self) -> None:
         self.show_steps = not self.show_steps
+        self._replot()
+
+    def action_log_scale(self) -> None:
+        self.loss_log = not self.loss_log
+        self.notify(f"loss on a {'logarithmic' if self.loss_log else 'linear'} scale", timeout=2)
+        self._replot()
+
+    def action_window(self) -> None:
+        self.window = (self.window + 1) % len(WINDOWS)
+        self.notify(f"plots: {WINDOWS[self.window][1]}", timeout=2)
+        self._replot()
+
+    def action_maximise(self, off: bool = False) -> None:
+        """The next plot on its own (rate, loss, eval, lr), then all of them again."""
+        wanted = self._cards_with_data()
+        if off or self.maximised == wanted[-1]:
+            self.maximised = None
+        else:
+            self.maximised = wanted[wanted.index(self.maximised) + 1] if self.maximised in wanted else wanted[0]
+        self._arrange_plots()
+        self._dirty.add("log")   # back from a maximised plot: the log is shown again
+        self._replot()
+
+    def action_side_panel(self) -> None:
+        self.toggle_class("-hardware")
+        self._label_side_panel()
+        self._dirty |= {"memory", "hardware"}
+        self._schedule_paint()
+
+    def _replot(self) -> None:
         self._last_plot = 0.0  # the user asked: now, not at the next plot time
         self._dirty.add("plots")
         self._schedule_paint()
+
+
+def metric_text(value) -> str:
+    """An eval metric as a number that reads as one: 0.9170, 1.000 ('r2 1' read as a label)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:#.4g}"
+
+
+def wrap_hanging(line: str, width: int) -> list[str]:
+    """A log line (' 0:26 run finished: ...') in rows of `width`, the later ones indented past
+    the time stamp."""
+    if len(line) <= width:
+        return [line]
+    stamp = len(line) - len(line.lstrip()) + len(line.lstrip().split(" ", 1)[0]) + 1
+    indent = " " * (stamp if stamp < width // 2 else 2)
+    return textwrap.wrap(line, width, subsequent_indent=indent) or [line[:width]]
+
+
+def two_lines(parts: list[Text], width: int, sep: str = "  ") -> Text:
+    """The parts on one line if they fit, else broken between parts onto a second (never
+    inside one: a metric's name and value stay together); what fits on neither is left out."""
+    first = fit(parts, width, sep)
+    used = _parts_in(first, parts, sep)
+    if used >= len(parts):
+        return first
+    second = fit(parts[used:], width, sep)
+    return Text("\n").join([first, second])
+
+
+def _parts_in(line: Text, parts: list[Text], sep: str) -> int:
+    """How many of `parts` fit() put into `line`."""
+    length, count = 0, 0
+    for part in parts:
+        extra = (len(sep) if count else 0) + part.cell_len
+        if length + extra > line.cell_len:
+            break
+        length += extra
+        count += 1
+    return count

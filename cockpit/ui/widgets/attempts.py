@@ -1,8 +1,16 @@
 """The crash/fallback panel: every attempt, the device it ran on, how it ended, the evidence,
-the action taken and the step it resumed from."""
+the action taken and the step it resumed from.
+
+Wrapped lines hang under their own paragraph (a sentence never runs back to column 0 under
+the attempt's number), the text wraps before the scrollbar, and when the panel is too short
+for everything it keeps the newest crash in view: its header, its sentence, the fallback.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from rich.console import Console
 from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
@@ -11,74 +19,115 @@ from cockpit.headless import resume_text
 from cockpit.ui.model import Attempt, RunModel
 
 OUTCOME_STYLE = {"running": "bold cyan", "finished": "bold green", "stopped": "bold yellow"}
+_MEASURE = Console(width=500, color_system=None)  # Text.wrap measures cells through a console
 
 
-def _value(value) -> str:
+@dataclass
+class Paragraph:
+    text: Text
+    indent: int = 0
+    hang: int = 3      # continuation lines start this much further in than the first
+
+
+def _value(key: str, value) -> str:
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}={v}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{k}={v}" for k, v in value.items()) + "}" if value else "none"
+    if key == "threads" and value == 0:
+        return "auto"   # 0 threads: torch's own choice, all cores
     return str(value)
 
 
-def _evidence(crash: dict) -> str:
-    ev = crash.get("evidence") or {}
+def _evidence(a: Attempt) -> str:
+    """The crash's evidence, less what the header line already says (signal, exit, last step)."""
+    ev = a.crash.get("evidence") or {}
     parts = []
-    if ev.get("signal"):
+    if ev.get("signal") and ev["signal"] not in (a.exit or ""):
         parts.append(f"signal {ev['signal']}")
-    if ev.get("exit_code") is not None:
+    if ev.get("exit_code") is not None and str(ev["exit_code"]) not in (a.exit or ""):
         parts.append(f"exit code {ev['exit_code']}")
-    if ev.get("last_step") is not None:
+    if ev.get("last_step") is not None and ev["last_step"] != a.last_step:
         parts.append(f"last step {ev['last_step']}")
     for key, value in ev.items():
         if key not in ("signal", "exit_code", "last_step", "message") and value not in (None, "", [], {}):
-            parts.append(f"{key} {value}")
+            parts.append(f"{key.replace('_', ' ')} {value}")
     return ", ".join(parts)
 
 
-def attempt_text(a: Attempt, text: Text) -> None:
-    device = a.device or "?"
-    text.append(f"#{a.attempt} ", style="bold")
-    text.append(f"{a.preset} on {device} ({a.batch}")
-    text.append(f", {a.precision})" if a.precision else ")")
-    text.append("  ")
-    text.append(a.outcome, style=OUTCOME_STYLE.get(a.outcome, "bold red"))
+def attempt_paragraphs(a: Attempt) -> list[Paragraph]:
+    header = Text()
+    header.append(f"#{a.attempt} ", style="bold")
+    header.append(f"{a.preset} on {a.device or '?'} ({a.batch}")
+    header.append(f", {a.precision})" if a.precision else ")")
+    header.append("  ")
+    header.append(a.outcome, style=OUTCOME_STYLE.get(a.outcome, "bold red"))
     if a.exit and a.outcome != "running":
-        text.append(f" ({a.exit})", style="dim")
+        header.append(f" ({a.exit})", style="dim")
     if a.last_step is not None:
-        text.append(f" last step {a.last_step}", style="dim")
+        header.append(f" last step {a.last_step}", style="dim")
+    out = [Paragraph(header, 0, 3)]
     if a.resumed_from:
-        text.append(f"\n   resumed from {resume_text(a.resumed_from)}", style="dim")
+        out.append(Paragraph(Text(f"resumed from {resume_text(a.resumed_from)}", style="dim"), 3, 2))
     if a.crash:
-        text.append(f"\n   {a.crash.get('sentence', '')}", style="red")
-        evidence = _evidence(a.crash)
-        if evidence:
-            text.append(f"\n   evidence: {evidence}")
+        out.append(Paragraph(Text(a.crash.get("sentence", ""), style="red"), 3, 2))
+        if evidence := _evidence(a):
+            out.append(Paragraph(Text(f"evidence: {evidence}"), 3, 2))
         message = (a.crash.get("evidence") or {}).get("message") or ""
         if a.crash.get("kind") == "user-code" and a.crash.get("exception"):
             message = a.crash["exception"]
         for line in message.rstrip().splitlines()[-4:]:
-            text.append(f"\n     {line}", style="dim")
+            out.append(Paragraph(Text(line, style="dim"), 5, 2))
     if a.fallback:
         f = a.fallback
-        changes = "; ".join(f"{k} {_value(x)}→{_value(y)}" for k, (x, y) in (f.get("changed") or {}).items())
         resume = f.get("resume")
         where = f"resume at {resume_text(resume)}" if resume else "start over (no checkpoint yet)"
-        text.append(f"\n   → {f.get('why', f.get('action', '?'))}: attempt {f.get('next_attempt')} on "
-                    f"{f.get('to_preset', f.get('to'))}, {where}", style="bold yellow")
+        out.append(Paragraph(Text(f"→ {f.get('why', f.get('action', '?'))}: attempt {f.get('next_attempt')} on "
+                                  f"{f.get('to_preset', f.get('to'))}, {where}", style="bold yellow"), 3, 2))
+        changes = "; ".join(f"{k} {_value(k, x)}→{_value(k, y)}" for k, (x, y) in (f.get("changed") or {}).items())
         if changes:
-            text.append(f"\n     {changes}", style="dim")
+            out.append(Paragraph(Text(changes, style="dim"), 5, 2))
     if a.failed_why:
-        text.append(f"\n   ✗ no further attempt: {a.failed_why}", style="bold red")
+        out.append(Paragraph(Text(f"✗ no further attempt: {a.failed_why}", style="bold red"), 3, 2))
+    return out
 
 
-def attempts_text(m: RunModel) -> Text:
-    text = Text()
+def attempts_text(m: RunModel, width: int = 1000) -> Text:
+    """The panel's text, wrapped to `width` with hanging indents."""
+    return attempts_layout(m, width)[0]
+
+
+def attempts_layout(m: RunModel, width: int) -> tuple[Text, int | None]:
+    """The panel's text wrapped to `width` with hanging indents, and the line where the newest
+    crashed attempt starts (None without a crash)."""
+    text, line, crash_line = Text(), 0, None
     if not m.attempts:
-        text.append("no attempt yet", style="dim")
-    for i, a in enumerate(m.attempts):
-        if i:
-            text.append("\n")
-        attempt_text(a, text)
-    return text
+        return Text("no attempt yet", style="dim"), None
+    for a in m.attempts:
+        if a.crash:
+            crash_line = line
+        for p in attempt_paragraphs(a):
+            for i, piece in enumerate(_wrap(p, width)):
+                if line:
+                    text.append("\n")
+                text.append(" " * (p.indent + (p.hang if i else 0)))
+                text.append_text(piece)
+                line += 1
+    return text, crash_line
+
+
+def _wrap(p: Paragraph, width: int) -> list[Text]:
+    first = max(8, width - p.indent)
+    rest = max(8, width - p.indent - p.hang)
+    lines = list(p.text.wrap(_MEASURE, first))
+    if len(lines) <= 1:
+        return lines or [Text()]
+    # the first line is as wide as it may be; the rest, narrower, wrap again on their own
+    for line in lines:
+        line.rstrip()   # (in place) the space a line broke at
+    head, tail = lines[0], Text(" ").join(lines[1:])
+    rewrapped = list(tail.wrap(_MEASURE, rest))
+    for line in rewrapped:
+        line.rstrip()
+    return [head] + rewrapped
 
 
 class AttemptsPanel(VerticalScroll, can_focus=True):
@@ -88,10 +137,18 @@ class AttemptsPanel(VerticalScroll, can_focus=True):
         border-title-color: $text;
         width: 1fr;
         height: 100%;
+        scrollbar-size-vertical: 1;
+        scrollbar-gutter: stable;
     }
     AttemptsPanel.crashed { border: round $error; }
     AttemptsPanel > Static { width: 1fr; }
     """
+
+    def __init__(self, *, id: str | None = None):
+        super().__init__(id=id)
+        self._model: RunModel | None = None
+        self._shape: tuple | None = None     # what the scroll position was chosen for
+        self._lines = 0
 
     def compose(self):
         yield Static(id="attempts-text")
@@ -99,8 +156,32 @@ class AttemptsPanel(VerticalScroll, can_focus=True):
     def on_mount(self) -> None:
         self.border_title = "attempts · crashes & fallbacks"
 
+    def on_resize(self) -> None:
+        if self._model is not None:
+            self._shape = None   # wrapped anew: place the scroll anew too
+            self.show(self._model)
+
     def show(self, m: RunModel) -> None:
-        self.query_one("#attempts-text", Static).update(attempts_text(m))
-        self.set_class(any(a.crash for a in m.attempts), "crashed")
-        if m.status == "running":
-            self.scroll_end(animate=False)  # the attempt now running; finished runs open at the top
+        self._model = m
+        width = self.scrollable_content_region.width or 40
+        text, crash_line = attempts_layout(m, width)
+        lines = text.plain.count("\n") + 1
+        # a longer text needs a layout pass; the last step moving needs only a repaint
+        self.query_one("#attempts-text", Static).update(text, layout=lines != self._lines)
+        self._lines = lines
+        crashed = any(a.crash for a in m.attempts)
+        self.set_class(crashed, "crashed")
+        lost = f" · {m.steps_lost} step{'s' if m.steps_lost != 1 else ''} trained again" if m.steps_lost else ""
+        self.border_title = ("attempts · crashes & fallbacks" if crashed else "attempts") + lost
+        # Scroll only when what the panel holds changes (an attempt, a crash, a fallback, an
+        # end), not with every step: a user who scrolled keeps their place.
+        shape = tuple((a.attempt, a.outcome, bool(a.crash), bool(a.fallback), bool(a.failed_why)) for a in m.attempts)
+        if shape == self._shape:
+            return
+        self._shape = shape
+        if crash_line is not None:
+            self.call_after_refresh(self.scroll_to, y=crash_line, animate=False)
+        elif m.status == "running":
+            self.call_after_refresh(self.scroll_end, animate=False)  # the attempt now running
+        else:
+            self.call_after_refresh(self.scroll_home, animate=False)

@@ -19,17 +19,21 @@ def _rate(value) -> str:
 
 
 def _pressure_figure(pressure: dict) -> str:
+    """Linux PSI in words: the share of the last 10 s some task waited on memory ('psi 0/0%'
+    read as noise); macOS's raw level is already the level's word."""
     raw = pressure.get("raw")
-    if isinstance(raw, dict):  # PSI: the share of time stalled on memory
-        some, full = raw.get("some_avg10"), raw.get("full_avg10")
-        return f"psi {some:.0f}/{full:.0f}%" if some is not None and full is not None else ""
-    return f"raw {raw}" if raw is not None else ""
+    if isinstance(raw, dict):
+        some = raw.get("some_avg10")
+        if some is None:
+            return ""
+        return "no stalls" if some < 0.5 else f"{some:.0f}% stalled"
+    return ""
 
 
 def device_line(memory: dict) -> str:
     """'1.2 GB of 80.0 GB' on CUDA (allocated vs total), MPS (driver vs recommended max)."""
     if not memory:
-        return "- (CPU: RSS)"
+        return "not reported yet"
     if "total" in memory:
         used = memory.get("allocated", 0)
         return f"{bytes_text(used)} of {bytes_text(memory['total'])} ({100 * used / max(1, memory['total']):.0f}%)"
@@ -39,7 +43,7 @@ def device_line(memory: dict) -> str:
     return f"{bytes_text(used)} (no limit reported)"
 
 
-def memory_text(m: RunModel) -> Text:
+def memory_text(m: RunModel, width: int = 28) -> Text:
     text = Text()
     e = m.memory
     if e is None:
@@ -52,17 +56,28 @@ def memory_text(m: RunModel) -> Text:
         figure = _pressure_figure(pressure)
         if figure:
             text.append(f"  {figure}", style="dim")
-        text.append(f"\nswap in  {_rate(e.get('swap_in_per_s'))}")
-        text.append(f"\nswap out {_rate(e.get('swap_out_per_s'))}")
+        swap_in, swap_out = _rate(e.get("swap_in_per_s")), _rate(e.get("swap_out_per_s"))
+        one_line = f"swap     {swap_in} in, {swap_out} out"
+        if len(one_line) <= width:  # at 80x24 the panel has six lines: swap at rest takes one
+            text.append(f"\n{one_line}")
+        else:
+            text.append(f"\nswap in  {swap_in}\nswap out {swap_out}")
         text.append(f"\nRSS      {bytes_text(e.get('rss'))}")
         if e.get("processes", 1) > 1:
             text.append(f" ({e['processes']} procs)")
         text.append(f"\nsystem   {bytes_text(e.get('system_used'))} / {bytes_text(e.get('system_total'))}")
-    text.append(f"\ndevice   {device_line(m.device_memory)}")
+    if m.device_memory or not _on_cpu(m):
+        # a CPU run has no device memory of its own: RSS above is all of it
+        text.append(f"\ndevice   {device_line(m.device_memory)}")
     if m.warnings:
         w = m.warnings[-1]
         text.append(f"\n⚠ {w.get('message', w.get('kind', 'warning'))}", style="bold yellow")
     return text
+
+
+def _on_cpu(m: RunModel) -> bool:
+    device = m.attempts[-1].device if m.attempts else None
+    return device is None or device.startswith("cpu")
 
 
 class MemoryPanel(Static):
@@ -80,4 +95,4 @@ class MemoryPanel(Static):
         self.border_title = "memory"
 
     def show(self, m: RunModel) -> None:
-        self.update(memory_text(m), layout=False)  # a fixed-size panel: no re-layout
+        self.update(memory_text(m, self.content_region.width or 28), layout=False)  # a fixed-size panel: no re-layout

@@ -1,67 +1,276 @@
-"""A time-series plot with real axes (textual-plot's PlotWidget), sized for 80x24.
+"""Time-series plots with real axes (textual-plot's PlotWidget), as cards: a title line, the
+plot, and a sentence in its place while there is nothing to plot.
 
-The x axis is seconds since the run started; crashes and fallbacks are red vertical lines.
-Not focusable: the dashboard's keys stay the dashboard's (PlotWidget binds the arrows).
+The x axis is time since the run started (ticks read 30s, 5m, 1h30); crashes are red dashed
+vertical lines with a ✗ on top, in a colour no series uses. The y axis can be logarithmic
+(a loss of 1e-5 is not a flat line then) and the x axis a window of the newest minutes.
+Plots are not focusable: the dashboard's keys stay the dashboard's (PlotWidget binds arrows).
 """
 
 from __future__ import annotations
 
+import math
+from typing import Sequence
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Static
 from textual_plot import HiResMode, NumericAxisFormatter, PlotWidget
+from textual_plot.axis_formatter import AxisFormatter
+
+CRASH_STYLE = "bold red"
+CRASH_CHAR = "┆"                 # dashed: a crash reads as a marker, not as another series
+LEFT_MARGIN = 7                  # y tick labels are at most 6 characters (short_number)
+
+Line = tuple[list[float], list[float], str]   # xs, ys, Rich style
 
 
-class FewTicks(NumericAxisFormatter):
-    """Nice ticks, but few enough that their labels never run together in a 40-column plot."""
+def short_number(v: float) -> str:
+    """At most 6 characters: 12k, 1.5M, 0.25, 3e-4 -- y tick labels that fit the margin."""
+    if v == 0:
+        return "0"
+    a = abs(v)
+    if a >= 1e6:
+        return f"{v / 1e6:.3g}M"
+    if a >= 1e3:
+        return f"{v / 1e3:.3g}k"
+    if a >= 1e-2:
+        text = f"{v:.3g}"
+        return text if len(text) <= 6 else f"{v:.2g}"
+    mantissa, exponent = f"{v:.1e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"{mantissa}e{int(exponent)}"
 
-    def __init__(self, most: int):
+
+def time_text(seconds: float) -> str:
+    """An x tick label: 45s, 2m30, 1h05 (wider units as the run grows)."""
+    seconds = round(seconds)
+    if abs(seconds) < 60:
+        return f"{seconds}s"
+    m, s = divmod(seconds, 60)
+    if m < 60:
+        return f"{m}m" if s == 0 else f"{m}m{s:02d}"
+    h, m = divmod(m, 60)
+    return f"{h}h" if m == 0 else f"{h}h{m:02d}"
+
+
+_TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+
+
+class TimeTicks(AxisFormatter):
+    """Ticks at round times (10s, 5m, 1h), few enough that the labels never run together."""
+
+    def __init__(self, most: int = 4):
+        self.most = most
+
+    def get_ticks(self, min_: float, max_: float, max_ticks: int = 8) -> list[float]:
+        most = max(2, min(max_ticks, self.most))
+        span = max(max_ - min_, 1e-9)
+        step = next((s for s in _TIME_STEPS if span / s <= most), _TIME_STEPS[-1] * math.ceil(span / (most * 86400)))
+        first = math.ceil(min_ / step) * step
+        return [float(first + i * step) for i in range(int((max_ - first) // step) + 1)]
+
+    def get_labels_for_ticks(self, ticks: Sequence[float]) -> list[str]:
+        return [time_text(t) for t in ticks]
+
+
+class ShortTicks(NumericAxisFormatter):
+    """Nice ticks (1, 2, 5 x 10^n), at most `most`, labelled by short_number."""
+
+    def __init__(self, most: int = 3):
         super().__init__()
         self.most = most
 
     def get_ticks(self, min_: float, max_: float, max_ticks: int = 8) -> list[float]:
         return super().get_ticks(min_, max_, min(max_ticks, self.most))
 
+    def get_labels_for_ticks(self, ticks: Sequence[float]) -> list[str]:
+        return [short_number(t) for t in ticks]
+
+
+class LogTicks(ShortTicks):
+    """The axis holds log10(y): ticks at whole decades when it spans one, labelled as y."""
+
+    def get_ticks(self, min_: float, max_: float, max_ticks: int = 8) -> list[float]:
+        if max_ - min_ >= 1:
+            lo, hi = math.ceil(min_), math.floor(max_)
+            stride = max(1, math.ceil((hi - lo + 1) / self.most))
+            return [float(d) for d in range(lo, hi + 1, stride)]
+        return super().get_ticks(min_, max_, max_ticks)
+
+    def get_labels_for_ticks(self, ticks: Sequence[float]) -> list[str]:
+        return [short_number(10 ** t) for t in ticks]
+
 
 class SeriesPlot(PlotWidget, can_focus=False):
     DEFAULT_CSS = """
-    SeriesPlot {
-        border: round $primary 50%;
-        border-title-color: $text;
-        width: 1fr;
-        height: 1fr;
-        min-height: 6;
-    }
+    SeriesPlot { width: 1fr; height: 1fr; }
     """
 
-    def __init__(self, title: str, *, style: str = "cyan", id: str | None = None):
+    def __init__(self, *, id: str | None = None):
         super().__init__(id=id, allow_pan_and_zoom=False)
-        self.border_title = title
-        self.line_style = style
         self._shown: tuple | None = None
+        self.log_scale = False
 
     def on_mount(self) -> None:
         super().on_mount()
-        # Small margins: at 80x24 each plot has about 40x8 cells, axes and ticks included.
-        self.margin_top, self.margin_bottom, self.margin_left = 0, 2, 7
-        self.set_xlabel("s")
-        self.set_x_formatter(FewTicks(4))
-        self.set_y_formatter(FewTicks(3))
+        # The card's title line is the plot's title: no margin above, one line of x tick
+        # labels below (their unit is in the labels: 30s, 5m), short y labels on the left.
+        self.margin_top, self.margin_bottom, self.margin_left = 0, 1, LEFT_MARGIN
+        self.set_x_formatter(TimeTicks(4))
+        self.set_y_formatter(ShortTicks(3))
 
-    def show(self, xs: list[float], ys: list[float], marks: list[tuple[float, str]] = (),
-             title: str | None = None) -> None:
-        """Replace the plotted line (and the crash marks); a no-op if nothing changed."""
-        if title is not None:
-            self.border_title = title
-        key = (len(xs), xs[-1] if xs else None, ys[-1] if ys else None, len(marks), title)
+    def on_resize(self) -> None:
+        self._shown = None  # more or fewer points fit: draw again at the next show()
+
+    def show(self, lines: Sequence[Line], marks: Sequence[tuple[float, str]] = (), *,
+             since: float | None = None, until: float | None = None, log: bool = False) -> None:
+        """Replace the plotted lines and crash marks, x limited to [since, until] when given,
+        y logarithmic when `log` (points <= 0 left out); a no-op if nothing changed."""
+        key = (tuple((len(xs), xs[-1] if xs else None, ys[-1] if ys else None, style) for xs, ys, style in lines),
+               len(marks), since, until, log)
         if key == self._shown:
             return
         self._shown = key
+        if log != self.log_scale:
+            self.log_scale = log
+            self.set_y_formatter(LogTicks(3) if log else ShortTicks(3))
+        self.clear()
         # Two points per braille column is all a line can show; more only costs drawing time.
         most = max(16, 2 * 2 * (self.size.width or 40))
-        if len(xs) > most:
-            step = len(xs) / most
-            keep = [int(i * step) for i in range(most)] + [len(xs) - 1]
-            xs, ys = [xs[i] for i in keep], [ys[i] for i in keep]
-        self.clear()
-        if xs:
-            self.plot(xs, ys, line_style=self.line_style, hires_mode=HiResMode.BRAILLE)
+        visible = []
+        for xs, ys, style in lines:
+            xs, ys = _visible(xs, ys, since, log)
+            if len(xs) > most:
+                stride = len(xs) / most
+                keep = [int(i * stride) for i in range(most)] + [len(xs) - 1]
+                xs, ys = [xs[i] for i in keep], [ys[i] for i in keep]
+            if xs:
+                visible.append((xs, ys, style))
+        self._set_limits(visible, since, until)
+        for xs, ys, style in visible:
+            self.plot(xs, ys, line_style=style, hires_mode=HiResMode.BRAILLE)
         for x, _ in marks:
-            self.add_v_line(x, line_style="red")
+            if since is None or since <= x <= (until if until is not None else math.inf):
+                self.add_v_line(x, line_style=CRASH_STYLE)
+
+    def _set_limits(self, visible: list[Line], since: float | None, until: float | None) -> None:
+        """The window's x limits; around a single x or a flat y, a range of its own: textual-plot
+        widens a zero-width range by 1e-6 and its ticks run together (10.3339910.3339...)."""
+        xs = [x for line in visible for x in (line[0][0], line[0][-1])]
+        ys = [y for line in visible for y in (min(line[1]), max(line[1]))]
+        if since is not None:
+            self.set_xlimits(since, until if until is not None and until > since else since + 1)
+        elif xs and max(xs) - min(xs) < 1e-9:
+            self.set_xlimits(xs[0] - 1, xs[0] + 1)
+        else:
+            self.set_xlimits(None, None)
+        if ys and max(ys) - min(ys) <= 1e-9 * max(1.0, abs(ys[0])):
+            pad = 0.1 * abs(ys[0]) or 1.0
+            self.set_ylimits(ys[0] - pad, ys[0] + pad)
+        else:
+            self.set_ylimits(None, None)
+
+    def _render_v_line_plot(self, vline) -> None:
+        # textual-plot draws a v-line solid, like a series: dashed, with a ✗ under the frame's top
+        canvas = self.query_one("#plot")
+        x, _ = self.get_pixel_from_coordinate(vline.x, 0)
+        bottom = self._scale_rectangle.bottom
+        canvas.draw_line(x, 1, x, bottom - 1, style=vline.line_style, char=CRASH_CHAR)
+        if bottom > 1:
+            canvas.set_pixel(x, 1, "✗", style=vline.line_style)
+
+
+def _visible(xs: list[float], ys: list[float], since: float | None, log: bool) -> tuple[list[float], list[float]]:
+    if since is not None:
+        start = next((i for i, x in enumerate(xs) if x >= since), len(xs))
+        xs, ys = xs[start:], ys[start:]
+    if log:
+        kept = [(x, math.log10(y)) for x, y in zip(xs, ys) if y > 0]
+        xs, ys = [x for x, _ in kept], [y for _, y in kept]
+    return xs, ys
+
+
+class PlotCard(Vertical):
+    """A title line over a SeriesPlot, or over a sentence while there is nothing to plot (a run
+    that failed before its first step has no axes to draw: textual-plot would label a
+    zero-width range with garbage)."""
+
+    DEFAULT_CSS = """
+    PlotCard { width: 1fr; height: 1fr; min-height: 6; }
+    PlotCard > .card-title { height: 1; width: 1fr; padding: 0 0 0 1; background: $boost; }
+    PlotCard > .card-empty { height: 1fr; width: 1fr; content-align: center middle; color: $text-muted; }
+    """
+
+    def __init__(self, *, id: str | None = None):
+        super().__init__(id=id)
+        self._title: Text | None = None
+        self._empty: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(classes="card-title")
+        yield SeriesPlot()
+        yield Static(classes="card-empty")
+
+    def on_mount(self) -> None:
+        self.query_one(".card-empty").display = False
+
+    @property
+    def plot(self) -> SeriesPlot:
+        return self.query_one(SeriesPlot)
+
+    @property
+    def title_text(self) -> str:
+        return self._title.plain if self._title is not None else ""
+
+    @property
+    def empty_text(self) -> str | None:
+        """The sentence shown instead of the plot, or None while a plot is shown."""
+        return self._empty
+
+    def set_title(self, title: Text) -> None:
+        if self._title is None or title != self._title:
+            self._title = title
+            self.query_one(".card-title", Static).update(title, layout=False)
+
+    def show(self, lines: Sequence[Line], marks: Sequence[tuple[float, str]] = (), *,
+             empty: str, since: float | None = None, until: float | None = None, log: bool = False) -> None:
+        """Plot the lines, or say `empty` when none has a point (in the window)."""
+        has_points = any(_visible(xs, ys, since, log)[0] for xs, ys, _ in lines)
+        if not has_points:
+            if self._empty != empty:
+                self._empty = empty
+                self.query_one(".card-empty", Static).update(empty)
+                self.query_one(".card-empty").display = True
+                self.plot.display = False
+            return
+        if self._empty is not None:
+            self._empty = None
+            self.query_one(".card-empty").display = False
+            self.plot.display = True
+        self.plot.show(lines, marks, since=since, until=until, log=log)
+
+
+def fit(parts: Sequence[Text | str], width: int, sep: str = " · ") -> Text:
+    """The parts, in order, for as long as they fit in `width` cells: a title drops its last
+    figures on a narrow card rather than being cut mid-word."""
+    out = Text()
+    for part in parts:
+        piece = part if isinstance(part, Text) else Text(part)
+        extra = (len(sep) if out else 0) + piece.cell_len
+        if out.cell_len + extra > width and out:
+            break
+        if out:
+            out.append(sep, style="dim")
+        out.append_text(piece)
+    return out
+
+
+def title_line(parts: Sequence[Text | str], width: int, right: str | None = None) -> Text:
+    """fit() the parts, with `right` (a plot's window: 'last 5 min') kept at the right end:
+    a state the keys changed is never the part dropped."""
+    if not right:
+        return fit(parts, width)
+    left = fit(parts, max(1, width - len(right) - 2))
+    return left + Text(" " * max(2, width - left.cell_len - len(right))) + Text(right, style="bold")
