@@ -84,6 +84,7 @@ def test_a_mining_run_has_a_steady_eta_and_honest_rates(home, monkeypatch):
     # Fragments: checkpoints cut windows short, and such windows do not set the best.
     full = [e for e in steps if e["window_s"] >= 0.2]
     assert any(e["window_s"] < 0.1 for e in steps)
+    assert all(bool(e.get("partial")) == (e["window_s"] < 0.2) for e in steps)  # said so
     assert steps[-1]["best_samples_per_s"] == max(e["samples_per_s"] for e in full)
     assert steps[-1]["best_samples_per_s"] <= 64 / STEP_S[0]   # no faster than the fastest step
 
@@ -143,7 +144,8 @@ def test_a_commands_flush_fragment_does_not_set_its_best():
         steps += [fields for kind, fields in tracker.parsed(_seen(step), t) if kind == "step"]
     tracker.parsed(_seen(405), t + 0.001)   # five steps in a millisecond, then the end
     last = [fields for kind, fields in tracker.flush(t + 0.001) if kind == "step"][-1]
-    assert last["samples_per_s"] > 10_000          # the fragment's own figure
+    assert last["samples_per_s"] > 10_000 and last["partial"]   # the fragment's own figure
+    assert not any(fields.get("partial") for fields in steps)
     assert abs(last["best_samples_per_s"] - 1000) < 1
     assert abs(last["smoothed_samples_per_s"] - 1000) < 20
     assert abs(last["eta_s"] - 595 / 100) < 0.2

@@ -154,3 +154,16 @@ def test_steps_lost_to_a_crash_are_counted_when_the_next_attempt_resumes():
             {"type": "trainer_ready", "t": 5.0, "attempt": 2, "total_steps": 100,
              "resumed_from": {"step": 10, "samples_seen": 100}}])
     assert m.steps_lost == 7
+
+
+def test_a_partial_window_is_neither_the_live_rate_nor_a_plotted_point():
+    m = RunModel()
+    m.fold([{"type": "run_started", "t": 0.0, "run": "r", "workload": "w", "device_preset": "cpu"},
+            {"type": "attempt_started", "t": 0.0, "attempt": 1, "preset": "cpu", "config": {}},
+            {"type": "trainer_ready", "t": 0.0, "attempt": 1, "total_steps": 100, "resumed_from": None}])
+    m.fold([{**_step(float(i), 10 * i, 100 * i, 1.0), "gflop_s": 2.0} for i in range(1, 4)])
+    m.fold([{**_step(3.01, 31, 310, 0.01), "partial": True, "gflop_s": 20.0}])
+    assert m.samples_per_s == 100 and m.step == 31 and m.attempts[-1].last_step == 31
+    assert m.samples_series.points()[1][-1] == 100 and len(m.loss_series.points()[0]) == 4
+    assert m.avg_samples_per_s == 310 / 3.01       # the average counts its samples and time
+    assert abs(m.avg_gflop_s - (6.0 + 0.2) / 3.01) < 1e-12

@@ -101,12 +101,14 @@ class RunModel:
     total_samples: int = 0
     epoch: int | None = None
     loss: float | None = None
-    samples_per_s: float | None = None   # the last reporting window's (the live figure)
+    samples_per_s: float | None = None   # the last full reporting window's (the live figure)
     steps_per_s: float | None = None
+    smoothed_samples_per_s: float | None = None  # the trainer's, over its last minute of training
     avg_samples_per_s: float | None = None  # the run's average over time spent training
     avg_steps_per_s: float | None = None
     steps_lost: int = 0               # steps trained again after crashes (engine.run.stats)
     gflop_s: float | None = None
+    avg_gflop_s: float | None = None  # over the same training time as avg_samples_per_s
     lr: float | None = None
     eta_s: float | None = None
     device_memory: dict = field(default_factory=dict)
@@ -284,20 +286,25 @@ def _step(m: RunModel, e: dict) -> set[str]:
     m.step, m.total = get("step", m.step), get("total") or m.total  # a command may not say
     m.samples_seen, m.total_samples = get("samples_seen", m.samples_seen), get("total_samples", m.total_samples)
     m.epoch, m.loss = get("epoch", m.epoch), get("loss", m.loss)
-    m.samples_per_s, m.steps_per_s = get("samples_per_s"), get("steps_per_s")
-    m.gflop_s, m.eta_s = get("gflop_s"), get("eta_s")
+    m.eta_s = get("eta_s")
     m.lr = get("lr", m.lr)
     m.device_memory = get("device_memory") or {}
-    m.mining_active = False  # training again: any epoch preparation is over
+    m.mining_active = False  # training again: any mining pass is over
     averages = m.stats
     if averages.train_s > 0:
         m.avg_samples_per_s = averages.samples / averages.train_s
         m.avg_steps_per_s = averages.steps / averages.train_s
+    if averages.gflop_s_time > 0:
+        m.avg_gflop_s = averages.gflop / averages.gflop_s_time
     t = get("t")
     x = t - m.started_t if t is not None and m.started_t is not None else 0.0
-    if m.samples_per_s is not None:
+    partial = get("partial")  # a window cut short by a checkpoint or the end: its rate is noise
+    if not partial:
+        m.samples_per_s, m.steps_per_s = get("samples_per_s"), get("steps_per_s")
+        m.smoothed_samples_per_s, m.gflop_s = get("smoothed_samples_per_s"), get("gflop_s")
+    if m.samples_per_s is not None and not partial:
         m.samples_series.add(x, m.samples_per_s)
-    if m.steps_per_s is not None:
+    if m.steps_per_s is not None and not partial:
         m.steps_series.add(x, m.steps_per_s)
     if m.loss is not None and math.isfinite(m.loss):
         m.loss_series.add(x, m.loss)

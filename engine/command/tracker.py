@@ -167,6 +167,8 @@ class Tracker:
                  "window_s": round(elapsed, 4), "eta_s": None if eta is None else round(eta, 1),
                  "smoothed_samples_per_s": round(smoothed, 3),
                  "best_samples_per_s": round(best, 3), "source": self.source}
+        if elapsed < self.report_every_s:
+            event["partial"] = True  # flush's last window: too short to show as a rate
         if self.metrics:
             event["metrics"] = {k: v for k, v in self.metrics.items() if _finite_number(v)}
         self._window = _Window(t, self.step, self.samples_seen)

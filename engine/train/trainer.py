@@ -293,6 +293,10 @@ class Trainer:
             event["gflop_s"] = round(samples_per_s * self.workload.flops_per_sample / 1e9, 2)
             if self.peak is not None:  # model FLOP utilisation of every rank's GPU together
                 event["mfu"] = round(event["gflop_s"] / (self.peak[0] * 1e3 * self.world.size), 4)
+        if elapsed < self.train.report_every_s:
+            # Cut short by a checkpoint or the end: a few steps' rate, too noisy to show or to
+            # count as a best (the run's averages still count its samples and time).
+            event["partial"] = True
         if self.world.is_main:
             self.events.emit("step", **event)
         else:
