@@ -21,6 +21,7 @@ from textual.app import App, ComposeResult
 
 from cockpit.headless import human_line, memory_text
 from cockpit.ui.model import RunModel
+from cockpit.ui.widgets import hardware as panel_module
 from cockpit.ui.widgets.hardware import HardwarePanel, hardware_text
 from engine.monitor import hardware, sysmon
 from ui_support import run, wait_for
@@ -349,6 +350,11 @@ def test_compact_panel_fits_its_width_in_four_lines(width):
     shown = lines(hardware_text(model(gpus=8), width))
     assert shown[0].startswith("CPU 185% of 2 cores") and shown[1].startswith("others")
     assert shown[2].startswith("8 GPUs") and "max 94°C" in shown[2]
+    gpu0 = lines(hardware_text(model(gpus=1), width))[2]
+    # from MID columns with short bars; in a side column bare, the temperature still in
+    assert gpu0 == ("GPU0 90% 30.0/80.0 GB 64°C" if width < 30 else
+                    "GPU0 90% 30.0/80.0 GB 64°C 287 W" if width < panel_module.MID else
+                    "GPU0  ████░ 90%  ██░░░ 30.0/80.0 GB  64°C  287 W")
 
 
 def test_wide_panel_names_each_gpu_with_bars_and_the_neighbours_pids():
@@ -379,7 +385,7 @@ def test_mac_panel_says_metal_and_pressure_in_words():
 def test_cuda_without_nvml_hints_once_cpu_runs_show_no_gpu_line_and_old_events_read():
     assert "pip install nvidia-ml-py" in hardware_text(model(gpus=0), 76).plain
     cpu_run = hardware_text(model(device="cpu", gpus=0, others=False), 76).plain
-    assert cpu_run == "CPU 185% of 2 cores  machine 99% busy"
+    assert cpu_run == "CPU 185% of 2 cores  █████████░  machine 99% busy"   # 185% of 200: 9 of 10 cells
     assert hardware_text(model(memory=False), 76).plain.startswith("no hardware sample yet")
     old = RunModel()
     old.fold([{"type": "memory", "t": 1.0, "rss": GB, "pressure": {"level": "normal"}}])

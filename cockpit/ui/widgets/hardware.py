@@ -16,7 +16,8 @@ from textual.widgets import Static
 
 from cockpit.ui.model import RunModel, bytes_text
 
-WIDE = 100            # content columns from which each figure gets its bar and its name
+WIDE = 100            # content columns from which GPUs are named and bars are labelled
+MID = 48              # content columns from which figures get a short bar
 COMPACT_LINES = 4
 HOT_C = 85            # around where datacentre and desktop GPUs start to throttle their clocks
 LEVEL_STYLE = {"normal": "green", "warn": "bold yellow", "critical": "bold white on red"}
@@ -52,7 +53,7 @@ def _fit(parts: list[Text], width: int, sep: str = "  ") -> Text:
 # ---------------------------------------------------------------- CPU
 
 
-def _cpu_parts(memory: dict, wide: bool) -> list[Text]:
+def _cpu_parts(memory: dict, width: int) -> list[Text]:
     cores = memory.get("cpu_count")
     percent = memory.get("cpu_percent")
     head = Text("CPU ", style="bold")
@@ -60,8 +61,8 @@ def _cpu_parts(memory: dict, wide: bool) -> list[Text]:
     if cores:
         head.append(f" of {cores} core{'s' if cores != 1 else ''}", style="dim")
     parts = [head]
-    if wide and cores:
-        parts.append(_bar(None if percent is None else percent / (100 * cores), 20))
+    if width >= MID and cores:
+        parts.append(_bar(None if percent is None else percent / (100 * cores), 20 if width >= WIDE else 10))
     machine = memory.get("cpu_system_percent")
     if machine is not None:
         parts.append(Text(f"machine {machine:.0f}% busy",
@@ -92,28 +93,32 @@ def _temp(g: dict) -> Text:
 
 
 def _gpu_line(g: dict, width: int, wide: bool) -> Text:
+    """'GPU0 NVIDIA H100 80GB HBM3  util ████ 97%  mem ██░░ 31.0 GB of 80.0 GB  64°C  287 W'
+    from WIDE columns, 'GPU0  █████ 97%  ██░░░ 31.0/80.0 GB  64°C  287 W' from MID, no bars
+    below."""
     util, used, total = g.get("util_percent"), g.get("mem_used"), g.get("mem_total")
+    cells = 12 if wide else 5 if width >= MID else 0
     head = Text(f"GPU{g['index']}", style="bold")
     if wide and g.get("name"):
         head.append(f" {g['name']}", style="dim")
     parts = [head]
     util_text = Text("-" if util is None else f"{util}%")
-    if wide:
-        util_text = Text.assemble("util ", _bar(None if util is None else util / 100, 12), " ", util_text)
-    parts.append(util_text)
+    if cells:
+        util_text = Text.assemble(_bar(None if util is None else util / 100, cells), " ", util_text)
+    parts.append(Text.assemble("util ", util_text) if wide else util_text)
     if used is None or not total:
         mem = Text("mem -")
-    elif width < 40:  # a side column: '31.2/80.0 GB'
+    elif not wide:  # '31.0/80.0 GB'
         mem = Text(f"{used / 1e9:.1f}/{total / 1e9:.1f} GB")
     else:
         mem = Text(f"{bytes_text(used)} of {bytes_text(total)}")
-    if wide and used is not None and total:
-        mem = Text.assemble("mem ", _bar(used / total, 12), " ", mem)
-    parts.append(mem)
+    if cells and used is not None and total:
+        mem = Text.assemble(_bar(used / total, cells), " ", mem)
+    parts.append(Text.assemble("mem ", mem) if wide else mem)
     parts.append(_temp(g))
     if g.get("power_w") is not None:
         parts.append(Text(f"{g['power_w']:.0f} W"))
-    return _fit(parts, width)
+    return _fit(parts, width, sep="  " if cells else " ")  # a side column: room for the temperature
 
 
 def _gpus_folded(gpus: list[dict], width: int) -> Text:
@@ -131,7 +136,8 @@ def _gpus_folded(gpus: list[dict], width: int) -> Text:
     if hot:  # a throttling GPU outranks the memory figure
         parts.append(Text(f"max {max(temps)}°C", style="bold red"))
     if total:
-        parts.append(Text(f"mem {bytes_text(used)} of {bytes_text(total)}"))
+        parts.append(Text(f"mem {used / 1e9:.0f}/{total / 1e9:.0f} GB" if width < 40
+                          else f"mem {bytes_text(used)} of {bytes_text(total)}"))
     if temps and not hot:
         parts.append(Text(f"max {max(temps)}°C"))
     if power:
@@ -187,7 +193,7 @@ def _lines(m: RunModel, width: int, wide: bool, fold_gpus: bool) -> list[Text]:
     if memory is None:
         lines = [Text("no hardware sample yet", style="dim")]
     else:
-        lines = [_fit(_cpu_parts(memory, wide), width)]
+        lines = [_fit(_cpu_parts(memory, width), width)]
         if (others := _others_line(memory, width, wide)) is not None:
             lines.append(others)
     gpus = (memory or {}).get("gpus") or []
