@@ -116,8 +116,10 @@ def table(runs: list[Compared]) -> list[Row]:
     rows = [Row("status", each(lambda r: r.summary.status)),
             Row("final loss", each(lambda r: _number(r.averages.final_loss)))]
     rows += [Row(m, each(lambda r, m=m: _number(r.averages.final_metrics.get(m)))) for m in metrics(runs)]
-    rows += [Row("samples/s avg", each(lambda r: _rate(r.averages.samples_per_s))),
-             Row("duration", each(lambda r: duration(r.summary.duration_s)))]
+    rows.append(Row("samples/s avg", each(lambda r: _rate(r.averages.samples_per_s))))
+    if any(r.averages.gflop_s for r in runs):   # only workloads that count their FLOPs say it
+        rows.append(Row("GFLOP/s avg", each(lambda r: _rate(r.averages.gflop_s))))
+    rows.append(Row("duration", each(lambda r: duration(r.summary.duration_s))))
     differ = differing(runs)
     if differ:
         rows.append(Row(f"{len(differ)} settings differ", ["" for _ in runs], heading=True))
@@ -141,7 +143,7 @@ def as_json(runs: list[Compared]) -> list[dict]:
     differ = differing(runs)
     return [{"id": r.run.id, "status": r.summary.status, "final_loss": r.averages.final_loss,
              "final_metrics": r.averages.final_metrics, "samples_per_s": r.averages.samples_per_s,
-             "steps_per_s": r.averages.steps_per_s, "duration_s": r.summary.duration_s,
+             "steps_per_s": r.averages.steps_per_s, "gflop_s": r.averages.gflop_s, "duration_s": r.summary.duration_s,
              "train_s": r.averages.train_s, "steps": r.summary.step, "total_steps": r.summary.total_steps,
              "steps_lost": r.averages.steps_lost, "ran_on": devices(r.summary),
              "settings": {k: r.settings.get(k) for k in differ}} for r in runs]

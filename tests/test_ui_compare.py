@@ -68,6 +68,7 @@ def test_two_marked_runs_are_compared_curves_and_what_differs(home, size):
             assert rows["final loss"] == ["0.09574", "0.009409"]
             assert rows["r2"] == ["0.917", "0.9904"]
             assert rows["ran on"] == ["auto(cpu)→cpu", "cpu"]
+            assert rows["GFLOP/s avg"] == ["0.00572", "8.24"]   # matmul counts its FLOPs
             assert rows["steps lost"] == ["0", "0"]
             # only the settings that differ, each with both values
             assert rows["train.lr"] == ["0.05", "0.02"] and rows["params.n"] == ["32", "512"]

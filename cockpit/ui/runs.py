@@ -184,6 +184,7 @@ class RunsScreen(Screen):
         lines = [f"{run.id}  step {s.step}/{s.total_steps}" + (f"  loss {s.loss:.4g}" if s.loss is not None else "")
                  + "".join(f"  {k} {v:.4g}" for k, v in s.metrics.items() if isinstance(v, float))
                  + (f"  {average_rate(a)} samples/s avg" if a is not None and a.samples_per_s else "")
+                 + (f"  {rate(a.gflop_s)} GFLOP/s" if a is not None and a.gflop_s else "")
                  + (f"  {a.steps_lost} steps lost" if a is not None and a.steps_lost else "")]
         if crash:
             lines.append(f"attempt {crash.attempt}: {crash.crash}")
