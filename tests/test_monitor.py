@@ -91,8 +91,8 @@ class SwappingSampler:
     attempts = 0
     events_path = None
 
-    def __init__(self, pid):
-        self.real = SystemSampler(pid)
+    def __init__(self, pid, **kwargs):
+        self.real = SystemSampler(pid, **kwargs)  # the supervisor passes the trainer's env
         SwappingSampler.attempts += 1
         self.swapping = SwappingSampler.attempts == 1
 
