@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import types
 
 import pytest
-from textual.screen import Screen
 from textual.widgets._footer import FooterKey
 
 from cockpit.app import make_app
 from cockpit.ui import runs as runs_screen
+from cockpit.ui.logs import LogScreen
 from cockpit.ui.runs import MARK, RunsScreen
 from engine.numbers import rate
 from engine.run.rundir import RunDir
@@ -129,24 +128,19 @@ def test_space_marks_and_unmarks_runs(home):
     run(drive())
 
 
-def test_l_opens_the_log_view_of_the_highlighted_run(home, monkeypatch):
+@pytest.mark.parametrize("size", SIZES)
+def test_l_opens_the_log_view_of_the_highlighted_run(home, size):
     copy_run(home, "finished", "20261123-000001-finished")
     copy_run(home, "crash-fallback", "20261123-000002-crash")
-    opened = []
-
-    class LogScreen(Screen):   # stands in for cockpit.ui.logs.LogScreen: what it is handed
-        def __init__(self, run, attempt=None):
-            super().__init__()
-            opened.append((run.id, attempt))
-
-    monkeypatch.setitem(sys.modules, "cockpit.ui.logs", types.SimpleNamespace(LogScreen=LogScreen))
 
     async def drive():
         app = make_app(attach=False)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await _open_runs(app, pilot, 2)
+        async with app.run_test(size=size) as pilot:
+            runs = await _open_runs(app, pilot, 2)
             await pilot.press("down", "l")
             await wait_for(pilot, lambda: isinstance(app.screen, LogScreen), what="the log view")
-            assert opened == [("20261123-000001-finished", None)]
+            assert app.screen.run.id == "20261123-000001-finished"
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: app.screen is runs, what="back on the runs screen")
 
     run(drive())

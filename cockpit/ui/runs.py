@@ -217,11 +217,8 @@ class RunsScreen(Screen):
         run = self._selected()
         if run is None:
             return
-        try:
-            from cockpit.ui.logs import LogScreen
-        except ImportError as e:   # the log view arrives with its own change
-            self.notify(f"no log view in this build ({e})", severity="warning")
-            return
+        from cockpit.ui.logs import LogScreen   # here: the runs screen opens without it
+
         self.app.push_screen(LogScreen(run))
 
     def action_open(self) -> None:
