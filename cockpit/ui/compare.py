@@ -53,6 +53,14 @@ class CompareScreen(Screen):
         Binding("e", "cycle_metric", "Eval", tooltip="the next eval metric on the second plot"),
         Binding("escape", "app.pop_screen", "Back"),
     ]
+    HELP = """\
+The marked runs side by side, each a letter and a colour (the legend names them). Their loss
+and an eval metric overlaid, over steps, samples seen or time since each run started (`x`),
+the loss on a log scale with `y`, the next eval metric with `e`; a run that never stepped says
+so. Below: each run's status, final loss and metrics, average throughput and duration, then
+only the settings in which the runs differ (workload params, train settings, device preset),
+then how each ran. A live run is followed as it goes. `cockpit runs compare` prints the table.
+"""
     DEFAULT_CSS = """
     CompareScreen { layout: vertical; }
     #compare-legend { height: auto; max-height: 4; padding: 0 1; background: $boost; }

@@ -21,7 +21,7 @@ from textual.widgets import Markdown
 ANYWHERE = """\
 A run is its own process: closing the terminal or losing SSH leaves it running, and `cockpit`
 attaches to it again. Headless, the same: `cockpit --no-ui`, `cockpit runs
-list|show|follow|stop|resume`, `cockpit presets`, `cockpit probe [--find-batch]`.
+list|show|follow|stop|resume|compare`, `cockpit presets`, `cockpit probe [--find-batch]`.
 """
 
 

@@ -84,6 +84,13 @@ class RunsScreen(Screen):
         Binding("f5", "refresh", "Refresh", show=False, tooltip="read the runs dir again now"),
         Binding("escape", "app.pop_screen", "Back"),
     ]
+    HELP = """\
+Every run in the runs dir, newest first: status, workload, the device presets it went through,
+its average throughput over its training time, duration, attempts and id; it refreshes itself
+every few seconds. `enter` opens one: a past run is replayed from its events, a live one is
+attached. Mark two or more with `space` and press `c` to compare them: their loss and eval
+curves overlaid, and the settings in which they differ (`cockpit runs compare` headless).
+"""
     DEFAULT_CSS = """
     RunsScreen DataTable { height: 1fr; }
     #run-detail { height: 3; padding: 0 1; background: $boost; }
