@@ -96,6 +96,21 @@ async def runs(app, pilot) -> None:
     await pilot.pause(0.8)
 
 
+async def compare(app, pilot) -> None:
+    """The crashed run and the finished one, marked on the runs screen and compared."""
+    await pilot.press("o")
+    runs = app.screen
+    while len(runs.rows) < 3:
+        await pilot.pause(0.05)
+    for run_id in ("20261123-111049-finished", "20261123-111011-crash-fallback"):
+        runs.query_one("#runs").move_cursor(row=[r.id for r, _ in runs.rows].index(run_id))
+        await pilot.press("space")
+    await pilot.press("c")
+    while not getattr(app.screen, "compared", None):
+        await pilot.pause(0.05)
+    await pilot.pause(0.5)
+
+
 async def probe(app, pilot) -> None:
     workloads = app.screen.query_one("#workloads")
     workloads.highlighted = [o.id for o in workloads._options].index("trm-tiny")
@@ -111,6 +126,7 @@ SCREENS: dict[str, Callable[..., Awaitable[None]]] = {
     "crash-fallback": lambda app, pilot: open_run(app, pilot, "20261123-111011-crash-fallback"),
     "finished": lambda app, pilot: open_run(app, pilot, "20261123-111049-finished"),
     "runs": runs,
+    "compare": compare,
     "probe": probe,
 }
 
