@@ -76,6 +76,15 @@ def shown_rate(e: dict) -> float | None:
     return smoothed if smoothed is not None else e.get("samples_per_s")
 
 
+def shown_per_sample(e: dict, key: str) -> float | None:
+    """A figure proportional to the window's samples/s (GFLOP/s, MFU) at the shown rate, so
+    the line's figures agree with each other."""
+    value, window, speed = e.get(key), e.get("samples_per_s"), shown_rate(e)
+    if value is None or not window or speed is None:
+        return value
+    return value * speed / window
+
+
 def activity_text(started: dict, now: float | None) -> str:
     """'mining hard negatives for epoch 6 (35s)' from a mining_started event."""
     spent = f" ({duration(now - started['t'])})" if now is not None and now - started["t"] >= 1 else ""
@@ -91,10 +100,10 @@ def step_line(e: dict, memory: dict | None = None, windows: int | None = None) -
         line += f"  loss {e['loss']:.4g}"
     if (speed := shown_rate(e)) is not None:
         line += f"  {rate(speed)} samples/s"
-    if "gflop_s" in e:
-        line += f"  {e['gflop_s']:,.1f} GFLOP/s"
-    if e.get("mfu") is not None:
-        line += f" (MFU {e['mfu']:.0%})"
+    if (gflop_s := shown_per_sample(e, "gflop_s")) is not None:
+        line += f"  {gflop_s:,.1f} GFLOP/s"
+    if (mfu := shown_per_sample(e, "mfu")) is not None:
+        line += f" (MFU {mfu:.0%})"
     if not _done(e) and (eta := eta_text(e.get("eta_s"), windows)) is not None:
         line += f"  {eta}"
     if memory is not None:
@@ -135,8 +144,8 @@ def status_line(e: dict, memory: dict | None, windows: int, quiet_s: float | Non
         parts.append(f"loss {e['loss']:.4g}")
     if (speed := shown_rate(e)) is not None:
         parts.append(f"{rate(speed)} samples/s")
-    if e.get("mfu") is not None:
-        parts.append(f"MFU {e['mfu']:.0%}")
+    if (mfu := shown_per_sample(e, "mfu")) is not None:
+        parts.append(f"MFU {mfu:.0%}")
     if pressure and level in (None, "normal"):
         parts.append(pressure)
     line = ""

@@ -66,3 +66,13 @@ def test_the_rate_shown_is_the_smoothed_one_not_a_fragments():
     assert "317 samples/s" in line and "6,990" not in line
     older = {k: v for k, v in fragment.items() if k != "smoothed_samples_per_s"}
     assert "6,990 samples/s" in status_line(older, None, 10, width=100)   # a writer without it
+
+
+def test_gflop_and_mfu_are_given_at_the_rate_shown():
+    from cockpit.headless import step_line
+
+    fragment = step(9.0, 100, samples_per_s=6990.0, smoothed_samples_per_s=349.5, window_s=0.05,
+                    gflop_s=20.0, mfu=0.4)
+    line = step_line(fragment)
+    assert "350 samples/s  1.0 GFLOP/s (MFU 2%)" in line
+    assert "MFU 2%" in status_line({**fragment, "step": 90}, None, 10, width=200)
