@@ -451,7 +451,7 @@ def test_mining_is_said_while_it_runs(home):
     events += [
         {"v": 1, "t": t + 0.1, "type": "mining", "attempt": 1, "epoch": 1, "mode": "faiss@8", "index": "IVF64,Flat",
          "exact": False, "recall_vs_exact": 0.93, "queries": 4096, "mining_s": 12.3},
-        {"v": 1, "t": t + 0.2, "type": "preparing_epoch", "attempt": 1, "epoch": 2, "step": 129},
+        {"v": 1, "t": t + 0.2, "type": "mining_started", "attempt": 1, "epoch": 2, "negatives": 8},
     ]
     _write(path, events)
 
