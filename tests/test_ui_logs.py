@@ -298,7 +298,7 @@ def test_a_big_log_is_read_from_its_tail(home):
             assert len(output.lines) < 50_000           # 4 MiB of it, not 20 MB
             assert output.lines[0] == "x" * 99           # from a whole line
             assert "MB before not shown" in output.border_subtitle
-            assert "the last line" in shown(output)[-2]
+            assert "the last line" in last_row(output)
     run(drive())
 
 
@@ -349,3 +349,27 @@ def test_display_line_is_what_a_terminal_left():
     assert last_traceback(["a", "Traceback (most recent call last):", "b",
                            "Traceback (most recent call last):", "c"]) == 3
     assert last_traceback(["no traceback"]) is None
+
+
+def test_long_lines_wrap_indented_and_w_cuts_them(home):
+    path = copy_run(home, "crash-fallback")
+
+    async def drive():
+        async with make_app(attach=False).run_test(size=SMALL) as pilot:
+            screen = await open_logs(pilot, path)
+            events, _ = panes(screen)
+            await pilot.pause()
+            fallback = next(line for line in events.lines if "fallback: attempt 2" in line)
+            assert len(fallback) > 2 * events.size.width
+            rows = shown(events)
+            first = next(i for i, r in enumerate(rows) if "fallback: attempt 2" in r)
+            # the continuation rows start under the text, not under the time stamp
+            assert rows[first + 1].startswith(" " * 9) and rows[first + 1][9] != " "
+            assert " ".join(r.strip() for r in rows[first:first + 4]).startswith(fallback[:150])
+            await pilot.press("w")
+            await pilot.pause()
+            rows = shown(events)
+            first = next(i for i, r in enumerate(rows) if "fallback: attempt 2" in r)
+            assert "fallback: attempt 2" not in rows[first + 1] and not rows[first + 1].startswith(" ")
+            assert events.virtual_size.width > events.size.width     # cut, scrolled sideways
+    run(drive())

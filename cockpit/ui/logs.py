@@ -32,6 +32,7 @@ from engine.run.rundir import RunDir
 
 POLL_S = 0.25      # how often the files are looked at: a log view need not be faster
 WIDE = 160         # columns from which events and output are shown side by side
+STAMP = len("12:34:56")
 
 
 @dataclass
@@ -73,7 +74,7 @@ class EventLines:
                     info = self.attempts.setdefault(n, AttemptInfo(preset=e.get("preset", "?")))
                     info.crash, info.crash_line = e, self.count + len(lines)
                 # continuation lines (advice, a traceback's excerpt) are indented, unstamped
-                lines.append(f"{' ' * len(stamp) if line.startswith(' ') else stamp} {line}")
+                lines.append(f"{' ' * STAMP if line.startswith(' ') else stamp} {line}")
         self.count += len(lines)
         return lines
 
@@ -117,6 +118,7 @@ class LogScreen(Screen):
         Binding("slash", "search", "Search", key_display="/"),
         Binding("n", "find(True)", "Next match", show=False),
         Binding("N", "find(False)", "Previous match", show=False),
+        Binding("w", "wrap", "Wrap", show=False),
         Binding("f,end", "follow", "Follow", show=False),  # the pane says "paused · f follows"
         Binding("home", "top", "Top", show=False),
         Binding("up", "scroll('up')", "Scroll up", show=False),
@@ -149,8 +151,9 @@ class LogScreen(Screen):
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="panes"):
-            yield LogPane(event_style, id="events")
-            yield LogPane(output_style, id="output")
+            # wrapped: at 80 columns most event lines and traceback paths are longer than a row
+            yield LogPane(event_style, wrap=True, indent=STAMP + 1, id="events")
+            yield LogPane(output_style, wrap=True, indent=4, id="output")
         yield Input(placeholder="search (enter finds, esc closes)", id="search")
         yield Footer()
 
@@ -356,6 +359,10 @@ class LogScreen(Screen):
         if pane.search(query, forward) is None and query:
             self.notify(f"no match for {query!r} in the {self.view}", severity="warning")
         self._titles()
+
+    def action_wrap(self) -> None:
+        pane = self.current_pane()
+        pane.set_wrap(not pane.wrap)
 
     def action_follow(self) -> None:
         self.current_pane().follow()

@@ -1,6 +1,11 @@
 """A scrolling pane of log lines that only renders what is on screen (Textual's Line API), so a
 log of 200,000 lines costs what its visible rows cost; it follows the end until the user scrolls
-away, and highlights search matches."""
+away, highlights search matches, and wraps long lines (continuations indented) or cuts them.
+
+Positions are lines (`match`, `marked`, `go_to`); rows are what the screen shows. Unwrapped,
+a row is a line; wrapped, `_row_line`/`_row_start` say which line and where in it each row
+starts, and `_line_row` where each line starts.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-MAX_LINES = 200_000           # kept in memory; older ones are dropped from the top
+MAX_LINES = 200_000           # kept in memory; older ones are dropped from the top, in batches
 MATCH = Style(color="black", bgcolor="yellow")
 CURRENT_MATCH = Style(color="black", bgcolor="bright_green", bold=True)
 MARKED = Style(reverse=True)     # the line a jump landed on (a traceback, a crash event)
@@ -28,48 +33,61 @@ class LogPane(ScrollView, can_focus=False):
     LogPane.current { border: round $accent; }
     """
 
-    def __init__(self, style_line: Callable[[str], str | None] | None = None, *, id: str | None = None):
+    def __init__(self, style_line: Callable[[str], str | None] | None = None, *, wrap: bool = False,
+                 indent: int = 2, id: str | None = None):
         super().__init__(id=id)
         self.lines: list[str] = []
         self.partial = ""
         self.following = True
         self.style_line = style_line       # a line's colour (crash lines red), or None
+        self.wrap = wrap
+        self.indent = indent               # of a wrapped line's continuation rows
         self.query = ""
         self._pattern: re.Pattern | None = None
         self.match: int | None = None      # the line of the current match
         self.marked: int | None = None     # the line the last jump landed on
-        self._width = 0
+        self._width = 0                    # of the longest line (unwrapped, the virtual width)
+        self._wrap_width = 0               # the width rows were wrapped to
+        self._row_line: list[int] = []
+        self._row_start: list[int] = []
+        self._line_row: list[int] = []
 
     # ------------------------------------------------------------ content
 
     def replace(self, lines: list[str], partial: str = "") -> None:
         """New content (another attempt's log, or one started over), followed from its end."""
-        self.lines, self.partial, self.match, self.marked = [], partial, None, None
+        self.lines, self.partial, self.match, self.marked = [], "", None, None
         self.following = True
         self._width = 0
+        self._row_line, self._row_start, self._line_row = [], [], []
         self.append(lines, partial)
 
     def append(self, lines: list[str], partial: str | None = None) -> None:
+        old = len(self.lines)
         if lines:
             self.lines.extend(lines)
             self._width = max(self._width, max(map(len, lines)))
-            if len(self.lines) > MAX_LINES:
-                dropped = len(self.lines) - MAX_LINES
-                del self.lines[:dropped]
-                if self.match is not None:
-                    self.match = self.match - dropped if self.match >= dropped else None
-                if self.marked is not None:
-                    self.marked = self.marked - dropped if self.marked >= dropped else None
-                if not self.following:  # keep the same lines in view
-                    self.scroll_to(y=max(0, self.scroll_y - dropped), animate=False, immediate=True)
         if partial is not None:
             self.partial = partial
-        self.virtual_size = Size(self._width + 1, self.line_count)
+        if len(self.lines) > MAX_LINES * 11 // 10:
+            self._drop(len(self.lines) - MAX_LINES)
+        elif self.wrap and self._wrap_width:
+            self._rewrap_from(old)
+        self._resize()
         if self.following:
-            # after the layout has taken the new size in: until then there may be no scrollbar
-            # and so nothing to scroll
+            self._scroll_end()
+            # and once laid out: a horizontal scrollbar the new lines bring takes a row
             self.call_after_refresh(self._scroll_end)
         self.refresh()
+
+    def _drop(self, dropped: int) -> None:
+        top = self.line_at(int(self.scroll_y))
+        del self.lines[:dropped]
+        shift = lambda i: i - dropped if i is not None and i >= dropped else None  # noqa: E731
+        self.match, self.marked = shift(self.match), shift(self.marked)
+        self._rewrap_from(0)
+        if not self.following:  # keep the same lines in view
+            self._scroll_top(self.row_of(max(0, top - dropped)))
 
     @property
     def line_count(self) -> int:
@@ -78,15 +96,82 @@ class LogPane(ScrollView, can_focus=False):
     def line(self, index: int) -> str:
         return self.lines[index] if index < len(self.lines) else self.partial
 
+    # ------------------------------------------------------------ rows
+
+    @property
+    def row_count(self) -> int:
+        return len(self._row_line) if self._wrapped else self.line_count
+
+    @property
+    def _wrapped(self) -> bool:
+        return self.wrap and self._wrap_width > 0
+
+    def row_of(self, line: int) -> int:
+        if not self._wrapped or not self._line_row:
+            return line
+        return self._line_row[min(line, len(self._line_row) - 1)]
+
+    def line_at(self, row: int) -> int:
+        if not self._wrapped or not self._row_line:
+            return row
+        return self._row_line[max(0, min(row, len(self._row_line) - 1))]
+
+    def set_wrap(self, wrap: bool) -> None:
+        top = self.line_at(int(self.scroll_y))
+        self.wrap = wrap
+        self._rewrap_from(0)
+        self._resize()
+        if self.following:
+            self.call_after_refresh(self._scroll_end)
+        else:
+            self.call_after_refresh(self._scroll_top, self.row_of(top))
+        self.refresh()
+
+    def _rewrap_from(self, first: int) -> None:
+        """Rows for lines `first` on (the old unfinished line's rows are redone: it changed)."""
+        self._wrap_width = max(10, self.size.width - self.styles.scrollbar_size_vertical) \
+            if self.wrap and self.size.width else 0
+        if not self._wrapped:
+            return
+        first = min(first, len(self._line_row))
+        cut = self._line_row[first] if first < len(self._line_row) else len(self._row_line)
+        del self._row_line[cut:], self._row_start[cut:], self._line_row[first:]
+        width, rest = self._wrap_width, max(1, self._wrap_width - self.indent)
+        row_line, row_start, line_row = self._row_line, self._row_start, self._line_row
+        for i in range(first, self.line_count):
+            line_row.append(len(row_line))
+            row_line.append(i)
+            row_start.append(0)
+            for start in _breaks(self.line(i), width, rest):
+                row_line.append(i)
+                row_start.append(start)
+
+    def _resize(self) -> None:
+        width = self._wrap_width if self._wrapped else self._width + 1
+        self.virtual_size = Size(width, self.row_count)
+
+    def on_resize(self) -> None:
+        if self.wrap:
+            top = self.line_at(int(self.scroll_y))
+            self._rewrap_from(0)
+            self._resize()
+            if not self.following:
+                self.call_after_refresh(self._scroll_top, self.row_of(top))
+        # a pane shown again (or the terminal resized) had no room to keep its end in view
+        if self.following:
+            self.call_after_refresh(self._scroll_end)
+
     # ------------------------------------------------------------ moving
 
     def follow(self) -> None:
         self.following = True
-        self.scroll_end(animate=False, immediate=True, x_axis=False)
+        self._scroll_end()
 
     def _scroll_end(self) -> None:
+        # forced: the scrollbar a new line calls for may not be laid out yet, and unforced
+        # scrolling waits for it
         if self.following:
-            self.scroll_end(animate=False, immediate=True, x_axis=False)
+            self._scroll_top(self.max_scroll_y)
 
     def unfollow(self) -> None:
         self.following = False
@@ -96,18 +181,14 @@ class LogPane(ScrollView, can_focus=False):
         until the next jump); following stops."""
         self.following = False
         self.marked = index if mark else None
-        self._scroll_top(max(0, index - 2))
+        row = max(0, self.row_of(index) - 2)
+        self._scroll_top(row)
         # and again once laid out: a pane just shown has no size yet to scroll within
-        self.call_after_refresh(self._scroll_top, max(0, index - 2))
+        self.call_after_refresh(self._scroll_top, row)
         self.refresh()
 
     def _scroll_top(self, y: int) -> None:
         self.scroll_to(y=y, animate=False, immediate=True, force=True)
-
-    def on_resize(self) -> None:
-        # a pane shown again (or the terminal resized) had no room to keep its end in view
-        if self.following:
-            self.scroll_end(animate=False, immediate=True, x_axis=False)
 
     def on_mouse_scroll_up(self) -> None:
         self.following = False
@@ -123,7 +204,8 @@ class LogPane(ScrollView, can_focus=False):
         if self._pattern is None or not self.line_count:
             return None
         n = self.line_count
-        here = self.match if self.match is not None else int(self.scroll_y) - (1 if forward else -1)
+        top = self.line_at(int(self.scroll_y))
+        here = self.match if self.match is not None else top - (1 if forward else -1)
         step = 1 if forward else -1
         for k in range(1, n + 1):
             i = (here + step * k) % n
@@ -135,28 +217,45 @@ class LogPane(ScrollView, can_focus=False):
         self.refresh()
         return None
 
-    def match_count(self) -> int:
-        if self._pattern is None:
-            return 0
-        return sum(1 for line in self.lines if self._pattern.search(line)) + \
-            (1 if self.partial and self._pattern.search(self.partial) else 0)
-
     # ------------------------------------------------------------ rendering
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
-        index = scroll_y + y
+        row = scroll_y + y
         width = self.size.width
         base = self.rich_style
-        if index >= self.line_count:
+        if row >= self.row_count:
             return Strip.blank(width, base)
+        index = self.line_at(row) if self._wrapped else row
+        text = self._styled(index)
+        if self._wrapped:
+            start = self._row_start[row]
+            last = row + 1 >= len(self._row_line) or self._row_line[row + 1] != index
+            end = len(text) if last else self._row_start[row + 1]
+            text = text[start:end] if start == 0 else Text(" " * self.indent) + text[start:end]
+            scroll_x = 0
+        strip = Strip(text.render(self.app.console), text.cell_len).apply_style(base)
+        return strip.crop_extend(scroll_x, scroll_x + width, base)
+
+    def _styled(self, index: int) -> Text:
         line = self.line(index)
-        text = Text(line, no_wrap=True, style=self.style_line(line) or "" if self.style_line else "")
+        style = self.style_line(line) if self.style_line else None
+        text = Text(line, no_wrap=True, style=style or "")
         if index == self.marked:
             text.stylize(MARKED)
         if self._pattern is not None:
-            style = CURRENT_MATCH if index == self.match else MATCH
+            found_style = CURRENT_MATCH if index == self.match else MATCH
             for found in self._pattern.finditer(line):
-                text.stylize(style, found.start(), found.end())
-        strip = Strip(text.render(self.app.console), text.cell_len).apply_style(base)
-        return strip.crop_extend(scroll_x, scroll_x + width, base)
+                text.stylize(found_style, found.start(), found.end())
+        return text
+
+
+def _breaks(line: str, width: int, rest: int):
+    """Where the continuation rows of `line` start, wrapped to `width` (`rest` after the first
+    row, which the indent narrows): after a space in the row's second half, else mid-word."""
+    start, room = 0, width
+    while len(line) - start > room:
+        space = line.rfind(" ", start + room // 2, start + room)
+        start = space + 1 if space > 0 else start + room
+        room = rest
+        yield start
