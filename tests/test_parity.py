@@ -135,3 +135,20 @@ def test_a_command_on_a_preset_that_asks_for_the_check_is_told_once_and_runs(hom
     assert Supervisor(run, poll_s=0.05).supervise() == "finished"
     (warning,) = [w for w in of_type(run, "warning") if w["kind"] == "parity-not-applicable"]
     assert "does not apply to a command" in warning["message"] and not warning["fallback"]
+
+
+def test_a_model_that_computes_in_bf16_itself_is_judged_by_bf16s_tolerances():
+    """trm-chat-small casts its forward to bf16 on any preset (its forward_dtype): its fp32
+    preset's gradients differ from the CPU's by bf16's error, which is not a wrong device."""
+    from types import SimpleNamespace
+
+    def fake(preset_precision, forward_dtype=None):
+        params = SimpleNamespace(**({"forward_dtype": forward_dtype} if forward_dtype else {}))
+        config = SimpleNamespace(workload=SimpleNamespace(params=params))
+        return SimpleNamespace(run=SimpleNamespace(config=lambda: config),
+                               resolved=SimpleNamespace(precision=preset_precision))
+
+    assert parity.computed_in(fake("fp32", "bf16")) == "bf16"
+    assert parity.computed_in(fake("fp32", "fp32")) == "fp32"
+    assert parity.computed_in(fake("bf16")) == "bf16"     # a workload without the setting
+    assert parity.computed_in(fake("fp16", "fp32")) == "fp16"

@@ -45,10 +45,14 @@ class Tolerance:
     update: float   # per parameter: |update - cpu update| / |cpu update|, same gradients
 
 
+# Measured on the H100 against its host's CPU (benchmarks/parity.py, every built-in workload):
+# the worst fp32 errors were loss 2.1e-5 and gradient 3.1e-4 (cuDNN's LSTM), bf16's loss 3.5e-3
+# and gradient 5.4e-2 (CLIP's LayerNorm bias), every update 4.4e-6 or less. Each tolerance is
+# several times the worst seen and still four times below an error of the bugs' size (1 and up).
 TOLERANCES = {
-    "fp32": Tolerance(loss=1e-4, grad=1e-3, update=1e-3),
-    "bf16": Tolerance(loss=3e-2, grad=1e-1, update=1e-3),
-    "fp16": Tolerance(loss=1e-2, grad=5e-2, update=1e-3),
+    "fp32": Tolerance(loss=1e-3, grad=1e-2, update=1e-3),
+    "bf16": Tolerance(loss=3e-2, grad=2.5e-1, update=1e-3),
+    "fp16": Tolerance(loss=1e-2, grad=1e-1, update=1e-3),
 }
 PERTURB_FACTOR = 100.0  # the wrong-grad fault: one gradient wrong by two orders of magnitude
 MAX_SAMPLES = 4
@@ -143,7 +147,8 @@ def check(trainer, *, perturb: bool = False) -> Parity:
         if perturb:
             perturb_gradients(model)
 
-        tol = TOLERANCES[trainer.resolved.precision]
+        precision = computed_in(trainer)
+        tol = TOLERANCES[precision]
         loss_value, cpu_value = float(loss.detach().float()), float(cpu_loss.detach())
         loss_rel = abs(loss_value - cpu_value) / max(abs(cpu_value), 1e-12)
         grad = Worst()
@@ -192,8 +197,16 @@ def check(trainer, *, perturb: bool = False) -> Parity:
         problems.append(f"the optimizer's update of {update.name} is off by {update.rel:.3g} of "
                         f"its size on the same gradients (tolerance {tol.update:g})")
     device = str(trainer.device)
-    return Parity(not problems, device, trainer.resolved.precision, loss_value, cpu_value, loss_rel,
+    return Parity(not problems, device, precision, loss_value, cpu_value, loss_rel,
                   grad, update, tol, n, time.monotonic() - started, problems)
+
+
+def computed_in(trainer) -> str:
+    """The precision the forward really computes in: the preset's autocast, or lower where the
+    workload's own forward_dtype casts (trm-chat-small computes in bf16 on any preset, and so
+    does its CPU copy: the reference is as fp32 as the model lets it be)."""
+    own = getattr(trainer.run.config().workload.params, "forward_dtype", "fp32")
+    return trainer.resolved.precision if own == "fp32" else own
 
 
 def _same_optimizer(trainer, reference: torch.nn.Module) -> torch.optim.Optimizer:
