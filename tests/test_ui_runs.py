@@ -13,7 +13,7 @@ from textual.widgets._footer import FooterKey
 from cockpit.app import make_app
 from cockpit.ui import runs as runs_screen
 from cockpit.ui.logs import LogScreen
-from cockpit.ui.runs import MARK, RunsScreen
+from cockpit.ui.runs import MARK, RunsScreen, live_runs
 from engine.numbers import rate
 from engine.run.rundir import RunDir
 from engine.run.stats import averages
@@ -144,3 +144,24 @@ def test_l_opens_the_log_view_of_the_highlighted_run(home, size):
             await wait_for(pilot, lambda: app.screen is runs, what="back on the runs screen")
 
     run(drive())
+
+
+def test_live_runs_reads_a_live_run_once_then_only_what_it_appends(home):
+    copy_run(home, "finished", "20261123-000001-finished")
+    live = copy_run(home, "finished", "20261123-000002-live")
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        fake_live(live, proc.pid)
+        assert [r.id for r in live_runs()] == ["20261123-000002-live"]
+        digest = runs_screen._live[live]
+        offset = digest._follower.offset
+        assert [r.id for r in live_runs()] == ["20261123-000002-live"]
+        assert runs_screen._live[live] is digest and digest._follower.offset == offset
+        with open(live / "events.jsonl", "a") as f:
+            f.write('{"v":1,"t":1795432700.0,"type":"run_finished","attempt":0,"status":"stopped"}\n')
+        assert live_runs() == [] and digest.summary.status == "stopped"
+        proc.kill()
+        proc.wait()
+        assert live_runs() == [] and live not in runs_screen._live   # its supervisor is gone
+    finally:
+        proc.kill()

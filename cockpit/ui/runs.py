@@ -8,7 +8,9 @@ finished run's events are read once, a live run's only as they are appended."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
+from pathlib import Path
 
 from rich.text import Text
 from textual import work
@@ -23,8 +25,8 @@ from cockpit.headless import duration
 from engine.run import resume as resumption, supervisor
 from engine.errors import ConfigError
 from engine.numbers import rate
-from engine.run.digest import RunDigests
-from engine.run.rundir import RunDir, RunSummary, list_runs, summarize
+from engine.run.digest import RunDigest, RunDigests
+from engine.run.rundir import RunDir, RunSummary, list_runs
 from engine.run.stats import Averages
 
 REFRESH_S = 3.0
@@ -34,18 +36,27 @@ STATUS_STYLE = {"running": "bold cyan", "finished": "green", "stopped": "yellow"
                 "failed": "bold red", "lost": "red", "interrupted": "yellow", "created": "dim", "broken": "bold red"}
 
 
+# Digests of the runs with a live supervisor, kept between calls of live_runs().
+_live: dict[Path, RunDigest] = {}
+_live_lock = threading.Lock()
+
+
 def live_runs() -> list[RunDir]:
-    """Runs whose supervisor is alive and whose events say running, newest first."""
-    live = []
-    for run in list_runs():
-        if run.supervisor_pid() is None:
-            continue
-        try:
-            if summarize(run).status == "running":
+    """Runs whose supervisor is alive and whose events say running, newest first. It is asked
+    on the UI thread (start-up, the launch screen's return, the palette): after the first look
+    at a live run, a call reads only what the run appended since the last (summarizing a
+    five-hour run's events from the start takes a second)."""
+    with _live_lock:
+        alive = [run for run in list_runs() if run.supervisor_pid() is not None]
+        for gone in set(_live) - {run.path for run in alive}:
+            del _live[gone]
+        live = []
+        for run in alive:
+            digest = _live.setdefault(run.path, RunDigest(run))
+            digest.refresh()
+            if digest.summary.status == "running":
                 live.append(run)
-        except ConfigError:
-            continue
-    return live
+        return live
 
 
 def when(s: RunSummary) -> str:
