@@ -89,6 +89,15 @@ then how each ran. A live run is followed as it goes. `cockpit runs compare` pri
     def on_mount(self) -> None:
         self.load()
 
+    def on_screen_suspend(self) -> None:
+        # Help or the log view on top: nobody sees the curves, so a live run is not read.
+        if self._refresh_timer is not None:
+            self._refresh_timer.pause()
+
+    def on_screen_resume(self) -> None:
+        if self._refresh_timer is not None:
+            self._refresh_timer.resume()
+
     @work(thread=True, exclusive=True, group="compare-load", exit_on_error=False)
     def load(self) -> None:
         for digest in self._digests:
