@@ -203,13 +203,29 @@ class NVMLError(Exception):
     pass
 
 
+@pytest.fixture(autouse=True)
+def nvml_started_afresh():
+    """NVML starts once per process (hardware._nvml is cached): each test starts its own."""
+    hardware._nvml.cache_clear()
+    yield
+    hardware._nvml.cache_clear()
+
+
+def use_nvml(monkeypatch, module) -> None:
+    """`import pynvml` gives `module` (None: ImportError), and the next read starts it."""
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    hardware._nvml.cache_clear()
+
+
 def fake_pynvml(count=2, *, init_error=None, no_power=False, util_error_at=None, memory_v2=True):
     mod = types.ModuleType("pynvml")
     mod.NVMLError = NVMLError
     mod.NVML_TEMPERATURE_GPU = 0
     mod.calls = []
+    mod.inits = 0
 
     def init():
+        mod.inits += 1
         if init_error:
             raise init_error
     mod.nvmlInit = init
@@ -249,7 +265,7 @@ def fake_pynvml(count=2, *, init_error=None, no_power=False, util_error_at=None,
 
 
 def test_gpu_figures_through_nvml(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
+    use_nvml(monkeypatch, fake_pynvml())
     gpus = hardware.Gpus(None).read()
     assert gpus == [
         {"index": 0, "name": "NVIDIA H100 80GB HBM3 #0", "util_percent": 90, "mem_used": 30 * 10**9,
@@ -260,12 +276,13 @@ def test_gpu_figures_through_nvml(monkeypatch):
 
 
 def test_only_the_gpus_cuda_visible_devices_leaves_to_the_run(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(count=4))
+    use_nvml(monkeypatch, nvml := fake_pynvml(count=4))
     sampler = sysmon.SystemSampler(psutil.Process().pid, pressure=sysmon.NoPressure("test"),
                                    env={"CUDA_VISIBLE_DEVICES": "2,0"})
     assert [g["index"] for g in sampler.sample()["gpus"]] == [2, 0]
     assert [g["index"] for g in hardware.Gpus("GPU-3a2b").read()] == [3]   # a UUID prefix
     assert hardware.Gpus("").read() == []
+    assert nvml.inits == 1  # one start for the process, however many attempts sample
 
 
 @pytest.mark.parametrize("spec, indices", [
@@ -281,13 +298,13 @@ def test_visible_indices_follow_cudas_rules(spec, indices):
 
 
 def test_absent_or_failing_nvml_shows_no_gpus_and_raises_nothing(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml -> ImportError
+    use_nvml(monkeypatch, None)  # import pynvml -> ImportError
     gpus = hardware.Gpus(None)
     assert gpus.read() == [] and "pip install nvidia-ml-py" in gpus.why_not
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(init_error=NVMLError("Driver Not Loaded")))
+    use_nvml(monkeypatch, fake_pynvml(init_error=NVMLError("Driver Not Loaded")))
     gpus = hardware.Gpus(None)
     assert gpus.read() == [] and gpus.read() == [] and "Driver Not Loaded" in gpus.why_not
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(no_power=True, util_error_at=1))
+    use_nvml(monkeypatch, fake_pynvml(no_power=True, util_error_at=1))
     read = hardware.Gpus(None).read()
     assert [g["power_w"] for g in read] == [None, None]        # a board that reports no power
     assert [g["util_percent"] for g in read] == [90, None]     # one figure failing, not the rest
@@ -295,15 +312,15 @@ def test_absent_or_failing_nvml_shows_no_gpus_and_raises_nothing(monkeypatch):
 
 
 def test_memory_used_leaves_out_the_drivers_reserve_where_the_driver_can_say(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(count=1))
+    use_nvml(monkeypatch, fake_pynvml(count=1))
     assert hardware.Gpus(None).read()[0]["mem_used"] == 30 * 10**9            # v2, as nvidia-smi
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(count=1, memory_v2=False))
+    use_nvml(monkeypatch, fake_pynvml(count=1, memory_v2=False))
     assert hardware.Gpus(None).read()[0]["mem_used"] == 31 * 10**9            # v1: all it has
 
 
 def test_summary_of_an_older_event_is_empty_and_gpus_read_in_one_line(monkeypatch):
     assert hardware.summary({"rss": 1}) == ""
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(count=1))
+    use_nvml(monkeypatch, fake_pynvml(count=1))
     text = hardware.summary({"cpu_percent": 190.0, "cpu_count": 2, "gpus": hardware.Gpus(None).read(),
                              "cpu_others": [{"pid": 9, "name": "stress", "cpu_percent": 98.0}]})
     assert text == "cpu 190% of 2 cores, busy: stress 98%, gpu0 90% 30.0/80.0 GB 287 W 64 C"

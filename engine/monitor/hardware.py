@@ -30,7 +30,9 @@ Never imports torch or a UI; pynvml is imported on the first GPU read, and only 
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
 
 import psutil
 
@@ -205,77 +207,90 @@ def _text(value) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
+def _try(fn, *args):
+    try:
+        return fn(*args)
+    except Exception:  # noqa: BLE001 -- one figure the board does not report
+        return None
+
+
+@dataclass(frozen=True)
+class _Nvml:
+    module: Any = None
+    devices: tuple = ()            # (handle, name, uuid) by NVML index
+    memory_info: Callable | None = None
+    why_not: str | None = None
+
+
+def _memory_reader(nv, handles: list) -> Callable:
+    """nvmlDeviceGetMemoryInfo's v2 where the driver has it (R510 on): its `used` leaves out
+    what the driver reserves for itself, as nvidia-smi does (on an idle H100 here v1 said
+    1.7 GB used and nvidia-smi 0); else v1. Chosen once, so an old driver does not fail a
+    call every second."""
+    version = getattr(nv, "nvmlMemory_v2", None)
+    if version is not None and handles:
+        try:
+            nv.nvmlDeviceGetMemoryInfo(handles[0], version=version)
+            return lambda handle: nv.nvmlDeviceGetMemoryInfo(handle, version=version)
+        except Exception:  # noqa: BLE001 -- a driver without v2: v1 below
+            pass
+    return nv.nvmlDeviceGetMemoryInfo
+
+
+@functools.cache
+def _nvml() -> _Nvml:
+    """NVML, started once per process: a supervisor samples attempt after attempt, and a
+    start costs about 100 ms of CPU on the H100 host (import, nvmlInit, the device handles).
+    A failed start is not retried for the process's life.
+
+    Any exception counts as failure: NVMLError for no driver or no GPU, OSError from ctypes,
+    whatever a broken install raises; none of it may reach the supervisor's sampling loop."""
+    try:
+        import pynvml
+    except ImportError:
+        return _Nvml(why_not="pynvml not installed (pip install nvidia-ml-py)")
+    try:
+        pynvml.nvmlInit()
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        devices = tuple((h, _text(pynvml.nvmlDeviceGetName(h)), _text(_try(pynvml.nvmlDeviceGetUUID, h) or ""))
+                        for h in handles)
+        return _Nvml(pynvml, devices, _memory_reader(pynvml, handles))
+    except Exception as e:  # noqa: BLE001 -- see above
+        return _Nvml(why_not=f"NVML: {e}")
+
+
 class Gpus:
     """Per-GPU figures through NVML, for the GPUs `cuda_visible` (the trainer's
     CUDA_VISIBLE_DEVICES) leaves to the run.
 
     NVML is a monitoring aid, never a reason to fail: a missing module, a machine without the
-    driver, or any call that raises makes `read()` return [] (for a whole failure) or None (for
-    one figure), and a failed start is not retried for this sampler's life."""
+    driver, or a start that raises makes `read()` return [] (`why_not` says why); a figure
+    whose call raises is None."""
 
     def __init__(self, cuda_visible: str | None = None):
         self.cuda_visible = cuda_visible
-        self._nvml = None
-        self._handles: list[tuple[int, object, str]] | None = None  # (index, handle, name)
-        self._memory_info = None  # the memory reader this driver answers
+        self._picked: list[tuple[int, object, str]] | None = None  # (index, handle, name)
         self.why_not: str | None = None
 
-    def _start(self) -> bool:
-        if self._handles is not None:
-            return True
-        if self.why_not is not None:
-            return False
-        try:
-            import pynvml
-        except ImportError:
-            self.why_not = "pynvml not installed (pip install nvidia-ml-py)"
-            return False
-        # Any exception: NVMLError for no driver or no GPU, OSError from ctypes, and whatever a
-        # broken install raises; none of it may reach the supervisor's sampling loop.
-        try:
-            pynvml.nvmlInit()
-            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-            uuids = [self._try(pynvml.nvmlDeviceGetUUID, h) or "" for h in handles] \
-                if self.cuda_visible is not None else [""] * len(handles)
-            self._handles = [(i, handles[i], _text(pynvml.nvmlDeviceGetName(handles[i])))
-                             for i in visible_indices(self.cuda_visible, [_text(u) for u in uuids])]
-        except Exception as e:  # noqa: BLE001 -- see above
-            self.why_not = f"NVML: {e}"
-            return False
-        self._nvml = pynvml
-        self._memory_info = self._memory_reader(pynvml)
-        return True
-
-    def _memory_reader(self, nv):
-        """nvmlDeviceGetMemoryInfo's v2 where the driver has it (R510 on): its `used` leaves
-        out what the driver reserves for itself, as nvidia-smi does (on an idle H100 here v1
-        says 1.7 GB used and nvidia-smi 0); else v1. Chosen once, so an old driver does not
-        fail a call every second."""
-        version = getattr(nv, "nvmlMemory_v2", None)
-        if version is not None and self._handles:
-            try:
-                nv.nvmlDeviceGetMemoryInfo(self._handles[0][1], version=version)
-                return lambda handle: nv.nvmlDeviceGetMemoryInfo(handle, version=version)
-            except Exception:  # noqa: BLE001 -- a driver without v2: v1 below
-                pass
-        return nv.nvmlDeviceGetMemoryInfo
-
-    @staticmethod
-    def _try(fn, *args):
-        try:
-            return fn(*args)
-        except Exception:  # noqa: BLE001 -- one figure the board does not report
-            return None
+    def _devices(self) -> list[tuple[int, object, str]]:
+        if self._picked is None:
+            nv = _nvml()
+            self.why_not = nv.why_not
+            uuids = [uuid for _, _, uuid in nv.devices]
+            self._picked = [(i, *nv.devices[i][:2]) for i in visible_indices(self.cuda_visible, uuids)]
+        return self._picked
 
     def read(self) -> list[dict]:
-        if not self._start():
+        devices = self._devices()
+        if not devices:
             return []
-        nv, out = self._nvml, []
-        for index, handle, name in self._handles:
-            util = self._try(nv.nvmlDeviceGetUtilizationRates, handle)
-            mem = self._try(self._memory_info, handle)
-            power_mw = self._try(nv.nvmlDeviceGetPowerUsage, handle)
-            temp = self._try(nv.nvmlDeviceGetTemperature, handle, getattr(nv, "NVML_TEMPERATURE_GPU", 0))
+        nv = _nvml()
+        out = []
+        for index, handle, name in devices:
+            util = _try(nv.module.nvmlDeviceGetUtilizationRates, handle)
+            mem = _try(nv.memory_info, handle)
+            power_mw = _try(nv.module.nvmlDeviceGetPowerUsage, handle)
+            temp = _try(nv.module.nvmlDeviceGetTemperature, handle, getattr(nv.module, "NVML_TEMPERATURE_GPU", 0))
             out.append({"index": index, "name": name,
                         "util_percent": None if util is None else util.gpu,
                         "mem_used": None if mem is None else mem.used,
