@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 
-from engine.run.curves import curves
+from engine.run.curves import CurveFold, curves
 from engine.run.digest import RunDigest, RunDigests
 from engine.run.rundir import RunDir, summarize
 from engine.run.stats import averages
@@ -42,6 +42,17 @@ def test_a_resumed_attempt_replaces_the_steps_it_trains_again():
     assert c.loss.steps == [1, 2, 3] and c.loss.values == [0.9, 0.75, 0.65]
     assert c.loss.seconds == [1.0, 9.0, 10.0]    # the time lost to the crash stays on the clock
     assert len(c.evals["acc"]) == 0               # evaluated on the lost step 3
+
+
+def test_a_copy_does_not_move_with_the_fold():
+    fold = CurveFold()
+    fold.add(_step(1.0, 1, 0.9, 8))
+    fold.add({"t": 1.5, "type": "eval", "step": 1, "metrics": {"acc": 0.5}})
+    copy = fold.curves.copy()
+    fold.add(_step(2.0, 2, 0.8, 16))
+    fold.add(_step(3.0, 1, 0.7, 8, attempt=2))   # a rewind drops points in place
+    assert copy.loss.steps == [1] and copy.loss.values == [0.9] and len(copy.evals["acc"]) == 1
+    assert fold.curves.loss.values == [0.7]
 
 
 def test_curves_skip_what_is_not_a_number_and_steps_without_samples():

@@ -102,7 +102,9 @@ then how each ran. A live run is followed as it goes. `cockpit runs compare` pri
     def load(self) -> None:
         for digest in self._digests:
             digest.refresh()
-        self.post_message(ComparisonLoaded([compared(d) for d in self._digests]))
+        # The curves copied: the next refresh adds to the digest's own while the screen draws.
+        self.post_message(ComparisonLoaded([dataclasses.replace(compared(d), curves=d.curves.copy())
+                                            for d in self._digests]))
 
     def on_comparison_loaded(self, message: ComparisonLoaded) -> None:
         self.compared = message.runs

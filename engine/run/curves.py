@@ -49,6 +49,9 @@ class Curve:
         kept = [(x, y) for x, y in zip(xs, self.values) if x is not None]
         return [float(x) for x, _ in kept], [y for _, y in kept]
 
+    def copy(self) -> "Curve":
+        return Curve(list(self.steps), list(self.samples), list(self.seconds), list(self.values))
+
     def __len__(self) -> int:
         return len(self.steps)
 
@@ -57,6 +60,10 @@ class Curve:
 class RunCurves:
     loss: Curve = field(default_factory=Curve)
     evals: dict[str, Curve] = field(default_factory=dict)   # metric name -> its curve
+
+    def copy(self) -> "RunCurves":
+        """A copy to hand to another thread while the fold goes on adding to this one."""
+        return RunCurves(self.loss.copy(), {name: c.copy() for name, c in self.evals.items()})
 
 
 class CurveFold:
