@@ -446,3 +446,47 @@ def test_panel_in_an_app_fits_the_terminal_and_refits_when_resized(size):
             await wait_for(pilot, lambda: (len(str(panel.render()).splitlines()) == 6) == (other[0] == 200),
                            what="the panel to re-fit")
     run(drive())
+
+
+# ---------------------------------------------------------------- on the dashboard
+
+
+def hardware_run(home, gpus: int):
+    """The recorded finished run, its last memory event given hardware figures."""
+    import json
+
+    from ui_support import copy_run
+
+    path = copy_run(home, "finished")
+    lines = (path / "events.jsonl").read_text().splitlines()
+    at = max(i for i, line in enumerate(lines) if '"type":"memory"' in line.replace(" ", ""))
+    event = json.loads(lines[at])
+    event.update(model(gpus=gpus).memory | {"t": event["t"], "attempt": event["attempt"]})
+    lines[at] = json.dumps(event)
+    (path / "events.jsonl").write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)])
+def test_dashboard_shows_the_hardware_of_a_recorded_run(home, size):
+    from cockpit.app import make_app
+    from cockpit.ui.dashboard import DashboardScreen
+    from engine.run.rundir import RunDir
+
+    path = hardware_run(home, gpus=2)
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=size) as pilot:
+            app.push_screen(DashboardScreen(RunDir(path)))
+            await wait_for(pilot, lambda: app.screen.model.finished, what="the replay")
+            panel = app.screen.query_one(HardwarePanel)
+            if size[0] < 120:  # memory and hardware share one slot: h shows this one
+                await pilot.press("h")
+            await wait_for(pilot, lambda: panel.display and panel.size.width > 0, what="the panel")
+            await wait_for(pilot, lambda: "GPU1" in str(panel.render()), what="the figures")
+            shown = str(panel.render()).splitlines()
+            assert shown[0].startswith("CPU 185% of 2 cores") and shown[1].startswith("others")
+            assert all(len(line) <= panel.size.width for line in shown)
+            assert len(shown) <= panel.size.height
+    run(drive())
