@@ -117,7 +117,12 @@ class OtherProcesses:
     Reads each process's CPU seconds (one /proc/PID/stat on Linux) and asks the name only of
     the busy ones (a name can cost a /proc/PID/cmdline read too). Process objects are kept
     between scans, keyed by pid; a pid reused within one scan interval by a process with fewer
-    CPU seconds reads as idle for that interval, never as negative."""
+    CPU seconds reads as idle for that interval, never as negative.
+
+    Only processes whose CPU times may be read are seen: on macOS, without root, the user's
+    own (a browser, another training job), not the system's daemons. In a container, the
+    processes of its pid namespace, while the busy share is the host's (/proc/stat is not
+    namespaced)."""
 
     def __init__(self, *, every_s: float = OTHERS_EVERY_S, min_percent: float = OTHER_MIN_PERCENT,
                  pids: Callable[[], list[int]] = psutil.pids,
