@@ -33,7 +33,9 @@ def test_a_real_run_emits_memory_events_with_plausible_rss(home):
     assert len(memory) >= 2
     for m in memory:
         assert m["attempt"] == 1
-        assert 1e6 < m["rss"] < m["system_total"]
+        # above zero only: a sample taken as the interpreter starts (or exits) can be under
+        # a megabyte (0.7 MB seen on a loaded CI machine); the max below is the real check
+        assert 0 < m["rss"] < m["system_total"]
         assert 0 < m["system_used"] <= m["system_total"]
         assert set(m["pressure"]) >= {"level", "raw", "source"}
     assert max(m["rss"] for m in memory) > 50e6  # once torch is loaded: tens of MB at least

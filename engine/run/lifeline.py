@@ -118,11 +118,13 @@ def stop_orphan(run_path: Path, current: dict | None, by: str = "the lifeline",
         if running:
             how = _stop(current)
             events.emit("attempt_ended", outcome="interrupted", exit=f"stopped by {by}: {how}")
+        # Gone before the last word: whoever reads run_interrupted finds no supervisor's pid
+        # (a resume checks it), however long the alert below takes.
+        run.pid_path.unlink(missing_ok=True)
         ended = events.emit("run_interrupted", reason="the supervisor died",
                             resume=f"cockpit runs resume {run.id}")
         if alerts is not None:
             _alert(alerts, ended, events)
-    run.pid_path.unlink(missing_ok=True)
 
 
 def _alert(description: dict, ended: dict, events: EventWriter) -> None:
