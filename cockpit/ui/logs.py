@@ -112,8 +112,9 @@ class LogScreen(Screen):
         Binding("escape", "back", "Back"),
         Binding("v", "switch_view", "View", tooltip="events or the attempt's output"),
         Binding("left_square_bracket", "attempt(-1)", "Attempt", key_display="[ ]",
-                tooltip="the previous attempt's output (] the next; 1-9 one by number)"),
-        Binding("right_square_bracket", "attempt(1)", "Next attempt", show=False),
+                tooltip="the previous attempt's output (] the next)"),
+        Binding("right_square_bracket", "attempt(1)", "Next attempt", show=False,
+                tooltip="the next attempt's output"),
         Binding("x", "traceback", "Traceback"),
         Binding("slash", "search", "Search", key_display="/"),
         Binding("n", "find(True)", "Next match", show=False),
@@ -127,7 +128,16 @@ class LogScreen(Screen):
         Binding("pagedown", "scroll('page_down')", "Page down", show=False),
         Binding("left", "scroll('left')", "Scroll left", show=False),
         Binding("right", "scroll('right')", "Scroll right", show=False),
-    ] + [Binding(str(n), f"choose_attempt({n})", f"Attempt {n}", show=False) for n in range(1, 10)]
+    ]
+    HELP = """\
+A run's log: its **events** as `cockpit --no-ui` prints them (a progress line every 30 s of the
+run, every eval, checkpoint, warning, crash and fallback), and an attempt's **output**
+(attempt-N.log: the trainer's or your command's stdout and stderr). Below 160 columns one at
+a time (`v` switches), side by side from 160 (`v` picks which one the keys move). It follows
+the end while lines arrive; scrolling up pauses that, `f` or `end` resumes. `x` opens the
+crashed attempt's output at its traceback (or its crash event, when it died without one).
+A big log is read from its last 4 MB; the whole is in the run directory.
+"""
     DEFAULT_CSS = """
     LogScreen { layout: vertical; }
     LogScreen #panes { height: 1fr; }
@@ -192,13 +202,13 @@ class LogScreen(Screen):
     def read_output(self, attempt: int, generation: int) -> None:
         worker = get_current_worker()
         log = LogLines(self.run.attempt_log(attempt))
-        first = True
+        first, shown_partial = True, None
         while not worker.is_cancelled:
             lines, reset = log.read()
             partial = log.shown_partial()
-            if lines or reset or first or partial:
+            if lines or reset or first or partial != shown_partial:
                 self.post_message(OutputRead(generation, lines, partial, reset or first, log.skipped))
-            first = False
+            first, shown_partial = False, partial
             time.sleep(POLL_S)
 
     def on_events_read(self, message: EventsRead) -> None:
@@ -286,12 +296,9 @@ class LogScreen(Screen):
             self.notify("this run has no attempt yet", severity="warning")
             return
         i = known.index(self.attempt) if self.attempt in known else len(known) - 1
-        self.action_choose_attempt(known[(i + delta) % len(known)])
+        self._choose_attempt(known[(i + delta) % len(known)])
 
-    def action_choose_attempt(self, n: int) -> None:
-        if n not in self._known_attempts() and not self.run.attempt_log(n).exists():
-            self.notify(f"this run has no attempt {n}", severity="warning")
-            return
+    def _choose_attempt(self, n: int) -> None:
         self.pinned = True
         self.view = "output"
         self._show_view()
