@@ -173,19 +173,37 @@ then how each ran. A live run is followed as it goes. `cockpit runs compare` pri
     def _show_table(self) -> None:
         grid = self.query_one("#compare-table", DataTable)
         row = grid.cursor_row
+        rows = table(self.compared)
+        names = [f"── {r.name}" if r.heading else r.name for r in rows]
+        name_width, widths = self._fit([names] + [[r.cells[i] for r in rows] for i in range(len(self.compared))])
         grid.clear(columns=True)
-        grid.add_column("", key="what")
-        for i in range(len(self.compared)):
-            grid.add_column(Text(f"━ {letter(i)}", style=f"bold {colour(i)}"), key=letter(i))
-        for r in table(self.compared):
-            if r.heading:
-                grid.add_row(Text(f"── {r.name}", style="bold"), *r.cells)
-            elif r.name == "status":
-                grid.add_row(Text(r.name, style="bold"), *(Text(c, style=STATUS_STYLE.get(c, "")) for c in r.cells))
-            else:
-                grid.add_row(Text(r.name, style="bold"), *r.cells)
+        grid.add_column("", key="what", width=name_width)
+        for i, width in enumerate(widths):
+            grid.add_column(Text(f"━ {letter(i)}", style=f"bold {colour(i)}"), key=letter(i), width=width)
+        for r, name in zip(rows, names):
+            cells = [_clip(c, w) for c, w in zip(r.cells, widths)]
+            style = [STATUS_STYLE.get(c, "") if r.name == "status" else "" for c in r.cells]
+            grid.add_row(Text(_clip(name, name_width), style="bold"),
+                         *(Text(c, style=st) for c, st in zip(cells, style)))
         if grid.row_count:
             grid.move_cursor(row=min(row, grid.row_count - 1))
+
+    def _fit(self, columns: list[list[str]]) -> tuple[int | None, list[int | None]]:
+        """Column widths: each its widest cell if they all fit beside the scrollbar; else the
+        setting names whole (cut, checkpoint_every_steps and _minutes read alike) and the runs'
+        values cut to share the rest (a run id is whole in the legend)."""
+        natural = [max(len(c) for c in column) if column else 1 for column in columns]
+        natural[1:] = [max(n, 3) for n in natural[1:]]   # the header: '━ A'
+        room = self.size.width - 2 - 2 * len(columns)    # the scrollbar; a cell's padding
+        if sum(natural) <= room:
+            return None, [None] * (len(columns) - 1)
+        name_width = min(natural[0], max(16, room // 2))
+        share = max(10, (room - name_width) // max(1, len(columns) - 1))
+        return name_width, [min(n, share) for n in natural[1:]]
+
+    def on_resize(self) -> None:
+        if self.compared:
+            self._show_table()
 
     # ------------------------------------------------------------ keys
 
@@ -205,3 +223,6 @@ then how each ran. A live run is followed as it goes. `cockpit runs compare` pri
         self.metric = names[(names.index(self.metric) + 1) % len(names)]
         self._show_plots()
 
+
+def _clip(text: str, width: int | None) -> str:
+    return text if width is None or len(text) <= width else text[: width - 1] + "…"
