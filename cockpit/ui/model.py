@@ -139,8 +139,10 @@ class RunModel:
             t = e.get("t")
             if t is not None:
                 self.newest_t = t
-            self.stats.add(e)
-            handler = _HANDLERS.get(e.get("type"))
+            kind = e.get("type")
+            if kind != "memory":  # a second's sample, the commonest event: nothing to average
+                self.stats.add(e)
+            handler = _HANDLERS.get(kind)
             if handler is not None:
                 changed |= handler(self, e)
         return changed
