@@ -115,8 +115,11 @@ def test_space_marks_and_unmarks_runs(home):
         app = make_app(attach=False)
         async with app.run_test(size=(80, 24)) as pilot:
             screen = await _open_runs(app, pilot, 2)
-            await pilot.press("space", "down", "space")
+            await pilot.press("space")
+            assert screen.sub_title == "1 marked: mark another to compare"
+            await pilot.press("down", "space")
             assert screen.marked == {"20261123-000001-finished", "20261123-000002-crash"}
+            assert screen.sub_title == "2 marked: c compares them"
             assert _row(screen, "20261123-000002-crash")[MARK] == MARK
             await pilot.press("space")
             assert screen.marked == {"20261123-000002-crash"}

@@ -160,6 +160,7 @@ curves overlaid, and the settings in which they differ (`cockpit runs compare` h
         same_runs = [r.id for r, _ in message.rows] == [r.id for r, _ in self.rows]
         self.rows, self.averages = message.rows, message.averages
         self.marked &= {r.id for r, _ in self.rows}
+        self._show_marks()
         if same_runs and table.row_count == len(self.rows):
             # Cell by cell: the cursor and the scroll stay where the user left them.
             for run, s in self.rows:
@@ -221,6 +222,13 @@ curves overlaid, and the settings in which they differ (`cockpit runs compare` h
             return
         self.marked ^= {run.id}
         self.query_one(DataTable).update_cell(run.id, MARK, MARK if run.id in self.marked else "")
+        self._show_marks()
+
+    def _show_marks(self) -> None:
+        """How many are marked, in the header: the next step is c (None: the app's subtitle)."""
+        n = len(self.marked)
+        self.sub_title = None if not n else f"{n} marked: c compares them" if n > 1 else \
+            "1 marked: mark another to compare"
 
     def action_compare(self) -> None:
         chosen = [run for run, _ in self.rows if run.id in self.marked]
