@@ -15,9 +15,11 @@ from textual.screen import Screen
 from textual.widgets import Input, Markdown, Static
 
 from cockpit.app import make_app
+from cockpit.ui.compare import CompareScreen
 from cockpit.ui.editor import EditorScreen, UnsavedScreen
 from cockpit.ui.help import HelpScreen
 from cockpit.ui.launch import LaunchScreen
+from cockpit.ui.logs import LogScreen
 from cockpit.ui.probe_screen import ProbeScreen
 from cockpit.ui.quit import QuitScreen
 from cockpit.ui.runs import RunsScreen
@@ -275,6 +277,9 @@ def _help_source(app) -> str:
 
 @pytest.mark.parametrize("size", SIZES)
 def test_help_lists_the_keys_of_the_screen_it_was_opened_on(home, size):
+    finished = RunDir(copy_run(home, "finished"))
+    crashed = RunDir(copy_run(home, "crash-fallback"))
+
     async def drive():
         app = make_app(attach=False)
         async with app.run_test(size=size) as pilot:
@@ -282,6 +287,9 @@ def test_help_lists_the_keys_of_the_screen_it_was_opened_on(home, size):
                        "probe": lambda: app.push_screen(ProbeScreen(app.screen.resolve())),
                        "editor": lambda: app.push_screen(EditorScreen("devices", "cpu")),
                        "runs": lambda: app.push_screen(RunsScreen()),
+                       "dashboard": lambda: app.open_run(finished),
+                       "logs": lambda: app.push_screen(LogScreen(finished)),
+                       "compare": lambda: app.push_screen(CompareScreen([finished, crashed])),
                        "gauge": lambda: app.push_screen(GaugeScreen())}
             for name, open_screen in screens.items():
                 open_screen()
