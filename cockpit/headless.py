@@ -11,7 +11,8 @@
 An attempt's first step windows measure warm-up (allocation, caches, compilation), so its ETA
 says "settling" until SETTLE_WINDOWS of them are in. The rate shown is the smoothed one
 (engine.monitor.throughput): a window can be a checkpoint's 0.05 s fragment. While a mining
-pass runs (minutes on a big bank, no step at all) the line says so instead of only "no step".
+pass or an eval runs (minutes on a big bank, no step at all) the line says so instead of only
+"no step".
 """
 
 from __future__ import annotations
@@ -86,8 +87,11 @@ def shown_per_sample(e: dict, key: str) -> float | None:
 
 
 def activity_text(started: dict, now: float | None) -> str:
-    """'mining hard negatives for epoch 6 (35s)' from a mining_started event."""
+    """'mining hard negatives for epoch 6 (35s)' from a mining_started event, 'evaluating at
+    step 600 (12s)' from an eval_started one."""
     spent = f" ({duration(now - started['t'])})" if now is not None and now - started["t"] >= 1 else ""
+    if started["type"] == "eval_started":
+        return f"evaluating at step {started.get('step', '?')}{spent}"
     return f"mining hard negatives for epoch {started.get('epoch', '?')}{spent}"
 
 
@@ -120,7 +124,7 @@ def status_line(e: dict, memory: dict | None, windows: int, quiet_s: float | Non
                 width: int = 80, activity: str | None = None) -> str:
     """The live line, what fits in `width` in this order of importance:
     '[=====>     ]  35%  step 140/400  ETA 2m10s  loss 0.41  1,234 samples/s  pressure normal'.
-    `activity` (a mining pass) says why there is no step, in place of 'no step for'."""
+    `activity` (a mining pass, an eval) says why there is no step, in place of 'no step for'."""
     total, step = e.get("total"), e["step"]
     parts = []
     if total:
@@ -299,7 +303,7 @@ class HeadlessPrinter:
         self.memory: dict | None = None  # the latest memory event, shown with the step
         self.step: dict | None = None    # the attempt's latest step event
         self.windows = 0                 # its step windows so far (the ETA settles)
-        self.mining: dict | None = None  # the mining_started event of a pass under way
+        self.activity: dict | None = None  # the mining_started or eval_started under way
         self.logged_t: float | None = None   # the event time of the last progress line written
         self.logged: dict | None = None      # the step it showed
         self.status = ""                 # the live line now on screen
@@ -329,13 +333,13 @@ class HeadlessPrinter:
             self.memory = e
             return self._progress(e["t"], stalled=True) if not self.live else []
         if kind == "step":
-            self.step, self.windows, self.mining = e, self.windows + 1, None
+            self.step, self.windows, self.activity = e, self.windows + 1, None
             return self._progress(e["t"]) if not self.live else []
-        if kind == "mining_started":
-            self.mining = e
+        if kind in ("mining_started", "eval_started"):
+            self.activity = e
             return []
-        if kind in ("mining", "crash", "attempt_ended"):
-            self.mining = None
+        if kind in ("mining", "eval", "crash", "attempt_ended"):
+            self.activity = None
         lines = []
         if kind in ("crash", "attempt_started", "attempt_ended", "run_finished"):
             lines += self._end_attempt()
@@ -348,8 +352,8 @@ class HeadlessPrinter:
         if step is None or (self.logged_t is not None and t - self.logged_t < self.log_every_s):
             return []
         line = step_line(step, self.memory, self.windows)
-        if stalled and self.mining is not None:
-            line += f"  ({activity_text(self.mining, t)})"
+        if stalled and self.activity is not None:
+            line += f"  ({activity_text(self.activity, t)})"
         elif stalled and (quiet := _quiet(step, t)) is not None:
             line += f"  (no step for {duration(quiet)})"
         self.logged_t, self.logged = t, step
@@ -366,9 +370,9 @@ class HeadlessPrinter:
     def _status(self) -> str:
         now = self.memory["t"] if self.memory is not None else None
         if self.step is None:  # a schedule that mines from epoch 0 does so before any step
-            return activity_text(self.mining, now) if self.mining is not None else ""
+            return activity_text(self.activity, now) if self.activity is not None else ""
         quiet = _quiet(self.step, now) if now is not None else None
-        activity = activity_text(self.mining, now) if self.mining is not None else None
+        activity = activity_text(self.activity, now) if self.activity is not None else None
         width = self.width or shutil.get_terminal_size().columns
         return status_line(self.step, self.memory, self.windows, quiet, max(20, width - 1), activity)
 

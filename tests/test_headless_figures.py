@@ -76,3 +76,13 @@ def test_gflop_and_mfu_are_given_at_the_rate_shown():
     line = step_line(fragment)
     assert "350 samples/s  1.0 GFLOP/s (MFU 2%)" in line
     assert "MFU 2%" in status_line({**fragment, "step": 90}, None, 10, width=200)
+
+
+def test_an_eval_under_way_is_said_too():
+    out = io.StringIO()
+    printer = HeadlessPrinter(stream=out, live=True, width=120)
+    started = {"type": "eval_started", "attempt": 1, "t": 3.0, "step": 2}
+    line = screen_after(printer, out, [step(1.0, 1), step(2.0, 2), started, memory(15.0)])
+    assert "evaluating at step 2 (12s)" in line
+    done = {"type": "eval", "attempt": 1, "t": 16.0, "step": 2, "metrics": {"recall@50": 0.9}}
+    assert "evaluating" not in screen_after(printer, out, [done, memory(17.0)])

@@ -85,6 +85,9 @@ def test_a_mining_run_has_a_steady_eta_and_honest_rates(home, monkeypatch):
     full = [e for e in steps if e["window_s"] >= 0.2]
     assert any(e["window_s"] < 0.1 for e in steps)
     assert all(bool(e.get("partial")) == (e["window_s"] < 0.2) for e in steps)  # said so
+    # each eval is announced before it starts (the screens say why no step comes)
+    kinds = [e["type"] for e in events if e["type"] in ("eval_started", "eval")]
+    assert kinds == ["eval_started", "eval"] * 8
     assert steps[-1]["best_samples_per_s"] == max(e["samples_per_s"] for e in full)
     assert steps[-1]["best_samples_per_s"] <= 64 / STEP_S[0]   # no faster than the fastest step
 

@@ -167,3 +167,14 @@ def test_a_partial_window_is_neither_the_live_rate_nor_a_plotted_point():
     assert m.samples_series.points()[1][-1] == 100 and len(m.loss_series.points()[0]) == 4
     assert m.avg_samples_per_s == 310 / 3.01       # the average counts its samples and time
     assert abs(m.avg_gflop_s - (6.0 + 0.2) / 3.01) < 1e-12
+
+
+def test_an_eval_under_way_is_active_until_its_result_or_the_next_step():
+    m = RunModel()
+    m.fold(read_events(RUNS / "finished" / "events.jsonl")[:3])
+    m.fold([{"type": "eval_started", "t": 5.0, "attempt": 1, "step": 10}])
+    assert m.eval_active
+    m.fold([{"type": "eval", "t": 9.0, "attempt": 1, "step": 10, "metrics": {"r2": 0.5}}])
+    assert not m.eval_active and m.metrics == {"r2": 0.5}
+    m.fold([{"type": "eval_started", "t": 10.0, "attempt": 1, "step": 20}, _step(11.0, 21, 2100, 1.0)])
+    assert not m.eval_active   # a workload whose eval said nothing: training again ends it

@@ -116,6 +116,7 @@ class RunModel:
     eval_step: int | None = None
     mining: dict | None = None        # the latest mining event (index, recall vs exact, timings)
     mining_active: bool = False       # a mining pass is under way (mining_started, no mining yet)
+    eval_active: bool = False         # an eval is under way (eval_started, no eval or step yet)
     memory: dict | None = None        # the latest memory event
     warnings: deque = field(default_factory=lambda: deque(maxlen=WARNINGS))
     attempts: list[Attempt] = field(default_factory=list)
@@ -291,7 +292,7 @@ def _step(m: RunModel, e: dict) -> set[str]:
     m.eta_s = get("eta_s")
     m.lr = get("lr", m.lr)
     m.device_memory = get("device_memory") or {}
-    m.mining_active = False  # training again: any mining pass is over
+    m.mining_active = m.eval_active = False  # training again: any pass or eval is over
     averages = m.stats
     if averages.train_s > 0:
         m.avg_samples_per_s = averages.samples / averages.train_s
@@ -318,7 +319,13 @@ def _step(m: RunModel, e: dict) -> set[str]:
     return _STEP_CHANGES_DEVICE if m.device_memory else _STEP_CHANGES
 
 
+def _eval_started(m: RunModel, e: dict) -> set[str]:
+    m.eval_active = True
+    return {"progress"}
+
+
 def _eval(m: RunModel, e: dict) -> set[str]:
+    m.eval_active = False
     m.metrics, m.eval_step = e.get("metrics") or {}, e.get("step")
     x = m.elapsed(e.get("t"))
     for name, value in m.metrics.items():
@@ -361,7 +368,7 @@ def _warning(m: RunModel, e: dict) -> set[str]:
 
 
 def _crash(m: RunModel, e: dict) -> set[str]:
-    m.mining_active = False
+    m.mining_active = m.eval_active = False
     a = m._current()
     if a is not None:
         a.crash = e
@@ -375,7 +382,7 @@ def _attempt_ended(m: RunModel, e: dict) -> set[str]:
     if a is not None:
         a.outcome, a.exit = e.get("outcome", "?"), e.get("exit", "")
         a.last_step = e.get("last_step", a.last_step)
-    m.mining_active = False
+    m.mining_active = m.eval_active = False
     m.steps_lost = m.stats.steps_lost
     m._say(e, human_line(e) or f"attempt {e.get('attempt')} ended: {e.get('outcome')} ({e.get('exit', '')})")
     return {"attempts", "status", "log"}
@@ -400,7 +407,7 @@ def _run_failed(m: RunModel, e: dict) -> set[str]:
 def _run_finished(m: RunModel, e: dict) -> set[str]:
     m.status, m.ended_t = e.get("status", "?"), e.get("t")
     m.eta_s = None
-    m.mining_active = False
+    m.mining_active = m.eval_active = False
     m.steps_lost = m.stats.steps_lost
     m._say(e, human_line(e))
     return {"status", "progress", "log"}
@@ -417,7 +424,7 @@ _HANDLERS = {
     "memory": _memory, "warning": _warning, "crash": _crash, "attempt_ended": _attempt_ended,
     "fallback": _fallback, "run_failed": _run_failed, "run_finished": _run_finished,
     "fault_injected": _fault_injected, "run_resumed": _run_resumed,
-    "mining_started": _mining_started, "mining": _mining,
+    "mining_started": _mining_started, "mining": _mining, "eval_started": _eval_started,
     "run_interrupted": _run_interrupted, "supervisor_lost": _supervisor_lost,
 }
 

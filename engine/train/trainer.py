@@ -326,6 +326,8 @@ class Trainer:
             self.evaluate()
 
     def evaluate(self) -> None:
+        # Said before it starts: an eval over a big bank can take minutes with no step.
+        self.emit("eval_started", step=self.step)
         started = time.monotonic()
         self.model.eval()
         with torch.no_grad(), self.resolved.autocast():
