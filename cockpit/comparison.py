@@ -4,6 +4,7 @@ run's results beside the settings in which the runs differ. No Textual here.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 
 from cockpit.headless import duration
@@ -138,7 +139,26 @@ def table(runs: list[Compared]) -> list[Row]:
     return rows
 
 
-def as_json(runs: list[Compared]) -> list[dict]:
+def loss_rows(runs: list[Compared], points: int = 4) -> list[Row]:
+    """The loss of each run at a few steps spread over the steps all of them reached: the
+    curves in a few numbers, for a terminal that cannot plot them (each run's newest point
+    at or before the step)."""
+    reached = [r.curves.loss.steps[-1] for r in runs if r.curves is not None and r.curves.loss]
+    if len(reached) < 2:
+        return []
+    common = min(reached)
+    steps = sorted({max(1, round(common * (i + 1) / points)) for i in range(points)})
+    return [Row(f"loss @ step {step}", [_number(_at(r.curves, step)) for r in runs]) for step in steps]
+
+
+def _at(curves: RunCurves | None, step: int) -> float | None:
+    if curves is None:
+        return None
+    i = bisect.bisect_right(curves.loss.steps, step)
+    return curves.loss.values[i - 1] if i else None
+
+
+def as_json(runs: list[Compared], with_curves: bool = False) -> list[dict]:
     """Each run's results and the settings that differ, for scripts."""
     differ = differing(runs)
     return [{"id": r.run.id, "status": r.summary.status, "final_loss": r.averages.final_loss,
@@ -146,7 +166,20 @@ def as_json(runs: list[Compared]) -> list[dict]:
              "steps_per_s": r.averages.steps_per_s, "gflop_s": r.averages.gflop_s, "duration_s": r.summary.duration_s,
              "train_s": r.averages.train_s, "steps": r.summary.step, "total_steps": r.summary.total_steps,
              "steps_lost": r.averages.steps_lost, "ran_on": devices(r.summary),
-             "settings": {k: r.settings.get(k) for k in differ}} for r in runs]
+             "settings": {k: r.settings.get(k) for k in differ},
+             **({"curves": _curves_json(r.curves)} if with_curves else {})} for r in runs]
+
+
+def _curves_json(curves: RunCurves | None) -> dict:
+    """Each curve as parallel lists: step, samples (null where not known), seconds since the
+    run started, value."""
+    if curves is None:
+        return {}
+
+    def one(c) -> dict:
+        return {"step": c.steps, "samples": c.samples, "seconds": c.seconds, "value": c.values}
+
+    return {"loss": one(curves.loss), "evals": {name: one(c) for name, c in curves.evals.items()}}
 
 
 def _rate(value: float | None) -> str:

@@ -4,6 +4,7 @@ runs (the same rows as the runs screen's comparison, cockpit.comparison)."""
 from __future__ import annotations
 
 import json
+import re
 
 from cockpit.cli import main
 from ui_support import copy_run
@@ -12,7 +13,9 @@ FINISHED, CRASH = "20261123-000001-finished", "20261123-000002-crash"
 
 
 def _rows(text: str) -> dict[str, list[str]]:
-    return {line.split()[0]: line.split()[1:] for line in text.splitlines()[1:] if line.strip()}
+    """{row name: cells}: columns are two or more spaces apart; a name has single spaces."""
+    rows = [re.split(r" {2,}", line.strip()) for line in text.splitlines()[1:] if line.strip()]
+    return {name: cells for name, *cells in rows}
 
 
 def test_compare_prints_results_and_only_the_settings_that_differ(home, capsys):
@@ -23,8 +26,13 @@ def test_compare_prints_results_and_only_the_settings_that_differ(home, capsys):
     assert out.splitlines()[0].split() == ["A", "B"]
     rows = _rows(out)
     assert rows["id"] == [FINISHED, CRASH]
-    assert rows["final"] == ["loss", "0.009409", "0.09574"]
-    assert rows["samples/s"] == ["avg", "327", "473"]
+    assert rows["final loss"] == ["0.009409", "0.09574"]
+    assert rows["samples/s avg"] == ["327", "473"]
+    # the curves in a few numbers: the loss at steps both runs reached (the crashed run's 12)
+    assert [name for name in rows if name.startswith("loss @")] == [
+        "loss @ step 3", "loss @ step 6", "loss @ step 9", "loss @ step 12"]
+    assert rows["loss @ step 3"] == ["0.8571", "-"]           # its first point is step 5
+    assert rows["loss @ step 12"] == ["0.6715", "0.09574"]
     assert rows["train.lr"] == ["0.02", "0.05"] and rows["device.inject"] == ["-", "native-crash@12"]
     assert "train.seed" not in rows and "device.accumulation" not in rows
     assert "-- 16 settings differ" in out
@@ -38,6 +46,18 @@ def test_compare_as_json(home, capsys):
     assert finished["id"] == FINISHED and crash["ran_on"] == "auto(cpu)→cpu"
     assert finished["settings"]["params.n"] == "512" and crash["settings"]["params.n"] == "32"
     assert round(finished["samples_per_s"]) == 327 and finished["final_metrics"]["r2"] > 0.99
+    assert "curves" not in finished
+
+
+def test_compare_json_with_curves(home, capsys):
+    copy_run(home, "finished", FINISHED)
+    copy_run(home, "crash-fallback", CRASH)
+    assert main(["runs", "compare", FINISHED, CRASH, "--json", "--curves"]) == 0
+    finished, crash = json.loads(capsys.readouterr().out)
+    assert crash["curves"]["loss"]["step"] == [5, 10, 11, 12]
+    assert crash["curves"]["loss"]["samples"] == [640, 1280, 1792, 2048]
+    assert finished["curves"]["evals"]["r2"]["step"] == [64, 128, 192, 256]
+    assert len(finished["curves"]["loss"]["seconds"]) == len(finished["curves"]["loss"]["value"]) == 130
 
 
 def test_compare_needs_two_different_runs(home, capsys):
