@@ -317,6 +317,7 @@ def test_help_lists_the_keys_of_the_screen_it_was_opened_on(home, size):
             assert "- `g` **Gauge it** — read the gauge" in source
             assert "**Explode** (not now)" in source
             assert on_screen(app, "Gauge it — read the gauge")
+            assert "- `? / f1` **Help**" in source   # f1 named: '?' is typed into a field with focus
 
     run(drive())
 

@@ -8,7 +8,7 @@ global keys, so a new screen's keys appear in both without being named here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from textual.actions import parse
 from textual.app import App, ComposeResult
@@ -73,6 +73,8 @@ def keys_of(node: DOMNode, app: App) -> list[KeyHelp]:
             "keys": [], "title": binding.description, "about": binding.tooltip or binding.description,
             "node": target, "action": action})
         shown = app.get_key_display(binding)
+        if shown in entry["keys"]:  # one key_display for several keys ('?' for f1 too): name each
+            shown = app.get_key_display(replace(binding, key_display=None))
         if shown not in entry["keys"]:
             entry["keys"].append(shown)
     return [KeyHelp(keys=" / ".join(e.pop("keys")), **e) for e in merged.values()]
