@@ -91,6 +91,14 @@ def output_style(line: str) -> str | None:
     return "bold red" if line.startswith("Traceback") or "Error:" in line[:80] else None
 
 
+def _label(pane: LogPane, title: str, subtitle: str) -> None:
+    # only when changed: setting a border title repaints the whole pane, same text or not
+    if pane.border_title != title:
+        pane.border_title = title
+    if pane.border_subtitle != subtitle:
+        pane.border_subtitle = subtitle
+
+
 @dataclass
 class EventsRead(Message):
     lines: list[str]
@@ -255,19 +263,17 @@ A big log is read from its last 4 MB; the whole is in the run directory.
 
     def _titles(self) -> None:
         events = self.query_one("#events", LogPane)
-        events.border_title = f"events · run {self.run.id}"
-        events.border_subtitle = self._state(events)
+        _label(events, f"events · run {self.run.id}", self._state(events))
         output = self.query_one("#output", LogPane)
         if self.attempt is None:
-            output.border_title = "output · no attempt yet"
+            title = "output · no attempt yet"
         else:
             info = self.attempts.get(self.attempt)
-            known = self._known_attempts()
             about = f" ({info.preset}, {info.outcome})" if info else ""
-            output.border_title = (f"output · attempt {self.attempt}/{max(known)}{about}"
-                                   f" · {self.run.attempt_log(self.attempt).name}")
+            title = (f"output · attempt {self.attempt}/{max(self._known_attempts())}{about}"
+                     f" · {self.run.attempt_log(self.attempt).name}")
         skipped = f"{self.skipped / 1e6:,.1f} MB before not shown · " if self.skipped else ""
-        output.border_subtitle = skipped + self._state(output)
+        _label(output, title, skipped + self._state(output))
 
     def _state(self, pane: LogPane) -> str:
         searched = ""

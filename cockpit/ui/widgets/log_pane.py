@@ -14,6 +14,7 @@ from typing import Callable
 
 from rich.style import Style
 from rich.text import Text
+from textual.cache import LRUCache
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -51,12 +52,15 @@ class LogPane(ScrollView, can_focus=False):
         self._row_line: list[int] = []
         self._row_start: list[int] = []
         self._line_row: list[int] = []
+        # drawn rows by (line, start, end): following moves every row up, but not its drawing
+        self._drawn: LRUCache[tuple[int, int, int], Strip] = LRUCache(1024)
 
     # ------------------------------------------------------------ content
 
     def replace(self, lines: list[str], partial: str = "") -> None:
         """New content (another attempt's log, or one started over), followed from its end."""
         self.lines, self.partial, self.match, self.marked = [], "", None, None
+        self._drawn.clear()
         self.following = True
         self._width = 0
         self._row_line, self._row_start, self._line_row = [], [], []
@@ -83,6 +87,7 @@ class LogPane(ScrollView, can_focus=False):
     def _drop(self, dropped: int) -> None:
         top = self.line_at(int(self.scroll_y))
         del self.lines[:dropped]
+        self._drawn.clear()
         shift = lambda i: i - dropped if i is not None and i >= dropped else None  # noqa: E731
         self.match, self.marked = shift(self.match), shift(self.marked)
         self._rewrap_from(0)
@@ -180,6 +185,8 @@ class LogPane(ScrollView, can_focus=False):
         """Line `index` at the top of the view, a little context above it (`mark`: highlighted
         until the next jump); following stops."""
         self.following = False
+        if self.marked is not None or mark:
+            self._drawn.clear()
         self.marked = index if mark else None
         row = max(0, self.row_of(index) - 2)
         self._scroll_top(row)
@@ -198,6 +205,7 @@ class LogPane(ScrollView, can_focus=False):
     def search(self, query: str, forward: bool = True) -> int | None:
         """The next (or previous) line holding `query` (case-insensitive), from the current match or
         else the view's top line, wrapping around; it becomes the current match and is shown."""
+        self._drawn.clear()   # the matches' colours change
         if query != self.query:
             self.query, self.match = query, None
             self._pattern = re.compile(re.escape(query), re.IGNORECASE) if query else None
@@ -226,16 +234,27 @@ class LogPane(ScrollView, can_focus=False):
         base = self.rich_style
         if row >= self.row_count:
             return Strip.blank(width, base)
-        index = self.line_at(row) if self._wrapped else row
-        text = self._styled(index)
+        index, start, end = row, 0, -1
         if self._wrapped:
-            start = self._row_start[row]
+            index, start = self._row_line[row], self._row_start[row]
             last = row + 1 >= len(self._row_line) or self._row_line[row + 1] != index
-            end = len(text) if last else self._row_start[row + 1]
-            text = text[start:end] if start == 0 else Text(" " * self.indent) + text[start:end]
+            end = -1 if last else self._row_start[row + 1]
             scroll_x = 0
-        strip = Strip(text.render(self.app.console), text.cell_len).apply_style(base)
+        key = (index, start, end)
+        strip = self._drawn.get(key) if index < len(self.lines) else None  # (the partial changes)
+        if strip is None:
+            text = self._styled(index)
+            if self._wrapped:
+                text = text[start:] if end < 0 else text[start:end]
+                if start:
+                    text = Text(" " * self.indent) + text
+            strip = Strip(text.render(self.app.console), text.cell_len).apply_style(base)
+            self._drawn[key] = strip
         return strip.crop_extend(scroll_x, scroll_x + width, base)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._drawn.clear()   # the theme, or the pane's own colours, changed
 
     def _styled(self, index: int) -> Text:
         line = self.line(index)
