@@ -111,6 +111,19 @@ async def compare(app, pilot) -> None:
     await pilot.pause(0.5)
 
 
+async def log(app, pilot) -> None:
+    """The crash-fallback run's log view (l from its dashboard), at its crash event (x)."""
+    await open_run(app, pilot, "20261123-111011-crash-fallback")
+    await pilot.press("l")
+    events = app.screen.query_one("#events")
+    while not any("run finished" in line for line in events.lines):
+        await pilot.pause(0.05)
+    await pilot.press("x")
+    while events.marked is None:
+        await pilot.pause(0.05)
+    await pilot.pause(0.5)
+
+
 async def probe(app, pilot) -> None:
     workloads = app.screen.query_one("#workloads")
     workloads.highlighted = [o.id for o in workloads._options].index("trm-tiny")
@@ -127,6 +140,7 @@ SCREENS: dict[str, Callable[..., Awaitable[None]]] = {
     "finished": lambda app, pilot: open_run(app, pilot, "20261123-111049-finished"),
     "runs": runs,
     "compare": compare,
+    "log": log,
     "probe": probe,
 }
 
