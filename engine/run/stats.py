@@ -41,6 +41,7 @@ class _AttemptSpan:
     kept: int = 0                 # the newest step it checkpointed
     outcome: str | None = None    # attempt_ended's outcome
     last_samples: float | None = None  # samples_seen at its previous step event
+    last_step: int | None = None       # ... and its step (None: where its windows start is not known)
 
 
 class RunStats:
@@ -79,7 +80,8 @@ class RunStats:
         elif kind == "trainer_ready":
             self._resumed(e.get("resumed_from"))
             if self._current is not None and not e.get("resumed_from"):
-                self._current.last_samples = 0  # the trainer's first window starts at sample 0
+                # the trainer's first window starts at step 0, sample 0
+                self._current.last_samples, self._current.last_step = 0, 0
         elif kind == "checkpoint" and self._current is not None and e.get("step") is not None:
             self._current.kept = max(self._current.kept, int(e["step"]))
         elif kind == "attempt_ended" and self._current is not None:
@@ -96,7 +98,7 @@ class RunStats:
         if resume.get("step") is None:  # a command's checkpoint file of unknown step
             a.start_step = None         # its first step sighting will say
             return
-        a.start_step = a.reached = a.kept = int(resume["step"])
+        a.start_step = a.reached = a.kept = a.last_step = int(resume["step"])
         a.last_samples = resume.get("samples_seen")
 
     def _step(self, e: dict) -> None:
@@ -115,21 +117,27 @@ class RunStats:
         rate = e.get("samples_per_s")
         if window is None or rate is None:  # a command's first sighting: no window measured
             a.last_samples = e.get("samples_seen", a.last_samples)
+            a.last_step = step if step is not None else a.last_step
             return
         self.train_s += window
         seen = e.get("samples_seen")
-        # The difference of samples seen is exact; the rate times the window (both rounded)
-        # stands in where the window's start is not known (a command's first window).
+        # The differences of samples seen and steps are exact; the rates times the window (all
+        # rounded) stand in where the window's start is not known (a command's first window).
         if seen is not None and a.last_samples is not None and seen >= a.last_samples:
             self.samples += seen - a.last_samples
         else:
             self.samples += rate * window
-        self.steps += (e.get("steps_per_s") or 0.0) * window
+        if step is not None and a.last_step is not None and step >= a.last_step:
+            self.steps += step - a.last_step
+        else:
+            self.steps += (e.get("steps_per_s") or 0.0) * window
         if e.get("gflop_s") is not None:
             self.gflop += e["gflop_s"] * window
             self.gflop_s_time += window
         if seen is not None:
             a.last_samples = seen
+        if step is not None:
+            a.last_step = step
 
     @property
     def steps_lost(self) -> int:
