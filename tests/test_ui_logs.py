@@ -97,6 +97,27 @@ def test_x_jumps_to_the_crashed_attempts_traceback(home):
         run(drive())
 
 
+def test_x_pressed_before_the_output_is_read_still_lands_on_the_traceback(home):
+    path = copy_run(home, "crash-fallback")
+    _with_traceback(path)
+
+    async def drive():
+        async with make_app(attach=False).run_test(size=SMALL) as pilot:
+            screen = LogScreen(RunDir(path), attempt=1)
+            pilot.app.push_screen(screen)
+            await pilot.pause()
+            _, output = panes(screen)
+            # the crash must be known (from the events) for x to act; the output may not be read
+            await wait_for(pilot, lambda: 1 in screen.attempts and screen.attempts[1].crash,
+                           what="the crash event")
+            screen._read_output()       # read again: x comes before the reader has posted
+            await pilot.press("x")
+            await wait_for(pilot, lambda: output.marked is not None, what="the traceback")
+            assert output.lines[output.marked].startswith("Traceback")
+            assert screen.view == "output"
+    run(drive())
+
+
 def test_x_shows_the_crash_event_when_the_crash_left_no_traceback(home):
     path = copy_run(home, "crash-fallback")   # a native crash: SIGABRT, attempt-1.log empty
 

@@ -166,6 +166,7 @@ A big log is read from its last 4 MB; the whole is in the run directory.
         self.skipped = 0                     # bytes of the shown attempt log before its tail
         self._generation = 0
         self._traceback_pending = False      # jump to the traceback once the output is read
+        self._output_read = False            # the shown attempt's log has been read once
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="panes"):
@@ -202,6 +203,7 @@ A big log is read from its last 4 MB; the whole is in the run directory.
 
     def _read_output(self) -> None:
         self._generation += 1
+        self._output_read = False
         self.query_one("#output", LogPane).replace([])
         if self.attempt is not None:
             self.read_output(self.attempt, self._generation)
@@ -235,6 +237,7 @@ A big log is read from its last 4 MB; the whole is in the run directory.
             return   # from the reader of an attempt no longer shown
         pane = self.query_one("#output", LogPane)
         if message.reset:
+            self._output_read = True
             self.skipped = message.skipped
             pane.replace(message.lines, message.partial)
         else:
@@ -325,10 +328,11 @@ A big log is read from its last 4 MB; the whole is in the run directory.
         self._show_view()
         if n != self.attempt:
             self.attempt = n
-            self._traceback_pending = True
             self._read_output()
-        else:
+        if self._output_read:
             self._show_traceback()
+        else:
+            self._traceback_pending = True   # shown when the reader has read the log
         self._titles()
 
     def _show_traceback(self) -> None:
