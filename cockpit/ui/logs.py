@@ -57,9 +57,10 @@ class EventLines:
     def add(self, events: list[dict]) -> list[str]:
         lines: list[str] = []
         for e in events:
-            self._printer([e])
-            text, self._out = self._out.getvalue(), io.StringIO()
-            self._printer.stream = self._out
+            self._printer([e])   # one event at a time, to stamp each event's lines with its time
+            text = self._out.getvalue()
+            self._out.seek(0)
+            self._out.truncate()
             kind, n = e.get("type"), e.get("attempt")
             if kind == "attempt_started" and n is not None:
                 self.attempts[n] = AttemptInfo(preset=e.get("preset", "?"))
