@@ -96,9 +96,10 @@ def help_markdown(screen: Screen, app: App) -> str:
     """The help of `screen`: what it is for, its keys, then the keys that work everywhere."""
     own = keys_of(screen, app)
     lines = [f"# {screen_name(screen)}", ""]
+    # the keys first: they are what ? is pressed for, and at 80x24 a screen's HELP can fill the view
+    lines += [_row(k, "" if k.enabled() else " (not now)") for k in own] + [""]
     if getattr(screen, "HELP", None):
         lines += [type(screen).HELP.strip(), ""]
-    lines += [_row(k, "" if k.enabled() else " (not now)") for k in own] + [""]
     here = {(id(k.node), k.action) for k in own}
     lines += ["## Anywhere", ""]
     lines += [_row(k) for k in keys_of(app, app) if (id(k.node), k.action) not in here]
