@@ -313,6 +313,8 @@ def test_events_and_output_side_by_side_when_wide(home):
             assert events.has_class("current")
             await pilot.press("v")                         # v picks which pane the keys move
             assert output.has_class("current") and not events.has_class("current")
+            await pilot.click("#events")                   # and so does a click
+            assert events.has_class("current") and screen.view == "events"
     run(drive())
 
 

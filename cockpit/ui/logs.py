@@ -19,6 +19,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.events import Click
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Input
@@ -295,6 +296,12 @@ A big log is read from its last 4 MB; the whole is in the run directory.
             self.set_focus(None)
         else:
             self.dismiss()
+
+    def on_click(self, event: Click) -> None:
+        # side by side, a click picks the pane the keys move
+        if isinstance(event.widget, LogPane) and event.widget.id != self.view:
+            self.view = event.widget.id
+            self._show_view()
 
     def action_switch_view(self) -> None:
         self.view = "output" if self.view == "events" else "events"
