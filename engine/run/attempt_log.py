@@ -3,7 +3,7 @@
 The supervisor and the probe read it two ways: the tail, as evidence of how an attempt ended
 (engine.run.crashes), and as it grows, for a command's progress and as a sign of life. The log
 view reads it as lines to show (LogLines): its tail, then what is appended, as a terminal would
-have left it (tqdm's \r redraws folded, colour codes dropped).
+have left it (tqdm's carriage-return redraws folded, colour codes dropped).
 """
 
 from __future__ import annotations
