@@ -103,7 +103,7 @@ class RunModel:
     loss: float | None = None
     samples_per_s: float | None = None   # the last full reporting window's (the live figure)
     steps_per_s: float | None = None
-    smoothed_samples_per_s: float | None = None  # time-weighted over recent windows (engine.monitor.throughput)
+    smoothed_samples_per_s: float | None = None  # recent windows, by time (engine.monitor.throughput)
     avg_samples_per_s: float | None = None  # the run's average over time spent training
     avg_steps_per_s: float | None = None
     steps_lost: int = 0               # steps trained again after crashes (engine.run.stats)
