@@ -22,6 +22,7 @@ examples:
   cockpit --no-ui --notify-command 'curl -s -H "Title: $COCKPIT_ALERT_TITLE" -d "$COCKPIT_ALERT_MESSAGE" ntfy.sh/TOPIC'
                                                     alerts to your phone (the alert as JSON on stdin too)
   cockpit runs follow last                          watch a detached run
+  cockpit runs log last --traceback                 the crashed attempt's traceback, whole
   cockpit runs resume last                          continue a stopped, failed or interrupted run
   cockpit presets list
   cockpit probe -w trm-tiny                         which device (and CPU thread count) is fastest here
@@ -66,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     from cockpit.commands import presets as presets_cmd, runs as runs_cmd
     from cockpit.commands import check as check_cmd, probe as probe_cmd, sample as sample_cmd
     from cockpit.commands import compare as compare_cmd
+    from cockpit.commands import log as log_cmd
 
     parser = _Parser(prog="cockpit", description="A terminal cockpit for PyTorch training.",
                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -102,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     q = psub.add_parser("path", help="where presets and runs are kept")
     q.set_defaults(handler=presets_cmd.path)
 
-    r = sub.add_parser("runs", help="list, show, follow, stop, resume and compare runs")
+    r = sub.add_parser("runs", help="list, show, follow, log, stop, resume and compare runs")
     rsub = r.add_subparsers(dest="action", required=True, parser_class=_Parser)
     q = rsub.add_parser("list", help="runs, newest first")
     q.add_argument("--json", action="store_true")
@@ -127,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_output_arguments(q)
     q.set_defaults(handler=runs_cmd.resume)
     compare_cmd.add_parser(rsub)
+    log_cmd.add_parser(rsub)
     _add_run_parser(sub)
     probe_cmd.add_parser(sub)
     check_cmd.add_parser(sub)

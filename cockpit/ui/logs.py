@@ -27,7 +27,7 @@ from textual.worker import get_current_worker
 
 from cockpit.headless import HeadlessPrinter
 from cockpit.ui.widgets.log_pane import LogPane
-from engine.run.attempt_log import LogLines, last_traceback
+from engine.run.attempt_log import LogLines, last_traceback, logged_attempts
 from engine.run.events import EventFollower
 from engine.run.rundir import RunDir
 
@@ -252,9 +252,8 @@ A big log is read from its last 4 MB; the whole is in the run directory.
     # ------------------------------------------------------------ what is shown
 
     def _newest_log(self) -> int | None:
-        numbers = [int(p.stem.split("-", 1)[1]) for p in self.run.path.glob("attempt-*.log")
-                   if p.stem.split("-", 1)[1].isdigit()]
-        return max(numbers) if numbers else None
+        logged = logged_attempts(self.run.path)
+        return logged[-1] if logged else None
 
     def _known_attempts(self) -> list[int]:
         return sorted(set(self.attempts) | ({self.attempt} if self.attempt is not None else set()))

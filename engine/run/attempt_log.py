@@ -142,3 +142,9 @@ def last_traceback(lines: list[str]) -> int | None:
         if lines[i].lstrip().startswith(TRACEBACK):
             return i
     return None
+
+
+def logged_attempts(run_path: Path) -> list[int]:
+    """The attempt numbers that have an attempt-N.log in the run directory, in order."""
+    numbers = (p.stem.removeprefix("attempt-") for p in Path(run_path).glob("attempt-*.log"))
+    return sorted(int(n) for n in numbers if n.isdigit())
