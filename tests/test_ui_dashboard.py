@@ -170,7 +170,7 @@ def test_whole_at_every_size(home, size):
             if size == (200, 50):
                 # the space is used: every plot in a row, and a log of many lines
                 shown = [c.id for c in dash.query(PlotCard) if c.display]
-                assert shown == ["rate-card", "loss-card", "eval-card", "lr-card"]
+                assert shown == ["rate-card", "loss-card", "eval-card"]   # lr is constant: no plot
                 assert _data_rows(dash.query_one("#rate-card", PlotCard)) >= 15
                 assert dash.query_one("#log").content_size.height >= 8
                 assert dash.query_one("#hardware").display and dash.query_one("#memory").display
@@ -320,7 +320,7 @@ def test_crash_marks_loss_value_and_log_scale(home):
             assert "red" not in line.line_style and "magenta" not in line.line_style
             # one loss value on screen: the progress line's, not a second one in the title
             assert f"loss {dash.model.loss:.4g}" in _text(dash, "#progress-text")
-            assert not any(ch.isdigit() for ch in loss.title_text)
+            assert f"{dash.model.loss:.4g}" not in loss.title_text
             linear = list(line.y)
             await pilot.press("y")
             await pilot.pause(0.3)
@@ -377,7 +377,7 @@ def test_maximise_cycles_through_the_plots_and_escape_brings_all_back(home):
             dash = await _open(pilot, app, path)
             small = _data_rows(dash.query_one("#rate-card", PlotCard))
             seen = []
-            for _ in range(4):
+            for _ in range(3):
                 await pilot.press("m")
                 await pilot.pause(0.3)
                 shown = [c for c in dash.query(PlotCard) if c.display]
@@ -386,13 +386,36 @@ def test_maximise_cycles_through_the_plots_and_escape_brings_all_back(home):
                 assert _data_rows(shown[0]) > 2 * small   # the screen's height, not a strip
                 assert shown[0].plot._datasets            # drawn, though hidden before
                 _assert_whole(dash)
-            assert seen == ["rate-card", "loss-card", "eval-card", "lr-card"]
+            assert seen == ["rate-card", "loss-card", "eval-card"]
             assert "r2" in dash.query_one("#eval-card", PlotCard).title_text
-            assert "lr 0.02" in dash.query_one("#lr-card", PlotCard).title_text
+            # a constant lr is no plot, but its value is in the loss card's title
+            assert "lr 0.02 (constant)" in dash.query_one("#loss-card", PlotCard).title_text
             await pilot.press("escape")
             await pilot.pause(0.2)
             assert isinstance(app.screen, DashboardScreen)     # esc leaves the plot, not the run
             assert dash.query_one("#panels").display and dash.maximised is None
+            _assert_whole(dash)
+
+    run(drive())
+
+
+def test_a_changing_lr_gets_a_plot(home):
+    path = copy_run(home, "finished")
+    events = _events(path)
+    for e in events:
+        if e["type"] == "step":   # a warm-up over the first 100 steps
+            e["lr"] = 0.02 * min(1.0, e["step"] / 100)
+    _write(path, events)
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=(200, 50)) as pilot:
+            dash = await _open(pilot, app, path)
+            shown = [c.id for c in dash.query(PlotCard) if c.display]
+            assert shown == ["rate-card", "loss-card", "eval-card", "lr-card"]
+            lr = dash.query_one("#lr-card", PlotCard)
+            assert "lr 0.02" in lr.title_text and max(lr.plot._datasets[0].y) == pytest.approx(0.02)
+            assert "constant" not in dash.query_one("#loss-card", PlotCard).title_text
             _assert_whole(dash)
 
     run(drive())

@@ -46,6 +46,12 @@ from engine.run.rundir import RunDir
 
 FRAME_S = 0.1
 PLOT_S = 1.0   # the plots are the costly part of a frame (~20 ms each); once a second is plenty
+# Drawing a plot costs ~15 us a cell (textual-plot, then Textual's compositor): up to
+# PLOT_CELLS_PER_S cells (two plots at 80x24) are drawn every PLOT_S, more every
+# PLOT_S x cells / PLOT_CELLS_PER_S, at most every 3 s (plots filling 200x50), so the plots of
+# a new run cost ~1-2% of a core at any size; a long run's are drawn less often (PlotCard.stale).
+PLOT_CELLS_PER_S = 1000
+PLOT_S_MAX_FACTOR = 3.0
 SHORT = 32     # rows below which panels and log shrink so the plots keep their height
 TALL = 40      # rows from which the plots may take two rows of cards
 NARROW = 120   # columns below which memory and hardware share one slot
@@ -132,7 +138,9 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         self._last_paint = 0.0
         self._last_plot = 0.0
         self._plotted = False    # the first data reaches the plots at once, later data once per PLOT_S
+        self._force_plot = True  # draw every shown card at the next drawing, stale or not
         self._can_stop: bool | None = None
+        self._progress_rows = 0
         self.ended = False
         # what happens from now on alerts (a replayed past does not); the supervisor does the
         # rest -- desktop, notify command -- since it has no terminal of its own here
@@ -160,15 +168,15 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
     def on_mount(self) -> None:
         self.query_one("#log", Static).border_title = "log"
         self._fit_to_size()
-        self._dirty = {"status", "progress", "plots", "memory", "attempts", "log"}
+        self._dirty = {"status", "progress", "plots", "plot-data", "memory", "attempts", "log"}
         self._paint()
         self.follow_run()
 
     def on_resize(self) -> None:
         self._fit_to_size()
         # what fits in a line changed: the texts are laid out again at the next frame
-        self._dirty |= {"status", "progress", "plots", "log"}
-        self._last_plot = 0.0
+        self._dirty |= {"status", "progress", "plots", "plot-data", "log"}
+        self._force_plot = True
         self._schedule_paint()
 
     def _fit_to_size(self) -> None:
@@ -209,19 +217,21 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
             changed.add("status")
         if "memory" in changed:
             changed.add("hardware")   # the same memory event carries the CPU and GPU figures
+        if "plots" in changed:
+            changed.add("plot-data")  # "plots" repaints the titles (cheap), this the lines
         self._dirty |= changed
         self._schedule_paint()
 
     # ------------------------------------------------------------ painting
 
     def _schedule_paint(self) -> None:
-        """Paint at most every FRAME_S (plots at most every PLOT_S); a paint already due at or
-        before that time covers whatever arrived since."""
+        """Paint at most every FRAME_S (the plots' lines at most every plot_interval()); a
+        paint already due at or before that time covers whatever arrived since."""
         if not self._dirty:
             return
         due = self._last_paint + FRAME_S
-        if self._dirty == {"plots"} and self._plotted and not self.model.finished:
-            due = max(due, self._last_plot + PLOT_S)
+        if self._dirty == {"plot-data"} and self._plotted and not self.model.finished:
+            due = max(due, self._last_plot + self.plot_interval())
         if self._paint_due is not None and self._paint_due <= due:
             return
         if self._paint_timer is not None:
@@ -240,12 +250,17 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
             self._offer_stop()
         if "progress" in dirty or "status" in dirty:
             self._paint_progress()
-        if "plots" in dirty:
-            if self._last_paint - self._last_plot >= PLOT_S or self.model.finished or not self._plotted:
+        if "plot-data" in dirty:
+            if (self._last_paint - self._last_plot >= self.plot_interval() or self.model.finished
+                    or not self._plotted or self._force_plot):
                 self._last_plot = self._last_paint
-                self._paint_plots()
+                self._paint_plots(draw=True)
             else:
-                self._dirty.add("plots")  # drawn by a later frame, scheduled below
+                self._dirty.add("plot-data")  # drawn by a later frame, scheduled below
+                if "plots" in dirty:
+                    self._paint_plots(draw=False)
+        elif "plots" in dirty:
+            self._paint_plots(draw=False)
         if "memory" in dirty:
             self.query_one(MemoryPanel).show(m)
         if "hardware" in dirty or "memory" in dirty:
@@ -289,7 +304,11 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         bar.update(total=max(1, m.total), progress=min(m.step, max(1, m.total)))
         text = self.query_one("#progress-text", Static)
         width = max(20, (text.size.width or self.size.width - 26))
-        text.update(two_lines(self._progress_parts(), width))
+        line = two_lines(self._progress_parts(), width)
+        rows = line.plain.count("\n") + 1
+        # a re-layout repaints the whole screen (~80 ms at 200x50): only when it needs a row more or less
+        text.update(line, layout=rows != self._progress_rows)
+        self._progress_rows = rows
 
     def _progress_parts(self) -> list[Text]:
         m = self.model
@@ -317,9 +336,15 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
 
     def _cards_with_data(self) -> list[str]:
         """The cards worth a place: throughput and loss always (they say why they are empty),
-        eval and lr once the run reported them."""
+        eval once the run reported it, lr once it changed (a constant lr is a flat line: its
+        value goes in the loss card's title instead)."""
         m = self.model
-        return ["rate", "loss"] + (["eval"] if m.eval_series else []) + (["lr"] if m.lr_series.last else [])
+        return ["rate", "loss"] + (["eval"] if m.eval_series else []) + (["lr"] if self._lr_varies() else [])
+
+    def _lr_varies(self) -> bool:
+        ys = self.model.lr_series.y
+        last = self.model.lr_series.last
+        return bool(ys) and last is not None and (max(ys) > min(ys) or last[1] != ys[0])
 
     def _arrange_plots(self) -> None:
         """Which cards show, in a grid of how many columns and rows."""
@@ -342,9 +367,17 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         grid.styles.grid_size_columns, grid.styles.grid_size_rows = columns, rows
         for name in CARDS:
             self.query_one(f"#{name}-card", PlotCard).display = name in shown
-        self._last_plot = 0.0   # a card shown anew has its data drawn at the next frame
+        self._force_plot = True   # a card shown anew, or resized, is drawn at the next frame
 
-    def _paint_plots(self) -> None:
+    def plot_interval(self) -> float:
+        """Seconds between drawings of the plots' lines: PLOT_S, longer for plots so big that
+        drawing them once a second would cost more than the rest of the screen."""
+        cells = sum(c.plot.size.area for c in self.query(PlotCard) if c.display)
+        return PLOT_S * min(PLOT_S_MAX_FACTOR, max(1.0, cells / PLOT_CELLS_PER_S))
+
+    def _paint_plots(self, draw: bool) -> None:
+        """The cards' titles; with `draw` their lines too, for each card whose newest data
+        would move its line by a braille column or more (or that the user changed)."""
         m = self.model
         self._arrange_plots()
         seconds, window = WINDOWS[self.window]
@@ -356,11 +389,13 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
             # the loss under it
             firsts = [s.x[0] for s in (m.samples_series, m.loss_series) if s.x]
             since, window = (min(firsts) if firsts else None), None
-        shown = [name for name in CARDS if self.query_one(f"#{name}-card", PlotCard).display]
-        for name in shown:
+        force, self._force_plot = self._force_plot and draw, self._force_plot and not draw
+        for name in CARDS:
             card = self.query_one(f"#{name}-card", PlotCard)
-            getattr(self, f"_paint_{name}")(card, since, until, window, card.size.width or 40)
-        self._plotted = bool(m.samples_series.last or m.loss_series.last)
+            if card.display:
+                worth = draw and (force or card.stale(since, until))
+                getattr(self, f"_paint_{name}")(card, since, until, window, card.size.width or 40, worth)
+        self._plotted = self._plotted or (draw and bool(m.samples_series.last or m.loss_series.last))
 
     def _empty(self, what: str, series=None, window: str | None = None) -> str:
         m = self.model
@@ -370,7 +405,8 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
             return f"no {what}: the run ended before its first reported step"
         return f"no {what} yet: it comes with the first reported step"
 
-    def _paint_rate(self, card: PlotCard, since, until, window: str | None, width: int) -> None:
+    def _paint_rate(self, card: PlotCard, since, until, window: str | None, width: int,
+                    draw: bool) -> None:
         m = self.model
         series, unit = (m.steps_series, "steps/s") if self.show_steps else (m.samples_series, "samples/s")
         now = m.steps_per_s if self.show_steps else m.samples_per_s
@@ -381,34 +417,47 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         if m.gflop_s:
             parts.append(Text(f"{m.gflop_s:,.1f} GFLOP/s" if m.gflop_s >= 1 else f"{m.gflop_s:.2g} GFLOP/s"))
         card.set_title(title_line(parts, width - 1, window))
+        if not draw:
+            return
         xs, ys = series.points(since)
         card.show([(xs, ys, RATE_STYLE)], m.marks, empty=self._empty("throughput", series, window), since=since, until=until)
 
-    def _paint_loss(self, card: PlotCard, since, until, window: str | None, width: int) -> None:
+    def _paint_loss(self, card: PlotCard, since, until, window: str | None, width: int,
+                    draw: bool) -> None:
         # The value is the progress line's (one loss on screen, not two a frame apart).
         m = self.model
         parts = [Text("loss", style=f"bold {LOSS_STYLE}")]
         if self.loss_log:
             parts.append(Text("log scale"))
+        if m.lr is not None and not self._lr_varies():
+            parts.append(Text(f"lr {short_number(m.lr)} (constant)", style="dim"))
         card.set_title(title_line(parts, width - 1, window))
+        if not draw:
+            return
         xs, ys = m.loss_series.points(since)
         card.show([(xs, ys, LOSS_STYLE)], m.marks, empty=self._empty("loss", m.loss_series, window), since=since, until=until,
                   log=self.loss_log)
 
-    def _paint_eval(self, card: PlotCard, since, until, window: str | None, width: int) -> None:
+    def _paint_eval(self, card: PlotCard, since, until, window: str | None, width: int,
+                    draw: bool) -> None:
         m = self.model
         names = list(m.eval_series)[: len(EVAL_STYLES)]
         title = Text("eval ", style="bold")
         for i, (name, style) in enumerate(zip(names, EVAL_STYLES)):
             title.append(("  " if i else "") + f"━ {name}", style=style)
         card.set_title(title_line([title], width - 1, window))
+        if not draw:
+            return
         lines = [(*m.eval_series[name].points(since), style) for name, style in zip(names, EVAL_STYLES)]
         card.show(lines, m.marks, empty=f"no eval in the {window or 'run'}", since=since, until=until)
 
-    def _paint_lr(self, card: PlotCard, since, until, window: str | None, width: int) -> None:
+    def _paint_lr(self, card: PlotCard, since, until, window: str | None, width: int,
+                  draw: bool) -> None:
         m = self.model
         parts = [Text(f"lr {short_number(m.lr)}" if m.lr is not None else "lr", style=f"bold {LR_STYLE}")]
         card.set_title(title_line(parts, width - 1, window))
+        if not draw:
+            return
         xs, ys = m.lr_series.points(since)
         card.show([(xs, ys, LR_STYLE)], m.marks, empty=f"no lr in the {window or 'run'}", since=since, until=until)
 
@@ -490,8 +539,8 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         self._schedule_paint()
 
     def _replot(self) -> None:
-        self._last_plot = 0.0  # the user asked: now, not at the next plot time
-        self._dirty.add("plots")
+        self._force_plot = True  # the user asked: now, not at the next plot time
+        self._dirty |= {"plots", "plot-data"}
         self._schedule_paint()
 
 

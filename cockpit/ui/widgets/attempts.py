@@ -62,7 +62,9 @@ def attempt_paragraphs(a: Attempt) -> list[Paragraph]:
     header.append(a.outcome, style=OUTCOME_STYLE.get(a.outcome, "bold red"))
     if a.exit and a.outcome != "running":
         header.append(f" ({a.exit})", style="dim")
-    if a.last_step is not None:
+    if a.last_step is not None and a.outcome != "running":
+        # (the running attempt's step is the progress line's: here it went stale, or cost a
+        # repaint of the panel at every step)
         header.append(f" last step {a.last_step}", style="dim")
     out = [Paragraph(header, 0, 3)]
     if a.resumed_from:
@@ -149,6 +151,7 @@ class AttemptsPanel(VerticalScroll, can_focus=True):
         self._model: RunModel | None = None
         self._shape: tuple | None = None     # what the scroll position was chosen for
         self._lines = 0
+        self._text: Text | None = None
 
     def compose(self):
         yield Static(id="attempts-text")
@@ -165,14 +168,17 @@ class AttemptsPanel(VerticalScroll, can_focus=True):
         self._model = m
         width = self.scrollable_content_region.width or 40
         text, crash_line = attempts_layout(m, width)
-        lines = text.plain.count("\n") + 1
-        # a longer text needs a layout pass; the last step moving needs only a repaint
-        self.query_one("#attempts-text", Static).update(text, layout=lines != self._lines)
-        self._lines = lines
+        if text != self._text:
+            lines = text.plain.count("\n") + 1
+            # a longer text needs a layout pass; a changed word only a repaint
+            self.query_one("#attempts-text", Static).update(text, layout=lines != self._lines)
+            self._text, self._lines = text, lines
         crashed = any(a.crash for a in m.attempts)
         self.set_class(crashed, "crashed")
         lost = f" · {m.steps_lost} step{'s' if m.steps_lost != 1 else ''} trained again" if m.steps_lost else ""
-        self.border_title = ("attempts · crashes & fallbacks" if crashed else "attempts") + lost
+        title = ("attempts · crashes & fallbacks" if crashed else "attempts") + lost
+        if title != self.border_title:
+            self.border_title = title
         # Scroll only when what the panel holds changes (an attempt, a crash, a fallback, an
         # end), not with every step: a user who scrolled keeps their place.
         shape = tuple((a.attempt, a.outcome, bool(a.crash), bool(a.fallback), bool(a.failed_why)) for a in m.attempts)

@@ -207,6 +207,7 @@ class PlotCard(Vertical):
         super().__init__(id=id)
         self._title: Text | None = None
         self._empty: str | None = None
+        self._drawn_until: float | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(classes="card-title")
@@ -229,6 +230,15 @@ class PlotCard(Vertical):
         """The sentence shown instead of the plot, or None while a plot is shown."""
         return self._empty
 
+    def stale(self, since: float | None, until: float | None) -> bool:
+        """Whether the time since the last drawing is a braille column (half a cell) of the
+        plot or more: less would not move the line, so a five-hour run's plots are drawn every
+        few minutes, a new run's at every step."""
+        if self._drawn_until is None or since is None or until is None:
+            return True
+        columns = 2 * max(1, self.plot.size.width - LEFT_MARGIN - 2)
+        return (until - self._drawn_until) * columns >= until - since
+
     def set_title(self, title: Text) -> None:
         if self._title is None or title != self._title:
             self._title = title
@@ -237,6 +247,7 @@ class PlotCard(Vertical):
     def show(self, lines: Sequence[Line], marks: Sequence[tuple[float, str]] = (), *,
              empty: str, since: float | None = None, until: float | None = None, log: bool = False) -> None:
         """Plot the lines, or say `empty` when none has a point (in the window)."""
+        self._drawn_until = until
         has_points = any(_visible(xs, ys, since, log)[0] for xs, ys, _ in lines)
         if not has_points:
             if self._empty != empty:
