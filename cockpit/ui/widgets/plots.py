@@ -150,7 +150,10 @@ class SeriesPlot(PlotWidget, can_focus=False):
                 visible.append((xs, ys, style))
         self._set_limits(visible, since, until)
         for xs, ys, style in visible:
-            self.plot(xs, ys, line_style=style, hires_mode=HiResMode.BRAILLE)
+            if len(xs) == 1:   # a line needs two points: the first eval is a dot
+                self.scatter(xs, ys, marker="●", marker_style=style)
+            else:
+                self.plot(xs, ys, line_style=style, hires_mode=HiResMode.BRAILLE)
         for x, _ in marks:
             if since is None or since <= x <= (until if until is not None else math.inf):
                 self.add_v_line(x, line_style=CRASH_STYLE)
