@@ -3,6 +3,7 @@
     python benchmarks/ui_events.py                       # rates 1k..50k events/s, then CPU
     python benchmarks/ui_events.py --rates 5000 --seconds 5 --cpu-seconds 60
     python benchmarks/ui_events.py --rates --profile     # CPU only, with a profile of it
+    python benchmarks/ui_events.py --rates --breakdown   # CPU: following, plots, the rest
 
 Throughput: the app runs headless (App.run_test, 80x24) with the dashboard following a run
 directory exactly as it follows a live run: its worker thread polls events.jsonl. A writer
@@ -23,8 +24,10 @@ While measuring, the benchmark waits with asyncio.sleep, not Pilot.pause: a paus
 message to every widget on the screen and waits for each (600 messages/s at 200x50 when
 polled every 0.1 s), which a real terminal session never does and which doubled the figure.
 Measured: this process's CPU time (all its threads: Textual's loop and the follower) over wall
-time, idle (supervisor alive, nothing written) and while following. Headless: no terminal is
-written to, so a real terminal adds its own output cost.
+time, idle (supervisor alive, nothing written) and while following. Headless, no terminal is
+written to; so then the same in a terminal: `python -m cockpit` on a pseudo-terminal of each
+size attaches to the run as a user's would, its output read and dropped, its CPU from psutil
+(--no-terminal skips it).
 """
 
 from __future__ import annotations
@@ -34,10 +37,12 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -252,6 +257,86 @@ async def _measure_cpu(root: Path, size: tuple[int, int], args, profile: bool = 
             "history": history, "profiler": profiler}
 
 
+def _measure_cpu_terminal(root: Path, size: tuple[int, int], args) -> dict:
+    """The same in a real terminal: `python -m cockpit` on a pseudo-terminal of `size`, which
+    attaches to the live run at start-up as a user's would; its output is read and dropped
+    here (the terminal's own cost is not the UI's). CPU is the child's, from psutil."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    import psutil
+
+    normal = NormalRun(args.step_every, args.memory_every)
+    # a runs dir of its own: the cockpit attaches to the newest live run, and the runs the
+    # headless measurements left (this process their supervisor) still look live
+    runs = root / f"terminal-{size[0]}x{size[1]}"
+    runs.mkdir()
+    run, _ = _prepare_normal(runs, "run", normal, args.history_s)
+    last_step = int(args.history_s / args.step_every)
+    pid, fd = pty.fork()
+    if pid == 0:   # the child: the terminal's size set before Textual asks for it
+        fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", size[1], size[0], 0, 0))
+        os.chdir(ROOT)
+        os.environ.update(TERM="xterm-256color", PYTHONPATH=str(ROOT), COCKPIT_RUNS_DIR=str(runs))
+        os.execv(sys.executable, [sys.executable, "-m", "cockpit"])
+    seen = bytearray()
+    reading = threading.Event()
+    reading.set()
+
+    def drain() -> None:   # the terminal: reads everything, keeps only the tail to look in
+        while reading.is_set():
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            seen.extend(chunk)
+            del seen[:-200_000]
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    child = psutil.Process(pid)
+
+    def cpu() -> float:
+        t = child.cpu_times()
+        return t.user + t.system
+
+    try:
+        # Attached and the history replayed: its last step on screen, or (should the step be
+        # drawn in pieces) a second of under 10% CPU after the first five.
+        started, deadline = time.monotonic(), time.monotonic() + 120
+        while f"step {last_step}/".encode() not in seen:
+            before = cpu()
+            time.sleep(1.0)
+            if time.monotonic() - started > 5 and cpu() - before < 0.1:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("the dashboard did not settle within 120 s")
+        time.sleep(2.0)
+
+        cpu0, wall0 = cpu(), time.monotonic()
+        time.sleep(args.idle_seconds)
+        idle = 100 * (cpu() - cpu0) / (time.monotonic() - wall0)
+        writer = subprocess.Popen([sys.executable, __file__, "--write-normal", str(run / "events.jsonl"),
+                                   str(args.cpu_seconds), str(args.step_every), str(args.memory_every),
+                                   str(args.history_s)], stdout=subprocess.PIPE, text=True)
+        cpu0, wall0 = cpu(), time.monotonic()
+        writer.wait()
+        used, wall = cpu() - cpu0, time.monotonic() - wall0
+        written = int(writer.stdout.read().strip())
+        shown = f"step {last_step + int(args.cpu_seconds / args.step_every)}/".encode() in seen
+    finally:
+        reading.clear()
+        os.kill(pid, signal.SIGTERM)
+        os.waitpid(pid, 0)
+        os.close(fd)
+    return {"cpu_percent": 100 * used / wall, "idle_percent": idle, "events_per_s": written / wall,
+            "shown": shown}
+
+
 def _print_profile(profiler, top: int = 25) -> None:
     import io
     import pstats
@@ -284,6 +369,8 @@ def main() -> int:
     parser.add_argument("--memory-every", type=float, default=1.0)
     parser.add_argument("--sizes", nargs="+", default=["80x24", "200x50"])
     parser.add_argument("--profile", action="store_true", help="profile the CPU measurement (cProfile)")
+    parser.add_argument("--no-terminal", action="store_true",
+                        help="skip the measurement in a real (pseudo-)terminal")
     parser.add_argument("--breakdown", action="store_true",
                         help="measure again without the plots and without painting: what each costs")
     args = parser.parse_args()
@@ -318,6 +405,12 @@ def main() -> int:
                   f"{c['history']:,} events of history", flush=True)
             if c["profiler"] is not None:
                 _print_profile(c["profiler"])
+            if not args.no_terminal:
+                t = _measure_cpu_terminal(root, (width, height), args)
+                print(f"{'':>9}in a terminal (python -m cockpit on a pty): UI CPU {t['cpu_percent']:.2f}% "
+                      f"({t['cpu_percent'] / 5:.2f}x the target; idle {t['idle_percent']:.2f}%), "
+                      f"{t['events_per_s']:.1f} events/s, the last step {'shown' if t['shown'] else 'NOT shown'}",
+                      flush=True)
             if args.breakdown:
                 no_plots = asyncio.run(_measure_cpu(root, (width, height), args, leave_out="plots"))["cpu_percent"]
                 floor = asyncio.run(_measure_cpu(root, (width, height), args, leave_out="painting"))["cpu_percent"]
