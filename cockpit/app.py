@@ -7,7 +7,6 @@ while a run this session watched is still live asks: stop it, or leave it runnin
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Iterable
 
 from textual.app import App, SystemCommand
@@ -15,7 +14,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from cockpit.ui.dashboard import DashboardScreen
-from cockpit.ui.help import HelpScreen, keys_of
+from cockpit.ui.help import HelpScreen, KeyCommands, key_commands
 from cockpit.ui.launch import LaunchScreen
 from cockpit.ui.quit import QuitScreen
 from cockpit.ui.runs import RunsScreen, live_runs
@@ -25,6 +24,8 @@ from engine.run.rundir import RunDir
 
 class CockpitApp(App):
     TITLE = "cockpit"
+    # the palette: the keys of the screen it is opened on and the app's, then Textual's own
+    COMMANDS = {KeyCommands} | App.COMMANDS
     SUB_TITLE = "PyTorch training on the machine you have"
     BINDINGS = [
         Binding("q", "quit", "Quit", tooltip="asks what to do with a live run this session watched"),
@@ -65,17 +66,9 @@ class CockpitApp(App):
             self.push_screen(RunsScreen())
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        """The palette: what the screen below offers (its BINDINGS), then the app's own keys,
-        then Textual's (theme, screenshot...). Built from the bindings, so a screen's new key
-        is in the palette without being named here; an action its screen refuses now (a
-        check_action saying no) is left out."""
-        titles = set()
-        for key in [*keys_of(screen, self), *keys_of(self, self)]:
-            if key.title in titles or not key.enabled():
-                continue
-            titles.add(key.title)
-            yield SystemCommand(key.title, f"{key.about} · {key.keys}",
-                                partial(self.run_action, key.action, key.node))
+        """Textual's own entries (theme, screenshot...) and attaching to a live run; the keys
+        of the screen and the app come from KeyCommands."""
+        titles = {command.title for command in key_commands(screen, self)}
         for command in super().get_system_commands(screen):
             if command.title not in titles:  # Textual's Quit: ours asks about a live run
                 yield command

@@ -2,17 +2,20 @@
 
 One mechanism for every screen: a screen's keys are its BINDINGS (description, and the
 tooltip for the longer word), what it is for is its HELP (Textual's own attribute, markdown).
-The help screen (`?`) and the command palette (cockpit.app) both list them, with the app's
-global keys, so a new screen's keys appear in both without being named here.
+The help screen (`?`) and the command palette (KeyCommands, a source of cockpit.app's) both
+list them, with the app's global keys, so a new screen's keys appear in both without being
+named here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 
 from textual.actions import parse
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
+from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.containers import VerticalScroll
 from textual.dom import DOMNode
 from textual.screen import ModalScreen, Screen
@@ -107,6 +110,41 @@ def help_markdown(screen: Screen, app: App) -> str:
               "every action of this screen and the app, by name",
               "- `tab` / `shift+tab` **Next / previous pane**", "", ANYWHERE]
     return "\n".join(lines)
+
+
+def key_commands(screen: Screen, app: App) -> list[SystemCommand]:
+    """The palette's entries for the keys of `screen` and the app, one per action: an action its
+    node refuses now (check_action says no) is left out, and a title seen already (the
+    screen's Runs and the app's) is not repeated."""
+    titles, commands = set(), []
+    for key in [*keys_of(screen, app), *keys_of(app, app)]:
+        if key.title in titles or not key.enabled():
+            continue
+        titles.add(key.title)
+        commands.append(SystemCommand(key.title, f"{key.about} · {key.keys}",
+                                      partial(app.run_action, key.action, key.node)))
+    return commands
+
+
+class KeyCommands(Provider):
+    """The palette's source for the keys of the screen it was opened on and the app's.
+
+    Matched on the title and its help both: a footer's short word ('Stop', 'Rate') is found by
+    what the user types for it ('stop run', 'throughput'); Textual's system commands match the
+    title alone."""
+
+    async def discover(self) -> Hits:
+        for command in key_commands(self.screen, self.app):
+            yield DiscoveryHit(command.title, command.callback, help=command.help)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for command in key_commands(self.screen, self.app):
+            in_title = matcher.match(command.title)
+            score = max(in_title, 0.9 * matcher.match(f"{command.title} {command.help}"))
+            if score > 0:
+                shown = matcher.highlight(command.title) if in_title else command.title
+                yield Hit(score, shown, command.callback, text=command.title, help=command.help)
 
 
 class HelpScreen(ModalScreen[None]):
