@@ -27,7 +27,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal
 from textual.screen import Screen
-from textual.widgets import Footer, ProgressBar, Static
+from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
 from cockpit.headless import duration, eta_text
@@ -56,11 +56,15 @@ SHORT = 32     # rows below which panels and log shrink so the plots keep their 
 TALL = 40      # rows from which the plots may take two rows of cards
 NARROW = 120   # columns below which memory and hardware share one slot
 CARD_COLUMNS = 45   # a plot card narrower than this squeezes its ticks together
+BAR_CELLS = 16
 STATUS_STYLE = {"running": "bold cyan", "finished": "bold green", "stopped": "bold yellow",
                 "failed": "bold red", "lost": "bold red", "interrupted": "yellow", "created": "dim"}
 # Crash marks are red (plots.CRASH_STYLE): no series is red or magenta, which reads as red.
-RATE_STYLE, LOSS_STYLE, LR_STYLE = "cyan", "green", "bright_blue"
-EVAL_STYLES = ("yellow", "white", "bright_cyan")
+# (hex or the basic names: Textual fails to parse Rich's bright_blue or grey35 at every paint,
+# at ~2 ms each, before it falls back to Rich's)
+RATE_STYLE, LOSS_STYLE, LR_STYLE = "cyan", "green", "#5f87ff"
+EVAL_STYLES = ("yellow", "white", "#5fd7ff")
+BAR_STYLE, BAR_DONE_STYLE, BAR_EMPTY_STYLE = "#5f87ff", "green", "#4e4e4e"
 WINDOWS = ((None, "whole run"), (1800.0, "last 30 min"), (300.0, "last 5 min"), (60.0, "last min"))
 CARDS = ("rate", "loss", "eval", "lr")
 # What a workload's epoch preparation is, said while it runs (no steps come meanwhile).
@@ -95,10 +99,7 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
     DEFAULT_CSS = """
     DashboardScreen { layout: vertical; }
     #status { height: 1; padding: 0 1; background: $boost; }
-    #progress-row { height: auto; padding: 0 1; }
-    #progress-row ProgressBar { width: 22; }
-    #progress-row Bar { width: 16; }
-    #progress-text { width: 1fr; height: auto; max-height: 2; }
+    #progress-text { height: auto; max-height: 2; padding: 0 1; }
     #plots { height: 2fr; min-height: 8; layout: grid; grid-size: 2 1; grid-gutter: 0 1; }
     #panels { height: 10; }
     #log { height: 1fr; min-height: 3; border-top: round $primary 50%; border-title-color: $text;
@@ -139,6 +140,7 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         self._last_plot = 0.0
         self._plotted = False    # the first data reaches the plots at once, later data once per PLOT_S
         self._force_plot = True  # draw every shown card at the next drawing, stale or not
+        self._plot_interval: float | None = None
         self._can_stop: bool | None = None
         self._progress_rows = 0
         self.ended = False
@@ -152,9 +154,8 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
 
     def compose(self) -> ComposeResult:
         yield Static(id="status")
-        with Horizontal(id="progress-row"):
-            yield ProgressBar(total=1, show_eta=False, id="progress")
-            yield Static(id="progress-text")
+        # one widget for the bar and the figures: a step repaints one line, not four widgets
+        yield Static(id="progress-text")
         with Grid(id="plots"):
             for name in CARDS:
                 yield PlotCard(id=f"{name}-card")
@@ -174,6 +175,7 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
 
     def on_resize(self) -> None:
         self._fit_to_size()
+        self._progress_rows = 0
         # what fits in a line changed: the texts are laid out again at the next frame
         self._dirty |= {"status", "progress", "plots", "plot-data", "log"}
         self._force_plot = True
@@ -300,21 +302,27 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
 
     def _paint_progress(self) -> None:
         m = self.model
-        bar = self.query_one("#progress", ProgressBar)
-        bar.update(total=max(1, m.total), progress=min(m.step, max(1, m.total)))
         text = self.query_one("#progress-text", Static)
-        width = max(20, (text.size.width or self.size.width - 26))
-        line = two_lines(self._progress_parts(), width)
-        rows = line.plain.count("\n") + 1
-        # a re-layout repaints the whole screen (~80 ms at 200x50): only when it needs a row more or less
+        bar = progress_bar(m.fraction, finished=m.status == "finished")
+        width = max(20, (text.content_size.width or self.size.width - 2) - bar.cell_len)
+        parts = self._progress_parts()
+        if m.epoch is not None and fit(parts, width, "  ").cell_len + len(f"  epoch {m.epoch}") <= width:
+            parts.insert(1, Text(f"epoch {m.epoch}"))   # a nicety: only where it fits on the line
+        body = two_lines(parts, width).split("\n")
+        line = bar + body[0]
+        if len(body) > 1:
+            line += Text("\n" + " " * bar.cell_len) + body[1]
+        # A re-layout repaints the whole screen (~40 ms): the line keeps a second row once it
+        # needed one (until a resize), rather than toggling as the ETA's digits come and go.
+        rows = max(len(body), self._progress_rows)
+        if rows > len(body):
+            line += Text("\n")
         text.update(line, layout=rows != self._progress_rows)
         self._progress_rows = rows
 
     def _progress_parts(self) -> list[Text]:
         m = self.model
         parts = [Text(f"step {m.step}/{m.total or '?'}")]
-        if m.epoch is not None:
-            parts.append(Text(f"epoch {m.epoch}"))
         if m.finished:
             parts.append(Text(f"took {duration(m.duration_s(time.time()))}"))
         elif m.mining_active:
@@ -368,12 +376,15 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         for name in CARDS:
             self.query_one(f"#{name}-card", PlotCard).display = name in shown
         self._force_plot = True   # a card shown anew, or resized, is drawn at the next frame
+        self._plot_interval = None  # and their size is measured again once laid out
 
     def plot_interval(self) -> float:
         """Seconds between drawings of the plots' lines: PLOT_S, longer for plots so big that
         drawing them once a second would cost more than the rest of the screen."""
-        cells = sum(c.plot.size.area for c in self.query(PlotCard) if c.display)
-        return PLOT_S * min(PLOT_S_MAX_FACTOR, max(1.0, cells / PLOT_CELLS_PER_S))
+        if self._plot_interval is None:   # (a DOM query at every event cost 1% of a core)
+            cells = sum(c.plot.size.area for c in self.query(PlotCard) if c.display)
+            self._plot_interval = PLOT_S * min(PLOT_S_MAX_FACTOR, max(1.0, cells / PLOT_CELLS_PER_S))
+        return self._plot_interval
 
     def _paint_plots(self, draw: bool) -> None:
         """The cards' titles; with `draw` their lines too, for each card whose newest data
@@ -542,6 +553,22 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         self._force_plot = True  # the user asked: now, not at the next plot time
         self._dirty |= {"plots", "plot-data"}
         self._schedule_paint()
+
+
+def progress_bar(fraction: float, *, cells: int = BAR_CELLS, finished: bool = False) -> Text:
+    """'━━━━━━━━╺━━━━━━━  50%  ' as text: the bar and the figures after it are one line."""
+    fraction = min(1.0, max(0.0, fraction))
+    halves = round(fraction * cells * 2)
+    full, half = divmod(halves, 2)
+    style = BAR_DONE_STYLE if finished or fraction >= 1 else BAR_STYLE
+    bar = Text("━" * full, style=style)
+    if half:
+        bar.append("╸", style=style)
+    rest = cells - full - half
+    if rest:
+        bar.append("━" * rest, style=BAR_EMPTY_STYLE)
+    bar.append(f" {100 * fraction:3.0f}%  ")
+    return bar
 
 
 def metric_text(value) -> str:
