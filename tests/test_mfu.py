@@ -49,3 +49,15 @@ def test_the_headless_lines_show_it():
     assert "412,000.0 GFLOP/s (MFU 42%)" in headless.step_line(step)
     assert "MFU 42%" in headless.status_line(step, None, windows=5, width=120)
     assert "MFU" not in headless.step_line({k: v for k, v in step.items() if k != "mfu"})
+
+
+def test_the_dashboard_model_keeps_the_newest_full_windows_mfu():
+    from cockpit.ui.model import RunModel
+
+    m = RunModel()
+    m.fold([{"type": "step", "t": 1.0, "step": 1, "samples_per_s": 10.0, "gflop_s": 400_000.0, "mfu": 0.40},
+            {"type": "step", "t": 1.1, "step": 2, "samples_per_s": 90.0, "gflop_s": 900_000.0, "mfu": 0.91,
+             "partial": True}])
+    assert m.mfu == 0.40   # a fragment's figure is noise
+    m.fold([{"type": "step", "t": 2.0, "step": 3, "samples_per_s": 10.0, "gflop_s": 1.0}])
+    assert m.mfu is None   # no peak known: not shown

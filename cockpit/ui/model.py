@@ -109,6 +109,7 @@ class RunModel:
     steps_lost: int = 0               # steps trained again after crashes (engine.run.stats)
     gflop_s: float | None = None
     avg_gflop_s: float | None = None  # over the same training time as avg_samples_per_s
+    mfu: float | None = None          # model FLOP utilisation, where the GPU's peak is known
     lr: float | None = None
     eta_s: float | None = None
     device_memory: dict = field(default_factory=dict)
@@ -305,6 +306,7 @@ def _step(m: RunModel, e: dict) -> set[str]:
     if not partial:
         m.samples_per_s, m.steps_per_s = get("samples_per_s"), get("steps_per_s")
         m.smoothed_samples_per_s, m.gflop_s = get("smoothed_samples_per_s"), get("gflop_s")
+        m.mfu = get("mfu")
     if m.samples_per_s is not None and not partial:
         m.samples_series.add(x, m.samples_per_s)
     if m.steps_per_s is not None and not partial:
