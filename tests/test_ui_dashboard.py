@@ -196,6 +196,30 @@ def test_live_run_whole_with_stop_and_detach_offered(home, size):
     run(drive())
 
 
+def test_a_resize_lays_the_screen_out_again(home):
+    path = copy_run(home, "crash-fallback")
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            dash = await _open(pilot, app, path)
+            assert [c.id for c in dash.query(PlotCard) if c.display] == ["rate-card", "loss-card"]
+            await pilot.resize_terminal(200, 50)
+            await wait_for(pilot, lambda: dash.query_one("#eval-card").display, what="the eval card")
+            await pilot.pause(0.3)
+            _assert_whole(dash)
+            assert dash.query_one("#hardware").display and _data_rows(dash.query_one("#rate-card", PlotCard)) >= 15
+            # the attempts panel wrapped again for its new width: the crash sentence on one line
+            assert on_screen(app, "The trainer died from SIGABRT after step 10 without a Python traceback")
+            await pilot.resize_terminal(80, 24)
+            await wait_for(pilot, lambda: not dash.query_one("#eval-card").display, what="two cards")
+            await pilot.pause(0.3)
+            _assert_whole(dash)
+            assert on_screen(app, "? Help")
+
+    run(drive())
+
+
 def test_finished_run_does_not_offer_stop_or_detach(home):
     path = copy_run(home, "finished")
 

@@ -76,7 +76,7 @@ class DashboardScreen(Screen):
         Binding("s", "stop", "Stop", tooltip="stop the run: it checkpoints after the current step, then exits"),
         Binding("d", "detach", "Detach", tooltip="back, leaving the run running without the cockpit"),
         Binding("t", "toggle_rate", "Rate", tooltip="plot throughput in samples/s or steps/s"),
-        Binding("l", "logs", "Logs"),
+        Binding("l", "logs", "Logs", tooltip="the run's events and its attempts' own output, scrolling, searchable"),
         Binding("w", "window", "Window", tooltip="plots over the whole run, the last 30, 5 or 1 minutes"),
         Binding("y", "log_scale", "Log y", tooltip="loss on a logarithmic scale, or back to linear"),
         Binding("m", "maximise", "Max", tooltip="one plot on the whole screen, then the next; back to all"),
@@ -87,9 +87,9 @@ class DashboardScreen(Screen):
         Binding("escape", "back", "Back", show=False, tooltip="back (a maximised plot: back to all plots)"),
     ]
     HELP = """\
-Progress and ETA, plots over time since the run started -- throughput (`t`: samples/s or
+Progress and ETA; plots over time since the run started of throughput (`t`: samples/s or
 steps/s; its title has the run's average and GFLOP/s), loss (`y`: log scale), the eval
-metrics and the learning rate when the run reports them, crashes as red dashed lines -- then
+metrics and the learning rate when it changes, crashes as red dashed lines; then
 memory (pressure, swap, RSS, device memory), hardware (CPU, GPUs), every attempt with how it
 ended, the evidence, the fallback taken and where it resumed, and the log's tail.
 `w` plots the last 30, 5 or 1 minutes, `m` maximises one plot (again: the next, esc: all).
