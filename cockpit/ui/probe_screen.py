@@ -30,7 +30,7 @@ from engine.probe.batch import BatchResult, Trial
 from engine.probe.speed import CandidateResult, ProbeResult
 from engine.runconfig import RunConfig
 
-STATUS_STYLE = {"ok": "green", "rough": "yellow", "too-slow": "yellow", "crashed": "bold red",
+STATUS_STYLE = {"ok": "green", "rough": "yellow", "too-slow": "yellow", "crashed": "bold red", "wrong": "bold red",
                 "unavailable": "dim", "waiting": "dim", "measuring": "bold cyan"}
 PRESSURE_STYLE = {"normal": "green", "warn": "bold yellow", "critical": "bold red"}
 
