@@ -417,7 +417,7 @@ def test_maximise_cycles_through_the_plots_and_escape_brings_all_back(home):
             await pilot.press("escape")
             await pilot.pause(0.2)
             assert isinstance(app.screen, DashboardScreen)     # esc leaves the plot, not the run
-            assert dash.query_one("#panels").display and dash.maximised is None
+            assert dash.query_one("#panels").display and dash.plots.maximised is None
             _assert_whole(dash)
 
     run(drive())

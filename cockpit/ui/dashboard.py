@@ -10,7 +10,7 @@ panels side by side and a log that takes what is left. m maximises one plot at a
 Threading: a worker thread (cockpit.ui.follow) starts the supervisor when asked and follows
 events.jsonl; it only post_message's batches. Here each batch is folded into the RunModel at
 once (cheap) and the widgets are repainted at most FRAME_S apart, so a flood of events costs
-at most ten repaints a second; the plots, the costly part, at most once per PLOT_S.
+at most ten repaints a second; the plots, the costly part, less often (widgets/plot_grid.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Grid, Horizontal
+from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
@@ -34,39 +34,25 @@ from cockpit.headless import duration, eta_text
 from cockpit.ui.alerts import ScreenAlerts
 from cockpit.ui.follow import RunEvents, follow
 from cockpit.ui.logs import LogScreen
-from cockpit.ui.model import RunModel, rate_text
+from cockpit.ui.model import RunModel
 from cockpit.ui.widgets.attempts import AttemptsPanel
 from cockpit.ui.widgets.hardware import HardwarePanel
 from cockpit.ui.widgets.memory import MemoryPanel
-from cockpit.ui.widgets.plots import PlotCard, fit, short_number, title_line
+from cockpit.ui.widgets.plot_grid import WINDOWS, PlotGrid
+from cockpit.ui.widgets.plots import fit
 from engine import presets
 from engine.errors import ConfigError
 from engine.run import supervisor
 from engine.run.rundir import RunDir
 
 FRAME_S = 0.1
-PLOT_S = 1.0   # the plots are the costly part of a frame (~20 ms each); once a second is plenty
-# Drawing a plot costs ~15 us a cell (textual-plot, then Textual's compositor): up to
-# PLOT_CELLS_PER_S cells (two plots at 80x24) are drawn every PLOT_S, more every
-# PLOT_S x cells / PLOT_CELLS_PER_S, at most every 3 s (plots filling 200x50), so the plots of
-# a new run cost ~1-2% of a core at any size; a long run's are drawn less often (PlotCard.stale).
-PLOT_CELLS_PER_S = 1000
-PLOT_S_MAX_FACTOR = 3.0
 SHORT = 32     # rows below which panels and log shrink so the plots keep their height
-TALL = 40      # rows from which the plots may take two rows of cards
 NARROW = 120   # columns below which memory and hardware share one slot
-CARD_COLUMNS = 45   # a plot card narrower than this squeezes its ticks together
 BAR_CELLS = 16
 STATUS_STYLE = {"running": "bold cyan", "finished": "bold green", "stopped": "bold yellow",
                 "failed": "bold red", "lost": "bold red", "interrupted": "yellow", "created": "dim"}
-# Crash marks are red (plots.CRASH_STYLE): no series is red or magenta, which reads as red.
-# (hex or the basic names: Textual fails to parse Rich's bright_blue or grey35 at every paint,
-# at ~2 ms each, before it falls back to Rich's)
-RATE_STYLE, LOSS_STYLE, LR_STYLE = "cyan", "green", "#5f87ff"
-EVAL_STYLES = ("yellow", "white", "#5fd7ff")
+# (hex or basic names: Textual fails to parse Rich's bright_blue or grey35 at every paint)
 BAR_STYLE, BAR_DONE_STYLE, BAR_EMPTY_STYLE = "#5f87ff", "green", "#4e4e4e"
-WINDOWS = ((None, "whole run"), (1800.0, "last 30 min"), (300.0, "last 5 min"), (60.0, "last min"))
-CARDS = ("rate", "loss", "eval", "lr")
 # What a workload's epoch preparation is, said while it runs (no steps come meanwhile).
 PREPARING = {"twotower": "mining hard negatives"}
 
@@ -100,7 +86,7 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
     DashboardScreen { layout: vertical; }
     #status { height: 1; padding: 0 1; background: $boost; }
     #progress-text { height: auto; max-height: 2; padding: 0 1; }
-    #plots { height: 2fr; min-height: 8; layout: grid; grid-size: 2 1; grid-gutter: 0 1; }
+    #plots { height: 2fr; min-height: 8; }
     #panels { height: 10; }
     #log { height: 1fr; min-height: 3; border-top: round $primary 50%; border-title-color: $text;
            padding: 0 1; }
@@ -127,20 +113,14 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
             self.model.device_preset = table.get("device_preset", "?")
         except ConfigError:
             pass
-        self.show_steps = False
-        self.loss_log = False
-        self.window = 0                  # index into WINDOWS
-        self.maximised: str | None = None  # a card's name (CARDS) while one fills the plots
-        self._arranged: tuple | None = None
         self._dirty: set[str] = set()
         self._paint_due: float | None = None
         self._paint_timer = None
         self._unpainted_t: float | None = None   # write time of the oldest event not yet shown
         self._last_paint = 0.0
         self._last_plot = 0.0
-        self._plotted = False    # the first data reaches the plots at once, later data once per PLOT_S
-        self._force_plot = True  # draw every shown card at the next drawing, stale or not
-        self._plot_interval: float | None = None
+        self._plotted = False    # the first data reaches the plots at once, later data at their interval
+        self._replotting = True  # the user changed the plots: draw them at the next frame
         self._can_stop: bool | None = None
         self._progress_rows = 0
         self.ended = False
@@ -156,9 +136,7 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         yield Static(id="status")
         # one widget for the bar and the figures: a step repaints one line, not four widgets
         yield Static(id="progress-text")
-        with Grid(id="plots"):
-            for name in CARDS:
-                yield PlotCard(id=f"{name}-card")
+        yield PlotGrid(id="plots")
         with Horizontal(id="panels"):
             yield MemoryPanel(id="memory")
             yield HardwarePanel(id="hardware")
@@ -178,7 +156,7 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         self._progress_rows = 0
         # what fits in a line changed: the texts are laid out again at the next frame
         self._dirty |= {"status", "progress", "plots", "plot-data", "log"}
-        self._force_plot = True
+        self._replot()
         self._schedule_paint()
 
     def _fit_to_size(self) -> None:
@@ -191,12 +169,13 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         # keys without padding below NARROW columns: every key and '? Help' fit in 80
         self.query_one(Footer).compact = narrow
         self._label_side_panel()
+        if self.plots.place_cards():
+            self.set_class(self.plots.maximised is not None, "-max")
 
     def _label_side_panel(self) -> None:
         narrow = self.has_class("-narrow")
         self.query_one(MemoryPanel).border_subtitle = "h hardware" if narrow else ""
         self.query_one(HardwarePanel).border_subtitle = "h memory" if narrow else ""
-        self._arrange_plots()
 
     # ------------------------------------------------------------ the worker
 
@@ -233,7 +212,7 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
             return
         due = self._last_paint + FRAME_S
         if self._dirty == {"plot-data"} and self._plotted and not self.model.finished:
-            due = max(due, self._last_plot + self.plot_interval())
+            due = max(due, self._last_plot + self.plots.plot_interval())
         if self._paint_due is not None and self._paint_due <= due:
             return
         if self._paint_timer is not None:
@@ -253,8 +232,8 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         if "progress" in dirty or "status" in dirty:
             self._paint_progress()
         if "plot-data" in dirty:
-            if (self._last_paint - self._last_plot >= self.plot_interval() or self.model.finished
-                    or not self._plotted or self._force_plot):
+            if (self._last_paint - self._last_plot >= self.plots.plot_interval() or self.model.finished
+                    or not self._plotted or self._replotting):
                 self._last_plot = self._last_paint
                 self._paint_plots(draw=True)
             else:
@@ -342,135 +321,15 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
 
     # ------------------------------------------------------------ plots
 
-    def _cards_with_data(self) -> list[str]:
-        """The cards worth a place: throughput and loss always (they say why they are empty),
-        eval once the run reported it, lr once it changed (a constant lr is a flat line: its
-        value goes in the loss card's title instead)."""
-        m = self.model
-        return ["rate", "loss"] + (["eval"] if m.eval_series else []) + (["lr"] if self._lr_varies() else [])
-
-    def _lr_varies(self) -> bool:
-        ys = self.model.lr_series.y
-        last = self.model.lr_series.last
-        return bool(ys) and last is not None and (max(ys) > min(ys) or last[1] != ys[0])
-
-    def _arrange_plots(self) -> None:
-        """Which cards show, in a grid of how many columns and rows."""
-        width, height = self.size
-        wanted = self._cards_with_data()
-        if self.maximised not in wanted:
-            self.maximised = None
-        key = (tuple(wanted), width, height, self.maximised)
-        if key == self._arranged:
-            return
-        self._arranged = key
-        self.set_class(self.maximised is not None, "-max")
-        if self.maximised is not None:
-            shown, columns, rows = [self.maximised], 1, 1
-        else:
-            columns = min(len(wanted), max(2, width // CARD_COLUMNS))
-            rows = min(1 if height < TALL else 2, math.ceil(len(wanted) / columns))
-            shown = wanted[: columns * rows]
-        grid = self.query_one("#plots", Grid)
-        grid.styles.grid_size_columns, grid.styles.grid_size_rows = columns, rows
-        for name in CARDS:
-            self.query_one(f"#{name}-card", PlotCard).display = name in shown
-        self._force_plot = True   # a card shown anew, or resized, is drawn at the next frame
-        self._plot_interval = None  # and their size is measured again once laid out
-
-    def plot_interval(self) -> float:
-        """Seconds between drawings of the plots' lines: PLOT_S, longer for plots so big that
-        drawing them once a second would cost more than the rest of the screen."""
-        if self._plot_interval is None:   # (a DOM query at every event cost 1% of a core)
-            cells = sum(c.plot.size.area for c in self.query(PlotCard) if c.display)
-            self._plot_interval = PLOT_S * min(PLOT_S_MAX_FACTOR, max(1.0, cells / PLOT_CELLS_PER_S))
-        return self._plot_interval
+    @property
+    def plots(self) -> PlotGrid:
+        return self.query_one(PlotGrid)
 
     def _paint_plots(self, draw: bool) -> None:
-        """The cards' titles; with `draw` their lines too, for each card whose newest data
-        would move its line by a braille column or more (or that the user changed)."""
-        m = self.model
-        self._arrange_plots()
-        seconds, window = WINDOWS[self.window]
-        until = m.elapsed(m.ended_t or m.newest_t)
-        if seconds is not None:
-            since = max(0.0, until - seconds)
-        else:
-            # every card over the same span, from the first step: an eval plot lines up with
-            # the loss under it
-            firsts = [s.x[0] for s in (m.samples_series, m.loss_series) if s.x]
-            since, window = (min(firsts) if firsts else None), None
-        force, self._force_plot = self._force_plot and draw, self._force_plot and not draw
-        for name in CARDS:
-            card = self.query_one(f"#{name}-card", PlotCard)
-            if card.display:
-                worth = draw and (force or card.stale(since, until))
-                getattr(self, f"_paint_{name}")(card, since, until, window, card.size.width or 40, worth)
-        self._plotted = self._plotted or (draw and bool(m.samples_series.last or m.loss_series.last))
-
-    def _empty(self, what: str, series=None, window: str | None = None) -> str:
-        m = self.model
-        if series is not None and series.last is not None and window is not None:
-            return f"no {what} in the {window}"
-        if m.finished or self.ended:
-            return f"no {what}: the run ended before its first reported step"
-        return f"no {what} yet: it comes with the first reported step"
-
-    def _paint_rate(self, card: PlotCard, since, until, window: str | None, width: int,
-                    draw: bool) -> None:
-        m = self.model
-        series, unit = (m.steps_series, "steps/s") if self.show_steps else (m.samples_series, "samples/s")
-        now = m.steps_per_s if self.show_steps else m.samples_per_s
-        average = m.avg_steps_per_s if self.show_steps else m.avg_samples_per_s
-        parts = [Text(rate_text(now, unit), style=f"bold {RATE_STYLE}")]
-        if average is not None:
-            parts.append(Text(f"average {rate_text(average, '').strip()}"))
-        if m.gflop_s:
-            parts.append(Text(f"{m.gflop_s:,.1f} GFLOP/s" if m.gflop_s >= 1 else f"{m.gflop_s:.2g} GFLOP/s"))
-        card.set_title(title_line(parts, width - 1, window))
-        if not draw:
-            return
-        xs, ys = series.points(since)
-        card.show([(xs, ys, RATE_STYLE)], m.marks, empty=self._empty("throughput", series, window), since=since, until=until)
-
-    def _paint_loss(self, card: PlotCard, since, until, window: str | None, width: int,
-                    draw: bool) -> None:
-        # The value is the progress line's (one loss on screen, not two a frame apart).
-        m = self.model
-        parts = [Text("loss", style=f"bold {LOSS_STYLE}")]
-        if self.loss_log:
-            parts.append(Text("log scale"))
-        if m.lr is not None and not self._lr_varies():
-            parts.append(Text(f"lr {short_number(m.lr)} (constant)", style="dim"))
-        card.set_title(title_line(parts, width - 1, window))
-        if not draw:
-            return
-        xs, ys = m.loss_series.points(since)
-        card.show([(xs, ys, LOSS_STYLE)], m.marks, empty=self._empty("loss", m.loss_series, window), since=since, until=until,
-                  log=self.loss_log)
-
-    def _paint_eval(self, card: PlotCard, since, until, window: str | None, width: int,
-                    draw: bool) -> None:
-        m = self.model
-        names = list(m.eval_series)[: len(EVAL_STYLES)]
-        title = Text("eval ", style="bold")
-        for i, (name, style) in enumerate(zip(names, EVAL_STYLES)):
-            title.append(("  " if i else "") + f"━ {name}", style=style)
-        card.set_title(title_line([title], width - 1, window))
-        if not draw:
-            return
-        lines = [(*m.eval_series[name].points(since), style) for name, style in zip(names, EVAL_STYLES)]
-        card.show(lines, m.marks, empty=f"no eval in the {window or 'run'}", since=since, until=until)
-
-    def _paint_lr(self, card: PlotCard, since, until, window: str | None, width: int,
-                  draw: bool) -> None:
-        m = self.model
-        parts = [Text(f"lr {short_number(m.lr)}" if m.lr is not None else "lr", style=f"bold {LR_STYLE}")]
-        card.set_title(title_line(parts, width - 1, window))
-        if not draw:
-            return
-        xs, ys = m.lr_series.points(since)
-        card.show([(xs, ys, LR_STYLE)], m.marks, empty=f"no lr in the {window or 'run'}", since=since, until=until)
+        if self.plots.paint(self.model, ended=self.ended, draw=draw):
+            self.set_class(self.plots.maximised is not None, "-max")
+        self._replotting = self._replotting and not draw
+        self._plotted = self._plotted or (draw and bool(self.model.samples_series.last or self.model.loss_series.last))
 
     # ------------------------------------------------------------ log
 
@@ -510,7 +369,7 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         self.dismiss()
 
     def action_back(self) -> None:
-        if self.maximised is not None:
+        if self.plots.maximised is not None:
             self.action_maximise(off=True)
             return
         self.action_detach()
@@ -519,27 +378,23 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         self.app.push_screen(LogScreen(self.run))
 
     def action_toggle_rate(self) -> None:
-        self.show_steps = not self.show_steps
+        self.plots.show_steps = not self.plots.show_steps
         self._replot()
 
     def action_log_scale(self) -> None:
-        self.loss_log = not self.loss_log
-        self.notify(f"loss on a {'logarithmic' if self.loss_log else 'linear'} scale", timeout=2)
+        self.plots.loss_log = not self.plots.loss_log
+        self.notify(f"loss on a {'logarithmic' if self.plots.loss_log else 'linear'} scale", timeout=2)
         self._replot()
 
     def action_window(self) -> None:
-        self.window = (self.window + 1) % len(WINDOWS)
-        self.notify(f"plots: {WINDOWS[self.window][1]}", timeout=2)
+        self.plots.window = (self.plots.window + 1) % len(WINDOWS)
+        self.notify(f"plots: {WINDOWS[self.plots.window][1]}", timeout=2)
         self._replot()
 
     def action_maximise(self, off: bool = False) -> None:
         """The next plot on its own (rate, loss, eval, lr), then all of them again."""
-        wanted = self._cards_with_data()
-        if off or self.maximised == wanted[-1]:
-            self.maximised = None
-        else:
-            self.maximised = wanted[wanted.index(self.maximised) + 1] if self.maximised in wanted else wanted[0]
-        self._arrange_plots()
+        self.plots.maximise_next(off)
+        self.set_class(self.plots.maximised is not None, "-max")
         self._dirty.add("log")   # back from a maximised plot: the log is shown again
         self._replot()
 
@@ -550,7 +405,8 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         self._schedule_paint()
 
     def _replot(self) -> None:
-        self._force_plot = True  # the user asked: now, not at the next plot time
+        self._replotting = True  # the user asked: now, not at the next plot time
+        self.plots.force()
         self._dirty |= {"plots", "plot-data"}
         self._schedule_paint()
 
