@@ -147,7 +147,7 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
     def on_mount(self) -> None:
         self.query_one("#log", Static).border_title = "log"
         self._fit_to_size()
-        self._dirty = {"status", "progress", "plots", "plot-data", "memory", "attempts", "log"}
+        self._dirty = {"status", "progress", "plots", "plot-titles", "memory", "attempts", "log"}
         self._paint()
         self.follow_run()
 
@@ -155,7 +155,7 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         self._fit_to_size()
         self._progress_rows = 0
         # what fits in a line changed: the texts are laid out again at the next frame
-        self._dirty |= {"status", "progress", "plots", "plot-data", "log"}
+        self._dirty |= {"status", "progress", "plots", "plot-titles", "log"}
         self._replot()
         self._schedule_paint()
 
@@ -199,7 +199,7 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         if "memory" in changed:
             changed.add("hardware")   # the same memory event carries the CPU and GPU figures
         if "plots" in changed:
-            changed.add("plot-data")  # "plots" repaints the titles (cheap), this the lines
+            changed.add("plot-titles")  # at every frame (cheap); "plots", the lines, at their interval
         self._dirty |= changed
         self._schedule_paint()
 
@@ -211,7 +211,7 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         if not self._dirty:
             return
         due = self._last_paint + FRAME_S
-        if self._dirty == {"plot-data"} and self._plotted and not self.model.finished:
+        if self._dirty == {"plots"} and self._plotted and not self.model.finished:
             due = max(due, self._last_plot + self.plots.plot_interval())
         if self._paint_due is not None and self._paint_due <= due:
             return
@@ -231,16 +231,16 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
             self._offer_stop()
         if "progress" in dirty or "status" in dirty:
             self._paint_progress()
-        if "plot-data" in dirty:
+        if "plots" in dirty:
             if (self._last_paint - self._last_plot >= self.plots.plot_interval() or self.model.finished
                     or not self._plotted or self._replotting):
                 self._last_plot = self._last_paint
                 self._paint_plots(draw=True)
             else:
-                self._dirty.add("plot-data")  # drawn by a later frame, scheduled below
-                if "plots" in dirty:
+                self._dirty.add("plots")  # drawn by a later frame, scheduled below
+                if "plot-titles" in dirty:
                     self._paint_plots(draw=False)
-        elif "plots" in dirty:
+        elif "plot-titles" in dirty:
             self._paint_plots(draw=False)
         if "memory" in dirty:
             self.query_one(MemoryPanel).show(m)
@@ -407,7 +407,7 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
     def _replot(self) -> None:
         self._replotting = True  # the user asked: now, not at the next plot time
         self.plots.force()
-        self._dirty |= {"plots", "plot-data"}
+        self._dirty |= {"plots", "plot-titles"}
         self._schedule_paint()
 
 
