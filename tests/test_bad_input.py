@@ -15,6 +15,7 @@ from cockpit.cli import main
 from engine import runconfig
 from engine.errors import ConfigError
 from engine.run.events import EventWriter
+from engine.run.digest import RunDigests
 from engine.run.rundir import RunDir, list_runs, summarize
 from engine.train.data import SampleOrder
 
@@ -177,6 +178,31 @@ def test_runs_list_shows_a_broken_run_dir_as_broken_and_lists_the_rest(home, cap
     assert summarize(no_t).workload == "matmul"
     line = bad_input(capsys, "runs", "show", no_t.id)
     assert f"run {no_t.id}: is broken: {no_t.events_path}: an event lacks 't'" in line
+
+
+def test_a_step_that_is_not_a_number_breaks_only_its_own_run(home, capsys):
+    """Well-formed JSON, a step of "x": that run is broken for the digest (the runs screen,
+    `runs compare`) as for summarize() (`runs list`), and the runs beside it are still read."""
+    good, other = _run(), _run()
+    bad = _run()
+    with open(bad.events_path, "a") as f:
+        f.write(json.dumps({"type": "step", "t": 1.0, "step": "x", "window_s": 1.0, "samples_per_s": 2.0}) + "\n")
+    digests = {d.run.id: d for d in RunDigests().refresh()}
+    assert digests[good.id].summary.status == "finished" and digests[other.id].summary.error is None
+    s = digests[bad.id].summary
+    assert s.status == "broken" and s.workload == "matmul"
+    assert s.error == summarize(bad).error and "ValueError" in s.error
+    assert not digests[bad.id].refresh()      # nothing new: still broken, not read again
+    with open(bad.events_path, "a") as f:     # appended to: read again from the start, still broken
+        f.write(json.dumps({"type": "warning", "t": 2.0}) + "\n")
+    assert digests[bad.id].refresh() and digests[bad.id].summary.status == "broken"
+
+    assert main(["runs", "list"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    assert rows[bad.id].split()[1] == "broken" and rows[good.id].split()[1] == "finished"
+    line = bad_input(capsys, "runs", "compare", good.id, bad.id)
+    assert line.startswith(f"cockpit: run {bad.id}: is broken") and "ValueError" in line
+    assert main(["runs", "compare", good.id, other.id]) == 0
 
 
 def test_a_closed_stdout_ends_quietly(home):

@@ -65,3 +65,12 @@ def test_compare_needs_two_different_runs(home, capsys):
     assert main(["runs", "compare", FINISHED, "last"]) == 2
     assert "needs two or more different runs" in capsys.readouterr().err
     assert main(["runs", "compare", FINISHED, "nothing-like-it"]) == 2
+
+
+def test_curves_without_json_is_refused(home, capsys):
+    copy_run(home, "finished", FINISHED)
+    copy_run(home, "crash-fallback", CRASH)
+    assert main(["runs", "compare", FINISHED, CRASH, "--curves"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith("cockpit: runs compare: --curves: goes with --json"), err

@@ -25,12 +25,16 @@ def add_parser(runs_sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.curves and not args.json:
+        raise ConfigError("runs compare", "--curves", "goes with --json (the table shows the loss at a few steps)")
     runs = [find_run(ref) for ref in args.runs]
     if len({r.path for r in runs}) < 2:
         raise ConfigError("runs compare", None, "needs two or more different runs")
     digests = [RunDigest(r, curves=True) for r in runs]
     for d in digests:
         d.refresh()
+        if d.summary.error:
+            raise ConfigError(f"run {d.run.id}", None, f"is broken, nothing to compare: {d.summary.error}")
     shown = [compared(d) for d in digests]
     if args.json:
         print(json.dumps(as_json(shown, with_curves=args.curves), indent=2))

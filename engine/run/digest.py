@@ -19,7 +19,7 @@ from pathlib import Path
 
 from engine.run.curves import CurveFold, RunCurves
 from engine.run.events import EventFollower
-from engine.run.rundir import RunDir, RunSummary, list_runs, summarize
+from engine.run.rundir import UNREADABLE, RunDir, RunSummary, broken, list_runs, summarize
 from engine.run.stats import Averages, RunStats
 
 
@@ -64,12 +64,20 @@ class RunDigest:
         if seen[0] < self._follower.offset:   # the file was replaced, not appended to
             self._start_over()
         changed = seen != self._seen or self.summary is None
-        if changed:
-            for e in self._follower.poll():
-                self._add(e)
+        try:
+            if changed:
+                for e in self._follower.poll():
+                    self._add(e)
+                self._seen = seen
+            if changed or self.summary.status == "running":
+                self.summary = self._summarize()
+                return True
+        except UNREADABLE as e:
+            # Broken, as summarize() would say, so the runs beside it are still listed. What was
+            # folded so far is dropped: the next change to the run reads it again from the start.
+            self._start_over()
             self._seen = seen
-        if changed or self.summary.status == "running":
-            self.summary = self._summarize()
+            self.summary = broken(self.run, e)
             return True
         return False
 

@@ -199,19 +199,31 @@ class RunSummary:
         return (end or self.started) - self.started
 
 
+# What reading a run dir that is not as cockpit writes it raises: summarize() and the digest
+# (engine.run.digest) turn these into a 'broken' summary rather than let one run hide the others.
+UNREADABLE = (ConfigError, OSError, KeyError, TypeError, ValueError, AttributeError)
+
+
 def summarize(run: RunDir) -> RunSummary:
     """The run's summary; a run dir that cannot be read (run.toml unreadable, an event lacking
     a key it needs) is status 'broken' with the reason in `error`, so one bad run dir never
     hides the others from `runs list` or the runs screen."""
     try:
         return _fold(run)
-    except ConfigError as e:
+    except UNREADABLE as e:
+        return broken(run, e)
+
+
+def broken(run: RunDir, e: Exception) -> RunSummary:
+    """The 'broken' summary of a run whose reading raised `e` (one of UNREADABLE): the reason in
+    `error`, the workload and device presets if run.toml still says them."""
+    if isinstance(e, ConfigError):
         problem = e.line()
-    except OSError as e:
+    elif isinstance(e, OSError):
         problem = f"{e.filename or run.path}: cannot be read ({e.strerror})"
-    except KeyError as e:
+    elif isinstance(e, KeyError):
         problem = f"{run.events_path}: an event lacks {e.args[0]!r}; expected the fields cockpit writes"
-    except (TypeError, ValueError, AttributeError) as e:
+    else:
         problem = f"{run.path}: cannot be summarized ({type(e).__name__}: {e})"
     summary = RunSummary(id=run.id, workload="?", device_preset="?", status="broken", error=problem)
     try:
