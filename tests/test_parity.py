@@ -100,7 +100,9 @@ def test_the_rule_and_the_classification():
 
 
 def test_cockpit_check_says_ok_or_wrong_with_its_exit_code(home):
-    base = ["check", "-w", "matmul", "-d", "cpu", *[a for o in SMALL for a in ("--set", o)]]
+    # bf16 on the CPU: the CPU in fp32 is the reference itself
+    base = ["check", "-w", "matmul", "-d", "cpu", "--set", "precision=bf16",
+            *[a for o in SMALL for a in ("--set", o)]]
     ok = subprocess.run(cockpit_cmd(*base), capture_output=True, text=True, env=child_env(), timeout=120)
     assert ok.returncode == 0, ok.stderr
     assert "verdict: ok" in ok.stdout and "against the CPU in fp32" in ok.stdout
@@ -152,3 +154,24 @@ def test_a_model_that_computes_in_bf16_itself_is_judged_by_bf16s_tolerances():
     assert parity.computed_in(fake("fp32", "fp32")) == "fp32"
     assert parity.computed_in(fake("bf16")) == "bf16"     # a workload without the setting
     assert parity.computed_in(fake("fp16", "fp32")) == "fp16"
+
+
+def test_cockpit_check_refuses_what_it_cannot_check_in_one_line(home):
+    def check(*args):
+        done = subprocess.run(cockpit_cmd("check", "-w", "matmul", *args), capture_output=True,
+                              text=True, env=child_env(), timeout=60)
+        return done.returncode, done.stderr.strip().splitlines()
+
+    code, lines = check("-d", "cpu")
+    assert code == 2 and len(lines) == 1 and "the check's reference itself: nothing to compare" in lines[0]
+    code, lines = check("-d", "cpu", "--set", "precision=bf16", "--inject", "nan@0")
+    assert code == 2 and lines == ["cockpit: --inject: got 'nan@0'; the check trains no step, expected wrong-grad@0"]
+
+
+def test_a_device_that_hangs_in_the_check_is_stopped_and_said(home):
+    done = subprocess.run(cockpit_cmd("check", "-w", "matmul", "-d", "cpu", "--set", "precision=bf16",
+                                      "--set", "inject=['hang@0']", "--set", "hang_timeout_s=3",
+                                      *[a for o in SMALL for a in ("--set", o)]),
+                          capture_output=True, text=True, env=child_env(), timeout=120)
+    assert done.returncode == 3, done.stderr
+    assert "the worker said nothing for" in done.stderr and "a hang" in done.stderr

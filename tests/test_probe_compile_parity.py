@@ -77,3 +77,26 @@ def test_a_candidate_with_wrong_numbers_is_shown_and_never_recommended(home):
                            capture_output=True, text=True, env=child_env(), timeout=180)  # cached
     header, *lines = table.stdout.splitlines()
     assert "parity" in header and any(line.startswith("bf16") and "WRONG" in line for line in lines)
+
+
+def test_compiled_candidates_bring_their_own_time_to_the_default_budget(home, monkeypatch):
+    """A compile takes minutes on a large model: the default budget grows by COMPILE_EXTRA_S for
+    each compiled twin, so the twin is measured rather than 'too-slow'."""
+    from types import SimpleNamespace
+
+    from cockpit.commands import probe as probe_cmd
+    from engine.probe import PROBE_BUDGET_S, speed
+
+    seen = {}
+
+    def fake_probe(config, cands, budget, **kwargs):
+        seen["budget"] = budget
+        return speed.ProbeResult(config.workload_preset, "matmul", [], None, "nothing", budget, 0.0)
+
+    monkeypatch.setattr(speed, "probe", fake_probe)
+    config = runconfig.resolve("matmul", "auto", [])
+    cands = candidates.build(config.workload, devices=["cuda", "cpu"], preset_names=[], base="auto",
+                             overrides=[], threads=False)
+    args = SimpleNamespace(budget=None, fresh=True, device="auto", presets=None)
+    probe_cmd._probe(args, config, cands, as_json=True)
+    assert seen["budget"] == PROBE_BUDGET_S + probe_cmd.COMPILE_EXTRA_S   # one twin

@@ -14,7 +14,9 @@ Exit codes: 0 ok, 1 numerically wrong, 2 bad input, 3 the check could not run (a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
 import time
 
@@ -48,6 +50,10 @@ def run(args: argparse.Namespace) -> int:
     from engine import runconfig
     from engine.probe.measure import POLL_S, Worker
 
+    for spec in args.inject:
+        if spec.rstrip("+") != "wrong-grad@0":
+            raise ConfigError("--inject", None, f"got {spec!r}; the check trains no step, expected "
+                                                "wrong-grad@0")
     overrides = list(args.set) + (["device.inject=" + json.dumps(args.inject)] if args.inject else [])
     config = runconfig.resolve(args.workload, args.device, overrides)
     if config.workload.is_command:
@@ -55,19 +61,33 @@ def run(args: argparse.Namespace) -> int:
                           "is the user's own command: a parity check does not apply (cockpit cannot "
                           "run its model on the CPU beside it); expected a built-in or protocol workload")
     preset = dataclasses.replace(config.device, fallback=(), parity_check=True)
+    if preset.device == "cpu" and preset.precision in ("auto", "fp32"):
+        raise ConfigError(f"device preset {config.device_preset!r}", "device",
+                          "computes on the CPU in fp32, the check's reference itself: nothing to "
+                          "compare; expected another device (or --set precision=bf16)")
     _say(f"checking {config.workload_preset} on device preset {config.device_preset!r} "
          f"({preset.device}, {preset.precision}) against the CPU in fp32 ...")
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="cockpit-check-") as scratch:
+    silent_s = None
+    with _terminations_as_interrupts(), tempfile.TemporaryDirectory(prefix="cockpit-check-") as scratch:
         worker = Worker(config, preset, Path(scratch), parity="only")
+        heard = time.monotonic()
         try:
             while worker.alive:
-                worker.poll()
+                if worker.poll():
+                    heard = time.monotonic()
+                elif time.monotonic() - heard > preset.hang_timeout_s:
+                    silent_s = time.monotonic() - heard  # a wedged device: as a run's hang
+                    break
                 time.sleep(POLL_S)
         finally:
-            worker.kill("interrupted")  # Ctrl-C: it runs in its own session
+            worker.kill("interrupted")  # Ctrl-C, a hang: it runs in its own session
         ended = worker.end()
         found = worker.of_type("parity")
+    if silent_s is not None:
+        print(f"cockpit check: the check could not run: the worker said nothing for {silent_s:.0f} s "
+              f"(the preset's hang_timeout_s) and was stopped: a hang", file=sys.stderr)
+        return EXIT_CRASHED
     if ended.config_error:
         raise ConfigError(f"device preset {config.device_preset!r}", None, ended.config_error)
     if not found:
@@ -77,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_CRASHED
     result = found[0]
+    if result["device"] == "cpu" and result["precision"] == "fp32":  # auto found no accelerator
+        _say("note: this machine's device is the CPU in fp32, the check's reference itself: an "
+             "ok says only that the check runs")
     if args.json:
         print(json.dumps({k: v for k, v in result.items() if not k.startswith("_")}, indent=1))
     else:
@@ -101,6 +124,21 @@ def report(p: dict, workload: str, seconds: float) -> str:
              row("worst update", p["worst_update"]["rel"], t["update"], p["worst_update"]["name"]),
              f"verdict: {p['verdict']}" + ("" if p["ok"] else f" — {'; '.join(p['problems'])}")]
     return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def _terminations_as_interrupts():
+    """SIGTERM and SIGHUP (a closed terminal, `timeout`) end the check as Ctrl-C does, so the
+    worker, in a session of its own, is stopped and its scratch directory removed."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _say(text: str) -> None:

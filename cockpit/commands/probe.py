@@ -22,6 +22,7 @@ import time
 from engine.errors import ConfigError
 from engine.numbers import rate
 
+COMPILE_EXTRA_S = 120.0  # the default budget's addition per compiled candidate
 SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt])i?b?\s*$", re.I)
 
 
@@ -41,7 +42,8 @@ def add_parser(sub) -> None:
                                                           "(default: those this machine has)")
     which.add_argument("--presets", metavar="LIST", help="device presets to compare, as they are")
     q.add_argument("--budget", type=float, metavar="SECONDS",
-                   help="wall time for the whole probe (default 60; --find-batch 90)")
+                   help="wall time for the whole probe (default 60, plus 120 for each compiled "
+                        "CUDA candidate; --find-batch 90)")
     q.add_argument("--no-threads", action="store_true",
                    help="measure CPU candidates only at their own thread count")
     q.add_argument("--no-compile", action="store_true",
@@ -119,7 +121,10 @@ def _probe(args, config, candidates, as_json: bool) -> int:
     from engine.probe import PROBE_BUDGET_S, cache
     from engine.probe.speed import probe
 
-    budget = args.budget or PROBE_BUDGET_S
+    compiled = sum(c.preset.compile for c in candidates)
+    # a compile takes minutes on a large model (85 s for trm-chat-small on the H100): without a
+    # budget of the user's, each compiled candidate brings its own time for it
+    budget = args.budget or PROBE_BUDGET_S + COMPILE_EXTRA_S * compiled
     key = cache.identify(config.workload, candidates, budget)["key"]
     result = None if args.fresh else _cached(key)
     if result is not None:

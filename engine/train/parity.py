@@ -7,9 +7,12 @@ such a device trains garbage while every monitor is green. So, before training:
 
 1. forward and backward of the run's next micro-batch (its first MAX_SAMPLES samples: the
    CPU's side costs seconds then, not minutes, and activations stay far above the sizes where
-   those bugs start), with the run's weights, on the
-   candidate exactly as the run trains it (its forward, compiled or not; its precision's
-   autocast) and on a CPU copy in fp32. Compared: the loss, and each parameter's gradient
+   those bugs start), with the run's weights, on the candidate as the run trains it (its
+   device, its precision's autocast, its optimizer's kernels) and on a CPU copy in fp32. The
+   model runs eagerly even where the run compiles it: a compiled 4-sample graph would cost as
+   much as the run's own compile and leave the run's graph dynamic in the batch (torch.compile
+   recompiles a size it has seen change); compile's own numerics are not checked. Compared:
+   the loss, and each parameter's gradient
    (relative error: the norm of the difference over the norm of the CPU's gradient).
 2. one optimizer step on each, both fed the CPU's gradients: the optimizer's kernels are
    compared on equal inputs, so a tight fp32 tolerance holds whatever the precision (step 1
@@ -23,7 +26,7 @@ model that calls functional dropout itself will not match and should not be chec
 Tolerances, per precision (relative errors; measured in benchmarks/parity.py, whose figures
 README gives): fp32 allows float32 rounding and a backend's other summation order, bf16 and
 fp16 what autocast's 8 and 11 bits of mantissa cost. The bugs above are errors of 1 and more:
-a hundred times the bf16 gradient tolerance.
+four times the loosest tolerance (bf16's gradient), a hundred times fp32's.
 """
 
 from __future__ import annotations
@@ -134,7 +137,7 @@ def check(trainer, *, perturb: bool = False) -> Parity:
     try:
         trainer.optimizer.zero_grad(set_to_none=True)
         with trainer.resolved.autocast():
-            loss = workload.loss(trainer.local_forward, workload.batch(indices, trainer.device))
+            loss = workload.loss(model, workload.batch(indices, trainer.device))
         # fp16 backward as the run does it, scaled so small gradients do not flush to zero
         scale = trainer.scaler.get_scale() if trainer.scaler.is_enabled() else 1.0
         (loss * scale).backward()
