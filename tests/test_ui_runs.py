@@ -124,9 +124,12 @@ def test_space_marks_and_unmarks_runs(home):
             await pilot.press("space")
             assert screen.marked == {"20261123-000002-crash"}
             assert _row(screen, "20261123-000001-finished")[MARK] == ""
+            before = screen.rows                                # each RunsLoaded hands over a new list
             screen.load()                                       # a refresh keeps the marks
-            await pilot.pause(0.2)
+            await wait_for(pilot, lambda: screen.rows is not before, what="the refresh to arrive")
+            assert screen.marked == {"20261123-000002-crash"}
             assert _row(screen, "20261123-000002-crash")[MARK] == MARK
+            assert _row(screen, "20261123-000001-finished")[MARK] == ""
 
     run(drive())
 

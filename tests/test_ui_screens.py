@@ -11,6 +11,7 @@ import tomllib
 
 import pytest
 from textual.binding import Binding
+from textual.command import CommandList, CommandPalette
 from textual.screen import Screen
 from textual.widgets import Input, Markdown, Static
 
@@ -26,6 +27,18 @@ from cockpit.ui.runs import RunsScreen
 from conftest import FIXTURES
 from engine.run.rundir import RunDir
 from ui_support import copy_run, fake_live, run, wait_for
+
+
+def _palette_highlights(app, title: str) -> bool:
+    """The command palette shows its list with `title` highlighted, so enter runs it: the palette
+    searches in a worker and shows what it found in batches, so typing is not enough."""
+    palette = app.screen
+    if not isinstance(palette, CommandPalette):
+        return False
+    commands = palette.query_one(CommandList)
+    option = commands.highlighted_option
+    return commands.has_class("--visible") and option is not None and str(option.hit.text) == title
+
 
 SIZES = [(80, 24), (200, 50)]
 
@@ -346,7 +359,8 @@ def test_palette_offers_the_screens_actions_and_runs_them(home):
             await pilot.press("ctrl+p")
             await pilot.pause()
             await pilot.press(*"edit preset")
-            await pilot.pause(0.3)
+            await wait_for(pilot, lambda: _palette_highlights(app, "Edit preset"),
+                           what="the palette's search to offer Edit preset")
             await pilot.press("enter")
             await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen), what="the editor")
 
@@ -360,7 +374,8 @@ def test_palette_offers_the_screens_actions_and_runs_them(home):
             await pilot.press("ctrl+p")
             await pilot.pause()
             await pilot.press(*"read the gau")
-            await pilot.pause(0.3)
+            await wait_for(pilot, lambda: _palette_highlights(app, "Gauge it"),
+                           what="the palette's search to offer Gauge it")
             await pilot.press("enter")
             await wait_for(pilot, lambda: gauge.gauged == 1, what="the gauge action")
 
