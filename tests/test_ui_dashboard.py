@@ -516,6 +516,29 @@ def test_mining_is_said_while_it_runs(home):
     run(drive())
 
 
+def test_an_eval_under_way_is_said_and_mfu_shown(home):
+    path = copy_run(home, "finished")
+    fake_live(path)
+    events = _events(path)
+    last_step = next(e for e in reversed(events) if e["type"] == "step")
+    last_step.update(mfu=0.41, gflop_s=812.0)
+    events.append({"v": 1, "t": events[-1]["t"] + 0.1, "type": "eval_started", "attempt": 1, "step": last_step["step"]})
+    _write(path, events)
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=(200, 50)) as pilot:
+            dash = await _open(pilot, app, path, live=True)
+            await wait_for(pilot, lambda: dash.model.eval_active, what="the eval_started event")
+            await pilot.pause(0.3)
+            progress = _text(dash, "#progress-text")
+            assert "evaluating" in progress and "ETA" not in progress
+            title = dash.query_one("#rate-card", PlotCard).title_text
+            assert "812.0 GFLOP/s" in title and "MFU 41%" in title
+
+    run(drive())
+
+
 # ------------------------------------------------------------ stop, and a flood
 
 

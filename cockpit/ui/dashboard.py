@@ -53,8 +53,6 @@ STATUS_STYLE = {"running": "bold cyan", "finished": "bold green", "stopped": "bo
                 "failed": "bold red", "lost": "bold red", "interrupted": "yellow", "created": "dim"}
 # (hex or basic names: Textual fails to parse Rich's bright_blue or grey35 at every paint)
 BAR_STYLE, BAR_DONE_STYLE, BAR_EMPTY_STYLE = "#5f87ff", "green", "#4e4e4e"
-# What a workload's epoch preparation is, said while it runs (no steps come meanwhile).
-PREPARING = {"twotower": "mining hard negatives"}
 
 
 class DashboardScreen(Screen):
@@ -305,12 +303,14 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         if m.finished:
             parts.append(Text(f"took {duration(m.duration_s(time.time()))}"))
         elif m.mining_active:
-            # no steps while an epoch is prepared: say why, instead of an ETA that means nothing
-            parts.append(Text(PREPARING.get(m.workload, "preparing the next epoch") + "…", style="bold yellow"))
+            # no steps while a mining pass runs: say why, instead of an ETA that means nothing
+            parts.append(Text("mining hard negatives…", style="bold yellow"))
             last = (m.mining or {})
             if last.get("recall_vs_exact") is not None:
                 parts.append(Text(f"last pass: recall {last['recall_vs_exact']:.3f} vs exact, "
                                   f"{last.get('mining_s', 0):.1f} s", style="dim"))
+        elif m.eval_active:
+            parts.append(Text("evaluating…", style="bold yellow"))
         elif (eta := eta_text(m.eta_s, m.attempts[-1].windows if m.attempts else None)) is not None:
             parts.append(Text(eta))
         if m.loss is not None:

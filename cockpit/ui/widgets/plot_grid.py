@@ -161,6 +161,8 @@ class PlotGrid(Grid):
             parts.append(Text(f"average {rate_text(average, '').strip()}"))
         if m.gflop_s:
             parts.append(Text(f"{m.gflop_s:,.1f} GFLOP/s" if m.gflop_s >= 1 else f"{m.gflop_s:.2g} GFLOP/s"))
+        if m.mfu:
+            parts.append(Text(f"MFU {100 * m.mfu:.0f}%"))
         card.set_title(title_line(parts, width - 1, window))
         if draw:
             xs, ys = series.points(since)
