@@ -118,6 +118,36 @@ def test_x_pressed_before_the_output_is_read_still_lands_on_the_traceback(home):
     run(drive())
 
 
+def test_an_attempt_chosen_before_the_traceback_was_found_is_left_as_it_is(home):
+    """x, then ] before the crashed attempt's log was read: ] wins; the next attempt (which did
+    not crash) is shown, not searched for a traceback or its crash event."""
+    path = copy_run(home, "crash-fallback")
+    _with_traceback(path)
+
+    async def drive():
+        async with make_app(attach=False).run_test(size=SMALL) as pilot:
+            screen = LogScreen(RunDir(path), attempt=1)
+            pilot.app.push_screen(screen)
+            await pilot.pause()
+            events, output = panes(screen)
+            await wait_for(pilot, lambda: 2 in screen.attempts and screen.attempts[1].crash,
+                           what="both attempts' events")
+            assert screen.attempts[2].crash is None
+            screen.read_output = lambda attempt, generation: None   # attempt 1's log: never read
+            screen._read_output()
+            await pilot.press("x")
+            assert screen._traceback_pending            # x waits for the log to be read
+            del screen.read_output                      # attempt 2's is read as ever
+            await pilot.press("]")
+            assert screen.attempt == 2 and not screen._traceback_pending
+            await wait_for(pilot, lambda: screen._output_read, what="attempt 2's output")
+            await pilot.pause()
+            assert screen.view == "output" and screen.attempt == 2
+            assert output.marked is None and events.marked is None
+            assert not any("no Python traceback" in n.message for n in pilot.app._notifications)
+    run(drive())
+
+
 def test_x_shows_the_crash_event_when_the_crash_left_no_traceback(home):
     path = copy_run(home, "crash-fallback")   # a native crash: SIGABRT, attempt-1.log empty
 

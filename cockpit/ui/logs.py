@@ -316,6 +316,7 @@ A big log is read from its last 4 MB; the whole is in the run directory.
 
     def _choose_attempt(self, n: int) -> None:
         self.pinned = True
+        self._traceback_pending = False   # x asked for the attempt shown before; this one is chosen
         self.view = "output"
         self._show_view()
         if n != self.attempt:
@@ -349,7 +350,9 @@ A big log is read from its last 4 MB; the whole is in the run directory.
             output.go_to(at, mark=True)
             self._titles()
             return
-        info = self.attempts[self.attempt]
+        info = self.attempts.get(self.attempt)
+        if info is None or info.crash is None:
+            return   # this attempt did not crash: its output stays as it is
         self.view = "events"
         self._show_view()
         events = self.query_one("#events", LogPane)
