@@ -4,7 +4,7 @@ learning rate, memory and hardware, the crash/fallback panel and a log tail, for
 
 Layout by the terminal's size: below SHORT rows the panels keep six lines and the log two, so
 the plots get the rest (six data rows at 80x24); below NARROW columns memory and hardware
-share one slot (h switches) and two plots share a row; at 200x50 four plots in a row, all
+share one slot (h switches) and two plots share a row; at 200x50 up to four in a row, all
 panels side by side and a log that takes what is left. m maximises one plot at a time.
 
 Threading: a worker thread (cockpit.ui.follow) starts the supervisor when asked and follows
