@@ -186,7 +186,8 @@ def test_a_step_that_is_not_a_number_breaks_only_its_own_run(home, capsys):
     good, other = _run(), _run()
     bad = _run()
     with open(bad.events_path, "a") as f:
-        f.write(json.dumps({"type": "step", "t": 1.0, "step": "x", "window_s": 1.0, "samples_per_s": 2.0}) + "\n")
+        f.write(json.dumps({"type": "step", "t": 1.0, "step": "x", "window_s": 1.0,
+                            "samples_per_s": 2.0}) + "\n")
     digests = {d.run.id: d for d in RunDigests().refresh()}
     assert digests[good.id].summary.status == "finished" and digests[other.id].summary.error is None
     s = digests[bad.id].summary

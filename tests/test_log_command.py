@@ -24,6 +24,18 @@ def test_last_lines_as_a_terminal_left_them(home, capsys):
     assert "has attempts 1, 2" in capsys.readouterr().err
 
 
+def test_bad_arguments_are_refused(home, capsys):
+    path = copy_run(home, "crash-fallback")
+    no_such = f"cockpit: --attempt: 9: run {path.name} has attempts 1, 2"
+    for args, words in ((["-n", "-5"], "cockpit: --lines: got -5, expected 1 or more"),
+                        (["-a", "9"], no_such), (["-t", "-a", "9"], no_such)):
+        assert main(["runs", "log", str(path), *args]) == 2, args
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and err.startswith(words), (args, err)
+    assert main(["runs", "log", str(path), "-t", "-a", "2"]) == 1   # there, but it did not crash
+    assert f"attempt 2 of run {path.name} did not crash" in capsys.readouterr().out
+
+
 def test_traceback_of_the_crashed_attempt(home, capsys):
     path = copy_run(home, "crash-fallback")
     assert main(["runs", "log", str(path), "--traceback"]) == 1     # SIGABRT: no traceback

@@ -26,7 +26,8 @@ def add_parser(runs_sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.curves and not args.json:
-        raise ConfigError("runs compare", "--curves", "goes with --json (the table shows the loss at a few steps)")
+        raise ConfigError("runs compare", "--curves",
+                          "goes with --json (the table shows the loss at a few steps)")
     runs = [find_run(ref) for ref in args.runs]
     if len({r.path for r in runs}) < 2:
         raise ConfigError("runs compare", None, "needs two or more different runs")

@@ -31,10 +31,12 @@ def add_parser(runs_sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.lines < 0:
+        raise ConfigError("--lines", None, f"got {args.lines}, expected 1 or more (0: all of the last 4 MB)")
     rundir = find_run(args.run)
     logged = logged_attempts(rundir.path)
     if args.traceback:
-        return _traceback(rundir, args.attempt)
+        return _traceback(rundir, args.attempt, logged)
     attempt = args.attempt if args.attempt is not None else (logged[-1] if logged else None)
     if attempt is None:
         raise ConfigError("run", rundir.id, "has no attempt log yet")
@@ -76,9 +78,12 @@ def _follow(rundir: RunDir, log: LogLines, *, pinned: bool, attempt: int) -> Non
         time.sleep(POLL_S)
 
 
-def _traceback(rundir: RunDir, attempt: int | None) -> int:
-    crashed = [a for a in summarize(rundir).attempts
-               if a.crash and (attempt is None or a.attempt == attempt)]
+def _traceback(rundir: RunDir, attempt: int | None, logged: list[int]) -> int:
+    attempts = summarize(rundir).attempts
+    known = sorted({a.attempt for a in attempts} | set(logged))
+    if attempt is not None and attempt not in known:   # bad input, as without --traceback
+        raise ConfigError("--attempt", str(attempt), f"run {rundir.id} has attempts {_listed(known)}")
+    crashed = [a for a in attempts if a.crash and (attempt is None or a.attempt == attempt)]
     if not crashed:
         print(f"attempt {attempt} of run {rundir.id} did not crash" if attempt is not None
               else f"no attempt of run {rundir.id} crashed")
