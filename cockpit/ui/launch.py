@@ -83,7 +83,7 @@ def _device_lines(text: Text, config: RunConfig) -> None:
                 f"{d.effective_batch}), {d.precision}"
                 + (", grad checkpointing" if d.grad_checkpointing else "")
                 + (", compile" if d.compile else "")
-                + (f", {d.threads} threads" if d.threads else "")
+                + (f", {d.threads} thread{'s' * (d.threads > 1)}" if d.threads else "")
                 + (f", env {_summary(dict(d.env))}" if d.env else ""))
     ladder = " → ".join([config.device_preset, *config.ladder]) if config.ladder else "none"
     text.append(f"\nladder  {ladder}")
