@@ -155,3 +155,26 @@ def test_a_slow_run_shows_its_rate_not_zero():
     step = {"type": "step", "step": 3, "total": 10, "loss": 1.5, "samples_per_s": 0.4237}
     assert "0.424 samples/s" in human_line(step)
     assert "1,235 samples/s" in human_line({**step, "samples_per_s": 1234.6})
+
+
+def test_runs_list_columns(home, capsys):
+    """`runs list`: 'steps lost' (a count) is not to be read as the status 'lost'; a line fits
+    100 columns."""
+    from cockpit.cli import main
+    from engine import runconfig
+    from engine.run.events import EventWriter
+    from engine.run.rundir import RunDir
+
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", TINY))
+    with EventWriter(run.events_path, attempt=1) as events:
+        events.emit("run_started", run=run.id, workload="matmul", device_preset="cpu")
+        events.emit("attempt_started", preset="cpu")
+        events.emit("step", step=10, total=20, window_s=1.0, samples_per_s=8.0, samples_seen=80)
+        events.emit("checkpoint", step=6)
+        events.emit("attempt_ended", outcome="crashed")
+        events.emit("run_finished", status="failed")
+    assert main(["runs", "list"]) == 0
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.split()[0] == "run" and header.endswith(" steps lost")
+    assert row.split()[:3] == [run.id, "failed", "10/20"] and row.endswith(" 4")
+    assert len(header) == len(row) <= 100

@@ -29,15 +29,17 @@ def list_(args: argparse.Namespace) -> int:
     if not summaries:
         print("no runs yet; start one with: cockpit --no-ui")
         return 0
-    # samples/s is the run's average over its training time, not its last window's
-    print(f"{'run':<44} {'status':<11} {'step':>13} {'avg samples':>11} {'time':>7} {'lost':>5}")
+    # samples/s is the run's average over its training time, not its last window's; the ids
+    # as wide as the longest (about 40 columns), so a line fits 100 columns
+    ids = max(len(s.id) for s in summaries)
+    print(f"{'run':<{ids}} {'status':<11} {'step':>13} {'avg samples':>11} {'time':>7} {'steps lost':>10}")
     for s in summaries:
         if s.error:  # listed as broken, with why; the other runs are still listed
-            print(f"{s.id:<44} {s.status:<11} {s.error}")
+            print(f"{s.id:<{ids}} {s.status:<11} {s.error}")
             continue
         progress = f"{s.step}/{s.total_steps or '?'}"
-        print(f"{s.id:<44} {s.status:<11} {progress:>13} "
-              f"{_rate(s.samples_per_s):>11} {duration(s.duration_s):>7} {s.steps_lost or '-':>5}")
+        print(f"{s.id:<{ids}} {s.status:<11} {progress:>13} "
+              f"{_rate(s.samples_per_s):>11} {duration(s.duration_s):>7} {s.steps_lost or '-':>10}")
     return 0
 
 
