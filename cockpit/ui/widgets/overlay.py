@@ -10,49 +10,11 @@ import math
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
-from textual_plot import HiResMode, NumericAxisFormatter, PlotWidget
+from textual_plot import HiResMode, PlotWidget
+
+from cockpit.ui.widgets.plots import LogTicks, ShortTicks
 
 Line = tuple[list[float], list[float], str]   # xs, ys, colour
-
-
-def short(v: float) -> str:
-    """A tick label of at most 6 characters: 16k, 1.5M, 0.25, 3e-4."""
-    a = abs(v)
-    if a >= 1e6:
-        return f"{v / 1e6:.3g}M"
-    if a >= 1e4:
-        return f"{v / 1e3:.3g}k"
-    if a == 0 or a >= 1e-2:
-        return f"{v:.4g}"
-    return f"{v:.0e}"
-
-
-class FewTicks(NumericAxisFormatter):
-    """Nice ticks, but few enough that their labels never run together in a 40-column plot."""
-
-    def __init__(self, most: int):
-        super().__init__()
-        self.most = most
-
-    def get_ticks(self, min_: float, max_: float, max_ticks: int = 8) -> list[float]:
-        return super().get_ticks(min_, max_, min(max_ticks, self.most))
-
-    def get_labels_for_ticks(self, ticks) -> list[str]:
-        return [short(t) for t in ticks]
-
-
-class DecadeTicks(FewTicks):
-    """The axis holds log10(y): ticks at whole decades where it spans one, labelled as y."""
-
-    def get_ticks(self, min_: float, max_: float, max_ticks: int = 8) -> list[float]:
-        if max_ - min_ >= 1:
-            lo, hi = math.ceil(min_), math.floor(max_)
-            stride = max(1, math.ceil((hi - lo + 1) / self.most))
-            return [float(d) for d in range(lo, hi + 1, stride)]
-        return super().get_ticks(min_, max_, max_ticks)
-
-    def get_labels_for_ticks(self, ticks) -> list[str]:
-        return [short(10 ** t) for t in ticks]
 
 
 class _Axes(PlotWidget, can_focus=False):
@@ -63,8 +25,8 @@ class _Axes(PlotWidget, can_focus=False):
         # Small margins: at 80x24 each plot has about 40x8 cells, axes and ticks included. The
         # x axis's name is in the border title (PlotWidget draws its label on a third margin row).
         self.margin_top, self.margin_bottom, self.margin_left = 0, 1, 7
-        self.set_x_formatter(FewTicks(4))
-        self.set_y_formatter(FewTicks(3))
+        self.set_x_formatter(ShortTicks(4))
+        self.set_y_formatter(ShortTicks(3))
 
 
 class OverlayPlot(Vertical):
@@ -98,7 +60,7 @@ class OverlayPlot(Vertical):
         axes, note = self.query_one(_Axes), self.query_one(Static)
         if log:
             lines = [_log(xs, ys, colour) for xs, ys, colour in lines]
-        axes.set_y_formatter(DecadeTicks(3) if log else FewTicks(3))
+        axes.set_y_formatter(LogTicks(3) if log else ShortTicks(3))
         lines = [_thin(xs, ys, colour, 4 * max(10, axes.size.width)) for xs, ys, colour in lines]
         self.drawn = [line for line in lines if line[0]]
         axes.display, note.display = bool(self.drawn), not self.drawn
