@@ -399,14 +399,48 @@ def test_mac_panel_says_metal_and_pressure_in_words():
     assert "GPU" not in hardware_text(m, 76).plain
 
 
-def test_cuda_without_nvml_hints_once_cpu_runs_show_no_gpu_line_and_old_events_read():
-    assert "pip install nvidia-ml-py" in hardware_text(model(gpus=0), 76).plain
+def test_cuda_without_gpu_figures_says_why_cpu_runs_show_no_gpu_line_and_old_events_read():
+    assert lines(hardware_text(model(gpus=0), 76))[-1] == "no GPU figures"   # an event before the reason
     cpu_run = hardware_text(model(device="cpu", gpus=0, others=False), 76).plain
     assert cpu_run == "CPU 185% of 2 cores  █████████░  machine 99% busy"   # 185% of 200: 9 of 10 cells
     assert hardware_text(model(memory=False), 76).plain.startswith("no hardware sample yet")
     old = RunModel()
     old.fold([{"type": "memory", "t": 1.0, "rss": GB, "pressure": {"level": "normal"}}])
     assert hardware_text(old, 76).plain == "CPU -"
+
+
+def _sampled(monkeypatch, module, cuda_visible: str | None = None) -> dict:
+    """A memory event as the supervisor writes it, its GPUs read through `module` (None:
+    `import pynvml` fails) for a run given `cuda_visible`."""
+    use_nvml(monkeypatch, module)
+    env = {} if cuda_visible is None else {"CUDA_VISIBLE_DEVICES": cuda_visible}
+    sampler = sysmon.SystemSampler(psutil.Process().pid, pressure=sysmon.NoPressure("test"), env=env)
+    return {"type": "memory", "t": 3.0, "attempt": 1, **sampler.sample()}
+
+
+@pytest.mark.parametrize("module, cuda_visible, said", [
+    (None, None, "no GPU figures: pynvml not installed (pip install nvidia-ml-py)"),
+    (fake_pynvml(init_error=NVMLError("Driver Not Loaded")), None,
+     "no GPU figures: NVML: Driver Not Loaded"),
+    (fake_pynvml(count=1), "MIG-0c1d-aaaa",
+     "no GPU figures: a MIG slice: NVML reports no per-GPU figures"),
+    (fake_pynvml(count=0), None, "no GPU figures: NVML sees no GPU"),
+])
+def test_the_panel_says_why_the_sampler_has_no_gpu_figures(monkeypatch, module, cuda_visible, said):
+    """Installing nvidia-ml-py is advised only where the import failed: not where NVML is there
+    but failed, nor on a MIG slice, which NVML does not report figures for."""
+    event = _sampled(monkeypatch, module, cuda_visible)
+    assert event["gpus"] == [] and f"no GPU figures: {event['gpus_why_not']}".startswith(said)
+    m = model(gpus=0)
+    m.fold([event])
+    shown = lines(hardware_text(m, 196))
+    assert shown[-1].startswith(said)
+    assert ("pip install" in shown[-1]) == (module is None)
+
+
+def test_a_sample_with_gpu_figures_carries_no_reason(monkeypatch):
+    event = _sampled(monkeypatch, fake_pynvml(count=2), "1")
+    assert [g["index"] for g in event["gpus"]] == [1] and "gpus_why_not" not in event
 
 
 class PanelApp(App):

@@ -264,13 +264,23 @@ def _nvml() -> _Nvml:
         return _Nvml(why_not=f"NVML: {e}")
 
 
+def _none_picked(spec: str | None, count: int) -> str:
+    """Why NVML, started, gives the run no GPU (visible_indices said none)."""
+    if not count:
+        return "NVML sees no GPU"
+    first = (spec or "").split(",")[0].strip()
+    if first.startswith("MIG-"):
+        return "a MIG slice: NVML reports no per-GPU figures for one"
+    return f"CUDA_VISIBLE_DEVICES={spec!r} names no GPU that NVML knows"
+
+
 class Gpus:
     """Per-GPU figures through NVML, for the GPUs `cuda_visible` (the trainer's
     CUDA_VISIBLE_DEVICES) leaves to the run.
 
     NVML is a monitoring aid, never a reason to fail: a missing module, a machine without the
-    driver, or a start that raises makes `read()` return [] (`why_not` says why); a figure
-    whose call raises is None."""
+    driver, or a start that raises makes `read()` return [] (`why_not` says why, as it does
+    for a run on a MIG slice or with no GPU NVML knows); a figure whose call raises is None."""
 
     def __init__(self, cuda_visible: str | None = None):
         self.cuda_visible = cuda_visible
@@ -283,6 +293,8 @@ class Gpus:
             self.why_not = nv.why_not
             uuids = [uuid for _, _, uuid in nv.devices]
             self._picked = [(i, *nv.devices[i][:2]) for i in visible_indices(self.cuda_visible, uuids)]
+            if not self._picked and self.why_not is None:
+                self.why_not = _none_picked(self.cuda_visible, len(nv.devices))
         return self._picked
 
     def read(self) -> list[dict]:

@@ -340,6 +340,7 @@ class SystemSampler:
         cpu = self._tree_cpu.percent(tree, now)
         if self._others.due(now):
             self._others.scan(now, exclude={os.getpid(), self.pid, *(p.pid for p in self._children)})
+        gpus = self._gpus.read()
         return {
             "rss": rss, "processes": processes,
             "system_total": vm.total, "system_used": vm.total - vm.available,
@@ -350,7 +351,10 @@ class SystemSampler:
             "cpu_percent": cpu, "cpu_count": self._cpu_count,
             "cpu_system_percent": self._others.system_percent,
             "cpu_others": self._others.others, "cpu_others_percent": self._others.others_percent,
-            "gpus": self._gpus.read(),
+            "gpus": gpus,
+            # why there are no GPU figures (NVML missing or failing, a MIG slice), for the panel;
+            # absent where there are figures, to keep the second's event small
+            **({"gpus_why_not": self._gpus.why_not} if not gpus and self._gpus.why_not else {}),
         }
 
     def _swap_rates(self, swap) -> tuple[float | None, float | None]:

@@ -199,8 +199,10 @@ def _lines(m: RunModel, width: int, wide: bool, fold_gpus: bool) -> list[Text]:
     gpus = (memory or {}).get("gpus") or []
     if gpus:
         lines += [_gpus_folded(gpus, width)] if fold_gpus else [_gpu_line(g, width, wide) for g in gpus]
-    elif _on_cuda(m):  # on CUDA without NVML: say how to get the figures, once, dimly
-        lines.append(_fit([Text("no GPU figures: pip install nvidia-ml-py", style="dim")], width))
+    elif _on_cuda(m):  # on CUDA without NVML's figures: say why (the sampler's reason), dimly
+        why = (memory or {}).get("gpus_why_not")   # "pynvml not installed (pip install ...)"
+        lines.append(_fit([Text(f"no GPU figures: {why}" if why else "no GPU figures", style="dim")],
+                          width))
     if _on_mac(m):
         if (metal := _metal_line(m.device_memory, width)) is not None:
             lines.append(metal)
