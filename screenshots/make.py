@@ -1,6 +1,7 @@
 """Regenerate the SVG screenshots of every screen from the recorded runs.
 
-    python screenshots/make.py          # writes screenshots/*.svg (80x24, as over SSH)
+    python screenshots/make.py          # writes screenshots/*.svg (80x24, as over SSH; SIZED
+                                        # also at 160x48)
 
 Each screen is driven headless (App.run_test + Pilot) over a scratch copy of
 tests/fixtures/runs/ (re-record those with screenshots/record.py). The 'live' run is the
@@ -143,22 +144,25 @@ SCREENS: dict[str, Callable[..., Awaitable[None]]] = {
     "log": log,
     "probe": probe,
 }
+# The same screens at other sizes: what a big terminal gets (name -> screen, size).
+SIZED = {"live-run-160x48": ("live-run", (160, 48)), "log-160x48": ("log", (160, 48))}
 
 
 async def render(name: str) -> str:
     """One screen as SVG text (the environment must already point at a prepared home)."""
     from cockpit.app import make_app
 
+    screen, size = SIZED.get(name, (name, SIZE))
     app = make_app(attach=False)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=size) as pilot:
         await pilot.pause()
-        await SCREENS[name](app, pilot)
+        await SCREENS[screen](app, pilot)
         svg = app.export_screenshot(title=f"cockpit — {name}")
     return svg
 
 
 def main(argv: list[str]) -> int:
-    names = argv or list(SCREENS)
+    names = argv or [*SCREENS, *SIZED]
     with tempfile.TemporaryDirectory() as scratch:
         prepare(Path(scratch))
         for name in names:

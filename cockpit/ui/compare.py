@@ -84,7 +84,7 @@ then how each ran. A live run is followed as it goes. `cockpit runs compare` pri
             yield OverlayPlot("loss", id="loss-overlay")
             yield OverlayPlot("eval", id="eval-overlay")
         yield DataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield Footer(compact=True)  # every key and "? Help" within 80 columns
 
     def on_mount(self) -> None:
         self.load()

@@ -176,7 +176,7 @@ A big log is read from its last 4 MB; the whole is in the run directory.
             yield LogPane(event_style, wrap=True, indent=STAMP + 1, id="events")
             yield LogPane(output_style, wrap=True, indent=4, id="output")
         yield Input(placeholder="search (enter finds, esc closes)", id="search")
-        yield Footer()
+        yield Footer(compact=True)  # every key and "? Help" within 80 columns
 
     def on_mount(self) -> None:
         if self.attempt is None:
