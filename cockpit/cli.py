@@ -184,8 +184,11 @@ def _open_tui() -> int:
         return EXIT_BAD_INPUT
     from cockpit.app import make_app
 
-    make_app().run()
-    return 0
+    app = make_app()
+    app.run()
+    # Textual prints an unhandled error's traceback and sets a non-zero return code: a script
+    # (or a user's `&&`) must see that the cockpit died, not a clean exit
+    return app.return_code or 0
 
 
 def main(argv: list[str] | None = None) -> int:

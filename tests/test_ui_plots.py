@@ -116,3 +116,28 @@ def test_a_plot_is_drawn_again_once_new_data_moves_it_a_column():
             assert card.empty_text == "nothing to plot yet" and not card.plot.display
 
     run(drive())
+
+
+def test_a_crash_mark_on_the_frame_is_left_out_not_the_app_taken_down():
+    """A run that crashed after its only step: one point (x limits around it) and the crash
+    mark at the right edge, where textual-plot merges the y ticks into the frame and refused
+    the dashed line (ValueError, the whole TUI gone)."""
+    import asyncio
+
+    from cockpit.ui.widgets.plots import SeriesPlot
+
+    class One(App):
+        def compose(self):
+            yield SeriesPlot(id="p")
+
+    async def scenario():
+        app = One()
+        async with app.run_test(size=(40, 12)) as pilot:
+            plot = app.query_one(SeriesPlot)
+            for mark in (8.066, 8.31, 6.31, 7.9):   # inside, on both edges, inside
+                plot._shown = None
+                plot.show([([7.3119998], [1.0], "#00aaff")], [(mark, "crash")])
+                await pilot.pause()
+            return app.return_code
+
+    assert asyncio.run(scenario()) in (None, 0)

@@ -179,6 +179,11 @@ class SeriesPlot(PlotWidget, can_focus=False):
         # textual-plot draws a v-line solid, like a series: dashed, with a ✗ under the frame's top
         canvas = self.query_one("#plot")
         x, _ = self.get_pixel_from_coordinate(vline.x, 0)
+        if not 0 < x < self._scale_rectangle.right:
+            # on the frame's columns, where the y ticks are merged into the box drawing after
+            # this: textual-plot refuses a dashed line there (a run that crashed after its one
+            # step put the mark at the right edge and took the app down)
+            return
         bottom = self._scale_rectangle.bottom
         canvas.draw_line(x, 1, x, bottom - 1, style=vline.line_style, char=CRASH_CHAR)
         if bottom > 1:
