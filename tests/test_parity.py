@@ -166,6 +166,12 @@ def test_cockpit_check_refuses_what_it_cannot_check_in_one_line(home):
     assert code == 2 and len(lines) == 1 and "the check's reference itself: nothing to compare" in lines[0]
     code, lines = check("-d", "cpu", "--set", "precision=bf16", "--inject", "nan@0")
     assert code == 2 and lines == ["cockpit: --inject: got 'nan@0'; the check trains no step, expected wrong-grad@0"]
+    code, lines = check("-d", "cpu", "--set", "precision=bf16", "--inject", "bogus@0")
+    assert code == 2 and len(lines) == 1 and "'bogus@0' is not a fault; expected KIND@STEP" in lines[0]
+    code, lines = check("-d", "mps")   # no Mac here: the worker's refusal, under the user's preset name
+    # after the progress line ("checking ..."), one line of refusal
+    assert code == 2 and len(lines) == 2 and lines[-1].startswith("cockpit: device preset 'mps': ")
+    assert "'probe'" not in lines[-1] and "not available" in lines[-1]
 
 
 def test_a_device_that_hangs_in_the_check_is_stopped_and_said(home):

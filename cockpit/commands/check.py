@@ -2,7 +2,7 @@
 
     cockpit check -w trm-tiny -d mps                 the preset's device against the CPU in fp32
     cockpit check -w trm-tiny -d cuda --set precision=fp32
-    cockpit check -w trm-tiny -d cpu --inject wrong-grad@0   rehearse a wrong device
+    cockpit check -w trm-tiny -d cpu --set precision=bf16 --inject wrong-grad@0   rehearse
 
 The workload's real model and next batch go through forward, backward and one optimizer step
 on the preset's device and on the CPU (engine.train.parity), in a worker process of their own:
@@ -50,7 +50,13 @@ def run(args: argparse.Namespace) -> int:
     from engine import runconfig
     from engine.probe.measure import POLL_S, Worker
 
+    from engine.run import faults
+
     for spec in args.inject:
+        try:
+            faults.parse(spec)  # an unknown kind is told as such, with the kinds there are
+        except ValueError as e:
+            raise ConfigError("--inject", None, str(e)) from None
         if spec.rstrip("+") != "wrong-grad@0":
             raise ConfigError("--inject", None, f"got {spec!r}; the check trains no step, expected "
                                                 "wrong-grad@0")
@@ -88,8 +94,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"cockpit check: the check could not run: the worker said nothing for {silent_s:.0f} s "
               f"(the preset's hang_timeout_s) and was stopped: a hang", file=sys.stderr)
         return EXIT_CRASHED
-    if ended.config_error:
-        raise ConfigError(f"device preset {config.device_preset!r}", None, ended.config_error)
+    if ended.config_error:  # the worker names its preset 'probe': the user's is this one
+        problem = ended.config_error.removeprefix("device preset 'probe': ")
+        raise ConfigError(f"device preset {config.device_preset!r}", None, problem)
     if not found:
         why = ended.verdict.sentence if ended.verdict else "it was interrupted"
         evidence = (ended.verdict.evidence.get("message") if ended.verdict else None) or ""
