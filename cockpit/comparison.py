@@ -141,21 +141,35 @@ def table(runs: list[Compared]) -> list[Row]:
 
 def loss_rows(runs: list[Compared], points: int = 4) -> list[Row]:
     """The loss of each run at a few steps spread over the steps all of them reached: the
-    curves in a few numbers, for a terminal that cannot plot them (each run's newest point
-    at or before the step)."""
-    reached = [r.curves.loss.steps[-1] for r in runs if r.curves is not None and r.curves.loss]
-    if len(reached) < 2:
+    curves in a few numbers, for a terminal that cannot plot them. Steps every run reported
+    ('@'), where there are such; else each run's loss interpolated between the windows it
+    reported around the step ('~'): a run reports at the end of its windows, and the newest
+    window before a step is another step's loss."""
+    curves = [r.curves for r in runs if r.curves is not None and r.curves.loss]
+    if len(curves) < 2:
         return []
-    common = min(reached)
+    common = min(c.loss.steps[-1] for c in curves)
+    shared = sorted(set.intersection(*(set(c.loss.steps) for c in curves)))
+    if len(shared) >= points:
+        steps = [shared[round((len(shared) - 1) * (i + 1) / points)] for i in range(points)]
+        return [Row(f"loss @ step {s}", [_number(_at(r.curves, s)) for r in runs])
+                for s in sorted(set(steps))]
     steps = sorted({max(1, round(common * (i + 1) / points)) for i in range(points)})
-    return [Row(f"loss @ step {step}", [_number(_at(r.curves, step)) for r in runs]) for step in steps]
+    return [Row(f"loss ~ step {s}", [_number(_at(r.curves, s)) for r in runs]) for s in steps]
 
 
 def _at(curves: RunCurves | None, step: int) -> float | None:
-    if curves is None:
+    """The loss at `step`, interpolated between the reported windows around it."""
+    if curves is None or not curves.loss.steps:
         return None
-    i = bisect.bisect_right(curves.loss.steps, step)
-    return curves.loss.values[i - 1] if i else None
+    xs, ys = curves.loss.steps, curves.loss.values
+    i = bisect.bisect_left(xs, step)
+    if i < len(xs) and xs[i] == step:
+        return ys[i]
+    if i == 0 or i == len(xs):
+        return None if i == 0 else ys[-1] if xs[-1] >= step else None
+    left, right = xs[i - 1], xs[i]
+    return ys[i - 1] + (ys[i] - ys[i - 1]) * (step - left) / (right - left)
 
 
 def as_json(runs: list[Compared], with_curves: bool = False) -> list[dict]:

@@ -28,11 +28,13 @@ def test_compare_prints_results_and_only_the_settings_that_differ(home, capsys):
     assert rows["id"] == [FINISHED, CRASH]
     assert rows["final loss"] == ["0.009409", "0.09574"]
     assert rows["samples/s avg"] == ["327", "473"]
-    # the curves in a few numbers: the loss at steps both runs reached (the crashed run's 12)
-    assert [name for name in rows if name.startswith("loss @")] == [
-        "loss @ step 3", "loss @ step 6", "loss @ step 9", "loss @ step 12"]
-    assert rows["loss @ step 3"] == ["0.8571", "-"]           # its first point is step 5
-    assert rows["loss @ step 12"] == ["0.6715", "0.09574"]
+    # the curves in a few numbers, at steps both runs reached (the crashed run's 12): they
+    # reported only 10 and 12 both, so each run's loss is interpolated between its windows
+    assert [name for name in rows if name.startswith("loss ")] == [
+        "loss ~ step 3", "loss ~ step 6", "loss ~ step 9", "loss ~ step 12"]
+    assert rows["loss ~ step 3"] == ["1.044", "-"]            # between its steps 2 and 4; B starts at 5
+    assert rows["loss ~ step 6"] == ["0.8854", "0.4741"]      # A reported step 6; B between 5 and 10
+    assert rows["loss ~ step 12"] == ["0.6715", "0.09574"]
     assert rows["train.lr"] == ["0.02", "0.05"] and rows["device.inject"] == ["-", "native-crash@12"]
     assert "train.seed" not in rows and "device.accumulation" not in rows
     assert "-- 16 settings differ" in out
