@@ -272,7 +272,7 @@ def summary_text(summary: dict) -> str:
     n = len(parts)
     text = f"{n} attempt{'s' if n != 1 else ''} ({'; '.join(parts)})"
     if summary.get("steps_lost"):
-        text += f", {summary['steps_lost']} steps lost to crashes"
+        text += f", {summary['steps_lost']} step{'s' * (summary['steps_lost'] != 1)} lost to crashes"
     return text
 
 

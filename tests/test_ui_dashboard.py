@@ -17,7 +17,7 @@ import pytest
 
 from cockpit.app import make_app
 from cockpit.ui.dashboard import DashboardScreen, metric_text
-from cockpit.ui.model import LOG_LINES, MAX_POINTS
+from cockpit.ui.model import LOG_LINES, MAX_POINTS, rate_text
 from cockpit.ui.widgets.attempts import AttemptsPanel
 from cockpit.ui.widgets.plots import CRASH_STYLE, LogTicks, PlotCard
 from conftest import TINY
@@ -521,7 +521,8 @@ def test_an_eval_under_way_is_said_and_mfu_shown(home):
     fake_live(path)
     events = _events(path)
     last_step = next(e for e in reversed(events) if e["type"] == "step")
-    last_step.update(mfu=0.41, gflop_s=812.0)
+    # the title's figures are the smoothed rate's, as the headless line's: a quarter of the window's
+    last_step.update(mfu=0.41, gflop_s=812.0, smoothed_samples_per_s=last_step["samples_per_s"] / 4)
     events.append({"v": 1, "t": events[-1]["t"] + 0.1, "type": "eval_started", "attempt": 1, "step": last_step["step"]})
     _write(path, events)
 
@@ -534,7 +535,8 @@ def test_an_eval_under_way_is_said_and_mfu_shown(home):
             progress = _text(dash, "#progress-text")
             assert "evaluating" in progress and "ETA" not in progress
             title = dash.query_one("#rate-card", PlotCard).title_text
-            assert "812.0 GFLOP/s" in title and "MFU 41%" in title
+            assert "203.0 GFLOP/s" in title and "MFU 10%" in title
+            assert title.startswith(f"{rate_text(last_step['samples_per_s'] / 4, 'samples/s')} ·")
 
     run(drive())
 

@@ -204,7 +204,7 @@ curves overlaid, and the settings in which they differ (`cockpit runs compare` h
                  + "".join(f"  {k} {v:.4g}" for k, v in s.metrics.items() if isinstance(v, float))
                  + (f"  {average_rate(a)} samples/s avg" if a is not None and a.samples_per_s else "")
                  + (f"  {rate(a.gflop_s)} GFLOP/s" if a is not None and a.gflop_s else "")
-                 + (f"  {a.steps_lost} steps lost" if a is not None and a.steps_lost else "")]
+                 + (f"  {a.steps_lost} step{'s' * (a.steps_lost != 1)} lost" if a is not None and a.steps_lost else "")]
         if crash:
             lines.append(f"attempt {crash.attempt}: {crash.crash}")
         if s.error:

@@ -159,7 +159,7 @@ def _summary_text(e: dict) -> str:
     if attempts and e.get("status") == "failed":
         text += f" (the last ended {attempts[-1].get('outcome', '?')})"
     if summary.get("steps_lost"):
-        text += f", {summary['steps_lost']} steps lost to crashes"
+        text += f", {summary['steps_lost']} step{'s' * (summary['steps_lost'] != 1)} lost to crashes"
     return text
 
 
