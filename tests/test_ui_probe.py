@@ -61,7 +61,7 @@ def test_probe_through_the_ui_ranks_candidates_and_u_uses_the_best(home):
             await wait_for(pilot, lambda: isinstance(app.screen, LaunchScreen), what="back on launch")
             threads = probe.result.candidates[0].threads
             assert launch.query_one("#overrides").value == MATMUL + f" device=cpu threads={threads}"
-            assert f"{threads} threads" in _text(launch, "#resolved-text")
+            assert f"{threads} thread{'s' * (threads > 1)}" in _text(launch, "#resolved-text")
             assert _text(launch, "#probe").startswith("probe (just now): ")
 
     run(drive())
