@@ -7,8 +7,10 @@ descriptor, so lines never interleave. A reader stops before a torn last line (a
 that died mid-write) and picks it up once it is complete.
 
 Types: run_started (run_resumed when a run is continued), attempt_started, attempt_process,
-step, eval, checkpoint, memory, warning, stop_requested, crash, fallback, attempt_ended,
-run_finished; and
+trainer_ready, parity (the device's check against the CPU, engine.train.parity), step (with
+`"partial": true` when a checkpoint or the end cut its window short), eval_started, eval,
+mining_started, mining, checkpoint, memory (with the hardware: CPU, other processes, GPUs),
+warning, fault_injected, stop_requested, crash, fallback, attempt_ended, run_finished; and
 from the lifeline (engine.run.lifeline), supervisor_lost and run_interrupted.
 """
 
