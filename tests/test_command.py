@@ -230,7 +230,9 @@ def test_zero_touch_script_gives_steps_with_loss_and_eta(home):
     assert all(e["loss"] is not None for e in steps if e["step"] >= 10)
     assert any(e["eta_s"] is not None for e in steps)
     losses = [e["loss"] for e in steps if e["loss"] is not None]
-    assert len(losses) >= 2 and losses[-1] < losses[0]
+    # The bar's loss starts above 10 (step 17) and is below 0.5 from step 50 on; on a loaded
+    # machine the first window with a loss can come late, where the loss only wanders
+    assert losses and losses[-1] < 1.0
     (started,) = [e for e in lines if e["type"] == "attempt_started"]
     assert started["command"][2:6] == ["--bs", "8", "--accum", "2"]  # the cpu preset's micro-batch
     run = only_run()

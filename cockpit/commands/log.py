@@ -65,6 +65,10 @@ def _follow(rundir: RunDir, log: LogLines, *, pinned: bool, attempt: int) -> Non
             print(line, flush=True)
         newer = [n for n in logged_attempts(rundir.path) if n > attempt]
         if newer and not pinned:
+            # the rest of this attempt first: it may have written more since the read above
+            # and before the next attempt's log appeared
+            for line in log.read()[0]:
+                print(line, flush=True)
             if log.partial:
                 print(log.shown_partial())
             attempt = newer[0]
