@@ -40,8 +40,11 @@ def test_a_real_run_emits_memory_events_with_plausible_rss(home):
         assert set(m["pressure"]) >= {"level", "raw", "source"}
     assert max(m["rss"] for m in memory) > 50e6  # once torch is loaded: tens of MB at least
     assert memory[0]["swap_in_per_s"] is None  # no rate from a single reading
-    step = of_type(run, "step")[-1]
-    assert step["best_samples_per_s"] >= step["samples_per_s"] > 0
+    # the best is the best full window's after the warm-up one: a fragment cut short by the
+    # last checkpoint ("partial") can read faster than any of them
+    full = [e for e in of_type(run, "step") if not e.get("partial")]
+    assert len(full) >= 2 and all(e["samples_per_s"] > 0 for e in full)
+    assert all(full[-1]["best_samples_per_s"] >= e["samples_per_s"] for e in full[1:])
 
 
 def test_a_sample_taken_after_the_attempt_exited_is_not_an_event(home):
