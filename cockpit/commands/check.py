@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     silent_s = None
     with _terminations_as_interrupts(), tempfile.TemporaryDirectory(prefix="cockpit-check-") as scratch:
-        worker = Worker(config, preset, Path(scratch), parity="only")
+        worker = Worker(config, preset, Path(scratch), parity="only", preset_name=config.device_preset)
         heard = time.monotonic()
         try:
             while worker.alive:
@@ -94,9 +94,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"cockpit check: the check could not run: the worker said nothing for {silent_s:.0f} s "
               f"(the preset's hang_timeout_s) and was stopped: a hang", file=sys.stderr)
         return EXIT_CRASHED
-    if ended.config_error:  # the worker names its preset 'probe': the user's is this one
-        problem = ended.config_error.removeprefix("device preset 'probe': ")
-        raise ConfigError(f"device preset {config.device_preset!r}", None, problem)
+    if ended.config_error:  # already "device preset 'NAME': ...", the worker told its name
+        print(f"cockpit: {ended.config_error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if not found:
         why = ended.verdict.sentence if ended.verdict else "it was interrupted"
         evidence = (ended.verdict.evidence.get("message") if ended.verdict else None) or ""

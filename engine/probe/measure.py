@@ -108,6 +108,7 @@ class Worker:
     batches: bool = False
     trial_s: float = TRIAL_S
     parity: str | None = None  # "also": check against the CPU before measuring; "only": just that
+    preset_name: str = "probe"  # what the worker's errors call the preset
     events: list[dict] = field(default_factory=list)
     samples: list[tuple[float, dict]] = field(default_factory=list)
 
@@ -145,6 +146,7 @@ class Worker:
             command += ["--batches", "--trial-s", str(self.trial_s)]
         if self.parity:
             command += ["--parity", self.parity]
+        command += ["--preset-name", self.preset_name]
         self._spawn(command, child_env(dict(self.preset.env)), stdin=subprocess.PIPE)
 
     def _spawn(self, argv: list[str], env: dict[str, str], cwd: str | None = None,

@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset-json", required=True)
     parser.add_argument("--batches", action="store_true", help="batch trials, sizes from stdin")
     parser.add_argument("--trial-s", type=float, default=TRIAL_S)
+    parser.add_argument("--preset-name", default="probe", help="the preset's name, for its errors")
     parser.add_argument("--parity", choices=("also", "only"),
                         help="check the device against the CPU (engine.train.parity) before "
                              "measuring, or only that (exit 5 when its numbers are wrong)")
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         trainer = None
         try:
             preset = presets.device_from_table(json.loads(args.preset_json), "probe candidate")
-            trainer = Trainer(run, events, "probe", preset, StopRequest())
+            trainer = Trainer(run, events, args.preset_name, preset, StopRequest())
             events.emit("trainer_ready", **trainer.describe(),
                         startup_s=round(time.monotonic() - started, 3))
             trainer.faults.before_step(0)
