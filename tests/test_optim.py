@@ -175,7 +175,7 @@ OWN = '''
 import torch
 from torch import nn
 
-class Line:
+class Plain:
     num_samples = 64
     def __init__(self, returns):
         g = torch.Generator().manual_seed(0)
@@ -189,6 +189,8 @@ class Line:
     def loss(self, model, batch):
         x, y = batch
         return ((model(x).squeeze(1) - y) ** 2).mean()
+
+class Line(Plain):
     def configure_optimizers(self, model, train):
         sgd = torch.optim.SGD(model.parameters(), lr=0.05, momentum=train.momentum)
         if self.returns == "optimizer":
@@ -201,14 +203,17 @@ class Line:
 
 def build(params, seed):
     return Line(params["returns"])
+
+def plain(params, seed):
+    return Plain(params["returns"])
 '''
 
 
-def own_run(home, tmp_path, monkeypatch, returns: str, *overrides: str) -> RunDir:
+def own_run(home, tmp_path, monkeypatch, returns: str, *overrides: str, factory: str = "build") -> RunDir:
     name = f"own_opt_{secrets.token_hex(4)}"
     (tmp_path / f"{name}.py").write_text(textwrap.dedent(OWN))
     monkeypatch.syspath_prepend(str(tmp_path))
-    user_preset(home, "workloads", "own", f'workload = "{name}:build"\n[train]\nepochs = 1\n'
+    user_preset(home, "workloads", "own", f'workload = "{name}:{factory}"\n[train]\nepochs = 1\n'
                                           f'[params]\nreturns = "{returns}"\n')
     return RunDir.create(runconfig.resolve("own", "cpu", ["batch_size=8", "accumulation=1", "threads=1",
                                                           "checkpoint_every_steps=1", *overrides]))
@@ -276,3 +281,46 @@ def test_the_shipped_presets_adopt_the_schedules_of_their_notes_and_papers(home)
     assert train("twotower-v4")[0] == "cosine"                  # notes 000/001's cosine decay
     assert train("lora-grpo-wordle")[0] == "linear"             # TRL's GRPOTrainer default
     assert train("matmul") == train("twotower-small") == ("constant", 0, 0.999)
+
+
+# ---------------------------------------------------------------- resuming an optimizer's state
+
+
+def test_a_checkpoint_from_before_the_decay_split_resumes_with_each_parameters_state(home, tmp_path,
+                                                                                    monkeypatch):
+    """A run checkpointed when the optimizer had one group of every trainable parameter (before
+    weight decay split them into matrices and the rest) resumes from its step, each parameter
+    with its own moments, instead of finding no checkpoint that loads and starting again."""
+    run = own_run(home, tmp_path, monkeypatch, "none", "train.weight_decay=0.1", factory="plain")
+    first = trainer_for(run, stop_after=3)
+    assert first.fit() == "stopped" and len(first.optimizer.param_groups) == 2  # weight | bias
+    path = checkpoint.latest(run.checkpoints)
+    state = checkpoint.load(path)
+    # The same moments, written as the one-group optimizer of before wrote them.
+    params = list(first.model.parameters())
+    old = torch.optim.AdamW(params, lr=0.05, weight_decay=0.1)
+    old.state.update({p: first.optimizer.state[p] for p in params})
+    state["optimizer"] = old.state_dict()
+    torch.save(state, path)
+
+    second = trainer_for(run, attempt=2)
+    assert second.resumed_from is not None and second.resumed_from["step"] == 3
+    for mine, theirs in zip(second.model.parameters(), params):
+        torch.testing.assert_close(second.optimizer.state[mine]["exp_avg"], first.optimizer.state[theirs]["exp_avg"])
+    assert [g["weight_decay"] for g in second.optimizer.param_groups] == [0.1, 0.0]
+    assert second.fit() == "finished" and second.step == 8
+
+
+def test_a_resumed_optimizer_keeps_this_attempts_kernel_choice():
+    """A CUDA attempt's fused AdamW, resumed after a fallback to the CPU or MPS, runs the kernel
+    that attempt chose: the checkpoint's 'fused' is not carried over."""
+    model = Tiny()
+    fused = torch.optim.AdamW(optim.param_groups(model, 0.1), lr=0.01, fused=True)  # fused on CPU too
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    fused.step()
+    plain = torch.optim.AdamW(optim.param_groups(model, 0.1), lr=0.01)
+    plain.load_state_dict(optim.loadable(plain, fused.state_dict(), model))
+    assert not any(g["fused"] for g in plain.param_groups)
+    plain.step()  # the loaded state fits the unfused kernel
+    assert all(int(plain.state[p]["step"]) == 2 for p in model.parameters())

@@ -52,6 +52,10 @@ class Line:
             return None
         if self.mistake == "returns-dict":
             return {{"loss": errors.mean()}}
+        if self.mistake == "numpy":
+            return errors.mean().detach().numpy()
+        if self.mistake == "object":
+            return object()
         return errors.mean()
 
 
@@ -71,6 +75,9 @@ SENTENCES = {
                "(computed under torch.no_grad(), or detached): nothing to train",
     "returns-none": "loss() must return a scalar tensor, got None; return the loss (a missing `return`?)",
     "returns-dict": "loss() must return a scalar tensor, got a dict (loss); return the loss tensor alone",
+    "numpy": "loss() must return a scalar tensor, got a numpy ndarray, which has no gradient; return "
+             "the torch tensor (no .numpy() or .item())",
+    "object": "loss() must return a scalar tensor, got an object",
 }
 
 

@@ -90,6 +90,44 @@ def build(model: torch.nn.Module, train: TrainSettings, device: torch.device) ->
     return torch.optim.AdamW(groups, lr=train.lr, betas=(train.beta1, train.beta2), eps=train.eps, **extra)
 
 
+KEPT = ("fused", "foreach", "capturable")  # how this attempt's optimizer runs, not what it learnt
+
+
+def loadable(optimizer: torch.optim.Optimizer, saved: dict, model: torch.nn.Module) -> dict:
+    """A checkpoint's optimizer state made to fit `optimizer` (load_state_dict's argument):
+
+    - this attempt's kernel choice is kept (KEPT): a CUDA attempt's fused AdamW resumed on the
+      CPU or MPS after a fallback runs the kernel this attempt chose, not the fused one;
+    - a checkpoint written before weight decay split the parameters into groups (one group of
+      every trainable parameter, in the model's order) has each parameter's state moved to
+      where that parameter is now, so a run from before the split resumes instead of starting
+      again. Anything else is given back as it is, for load_state_dict to judge."""
+    groups = saved.get("param_groups")
+    if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+        return saved
+    mine = optimizer.param_groups
+    if len(groups) == 1 and len(mine) > 1:
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        now = [p for g in mine for p in g["params"]]
+        if len(groups[0].get("params", ())) == len(trainable) == len(now):
+            before = {id(p): i for i, p in enumerate(trainable)}
+            state, index, regrouped = saved.get("state", {}), 0, []
+            moved = {}
+            for group in mine:
+                ids = list(range(index, index + len(group["params"])))
+                regrouped.append({**groups[0], **{k: v for k, v in group.items() if k != "params"},
+                                  "params": ids})
+                for i, p in zip(ids, group["params"]):
+                    if before[id(p)] in state:
+                        moved[i] = state[before[id(p)]]
+                index += len(ids)
+            saved, groups = {**saved, "state": moved, "param_groups": regrouped}, regrouped
+    if len(groups) == len(mine):
+        groups = [{**g, **{k: m[k] for k in KEPT if k in m}} for g, m in zip(groups, mine)]
+        saved = {**saved, "param_groups": groups}
+    return saved
+
+
 def from_workload(workload: Any, name: str, model: torch.nn.Module,
                   train: TrainSettings) -> tuple[torch.optim.Optimizer, Any] | None:
     """The workload's own (optimizer, scheduler or None) from its configure_optimizers, checked;

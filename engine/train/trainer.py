@@ -421,7 +421,7 @@ class Trainer:
             if misfits:
                 raise checkpoint.Unreadable(path, "does not fit this run's model ("
                                             + ", ".join(sorted(misfits)[:3]) + ")")
-            self.optimizer.load_state_dict(state["optimizer"])
+            self.optimizer.load_state_dict(optim.loadable(self.optimizer, state["optimizer"], self.model))
             if self.scheduler is not None and "scheduler" in state:
                 self.scheduler.load_state_dict(state["scheduler"])
             self.scaler.load_state_dict(state["scaler"])  # a no-op when the scaler is disabled
@@ -510,6 +510,9 @@ def checked_loss(loss, name: str, workload) -> torch.Tensor:
     if isinstance(loss, tuple):
         got = (f"a tuple of {len(loss)} ({', '.join(type(v).__name__ for v in loss)}); return the "
                "loss alone (report other figures from evaluate())")
+    elif type(loss).__module__.partition(".")[0] == "numpy":
+        got = (f"a numpy {type(loss).__name__}, which has no gradient; return the torch tensor "
+               "(no .numpy() or .item())")
     elif isinstance(loss, (int, float)) and not isinstance(loss, bool):
         got = f"a Python {type(loss).__name__} ({loss:g}), which has no gradient; return the tensor, " \
               "not .item()"
@@ -519,7 +522,7 @@ def checked_loss(loss, name: str, workload) -> torch.Tensor:
         got = (f"a dict ({', '.join(map(str, loss))}); return the loss tensor alone (report "
                "other figures from evaluate())")
     elif not isinstance(loss, torch.Tensor):
-        got = f"a {type(loss).__name__}"
+        got = f"{_article(type(loss).__name__)} {type(loss).__name__}"
     elif loss.dim() != 0:
         got = (f"a tensor of shape {tuple(loss.shape)}; return the mean over the batch "
                "(.mean()), one number")
@@ -530,6 +533,10 @@ def checked_loss(loss, name: str, workload) -> torch.Tensor:
                "detached): nothing to train")
     raise ProtocolError(name, "loss", f"loss() must return a scalar tensor, got {got}",
                         getattr(workload, "loss", None))
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1].lower() in "aeiou" else "a"
 
 
 def _rank() -> int:
