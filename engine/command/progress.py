@@ -21,7 +21,9 @@ Understood formats, tried in this order on each line:
    (values may be numbers, numeric strings, ``nan``, ``inf`` or ``np.float64(0.5)``):
        ``{'loss': 2.3456, 'grad_norm': 1.23, 'learning_rate': 4.5e-05, 'epoch': 0.12}``
        -> step (its number comes from the Trainer's tqdm bar in the same output)
-       ``{'eval_loss': 2.1, 'eval_runtime': 0.5, 'epoch': 1.0}`` -> eval
+       ``{'eval_loss': 2.1, 'eval_runtime': 0.5, 'epoch': 1.0}`` -> eval (eval_loss: the
+       Trainer's timings, ``*_runtime`` and ``*_per_second``, and ``total_flos`` are not
+       metrics of the model and are left out, as the callback leaves them out)
    The end-of-training summary (``{'train_runtime': ..., 'train_loss': ...}``) gives
    nothing: its train_loss is an average over the whole run, not a point on the curve.
 
@@ -275,8 +277,15 @@ def _hf_dict(line: str, nested: bool = False) -> list[Observation] | None:
                 values.setdefault(_normalise(key.value), number)
     if "train_runtime" in values:  # the end-of-training summary
         return []
+    values = {name: value for name, value in values.items() if not _hf_timing(name)}
     obs = _classify(values, "hf")
     return [obs] if obs else []
+
+
+def _hf_timing(name: str) -> bool:
+    """A figure the Trainer logs about its own speed (eval_runtime, eval_samples_per_second,
+    total_flos), not about the model."""
+    return name == "total_flos" or name.endswith(("_runtime", "_per_second"))
 
 
 def _tqdm_bar(line: str, nested: bool = False) -> list[Observation] | None:
