@@ -51,6 +51,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bytes", type=int, default=4_000_000, help="how much stdlib source to take")
     parser.add_argument("--val-fraction", type=float, default=0.1)
     args = parser.parse_args(argv)
+    if not 0 < args.val_fraction < 1:
+        print(f"lm_prepare: --val-fraction: got {args.val_fraction}, expected a fraction above 0 "
+              "and below 1", file=sys.stderr)
+        return 2
+    for path in args.text:
+        if not path.is_file():
+            print(f"lm_prepare: {path}: no such file; expected a text file to take tokens from",
+                  file=sys.stderr)
+            return 2
     text = b"".join(p.read_bytes() for p in args.text) if args.text else stdlib_text(args.bytes)
     if len(text) < 1024:
         print(f"lm_prepare: only {len(text)} bytes of text; expected at least 1024", file=sys.stderr)

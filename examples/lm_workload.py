@@ -140,8 +140,9 @@ class LMWorkload:
         t = params.block_size
         self.num_samples = (len(self.train) - 1) // t
         if self.num_samples < 1 or len(self.val) <= t:
-            raise ValueError(f"{folder}: train.bin ({len(self.train)} tokens) and val.bin "
-                             f"({len(self.val)}) need more than block_size {t} tokens each")
+            raise ConfigError(str(Path(__file__).name), "params.block_size", (
+                f"{t}, but {folder}'s train.bin has {len(self.train)} tokens and val.bin "
+                f"{len(self.val)}; expected more than block_size tokens in each"))
         # Held-out windows, evenly spaced over val.bin.
         self.val_starts = np.linspace(0, len(self.val) - t - 1, min(params.eval_windows, len(self.val) - t))
         # Training FLOPs per sample (PaLM's estimate, as nanoGPT): 6 per parameter per token
@@ -155,9 +156,10 @@ class LMWorkload:
     def _windows(self, data: np.memmap, starts, device: torch.device):
         t = self.params.block_size
         rows = np.stack([data[int(s):int(s) + t + 1] for s in starts]).astype(np.int64)
-        if rows.max() >= self.params.vocab_size:
-            raise ValueError(f"token id {rows.max()} in the data, but vocab_size is "
-                             f"{self.params.vocab_size}; set params.vocab_size above it")
+        if rows.max() >= self.params.vocab_size:  # the setting, not the code: bad input (exit 2)
+            raise ConfigError(str(Path(__file__).name), "params.vocab_size", (
+                f"{self.params.vocab_size}, but the data has token id {rows.max()}; expected "
+                "a vocab_size above every id in train.bin and val.bin"))
         rows = torch.from_numpy(rows)
         if device.type == "cuda":  # pinned, so the copy overlaps the step before it
             rows = rows.pin_memory().to(device, non_blocking=True)

@@ -87,3 +87,38 @@ def test_missing_data_is_one_line_naming_the_setting_and_what_to_run(home, tmp_p
     assert done.returncode == 2, done.stdout + done.stderr
     assert (f"lm_workload.py: params.data_dir: {tmp_path / 'none'} has no train.bin; write them with "
             "python examples/lm_prepare.py (from any text), or point data_dir at your own") in done.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["nope.txt"], "lm_prepare: nope.txt: no such file; expected a text file to take tokens from"),
+    (["--val-fraction", "1.5"], "lm_prepare: --val-fraction: got 1.5, expected a fraction above 0 and below 1"),
+])
+def test_prepare_refuses_bad_input_in_one_line(tmp_path, args, message):
+    done = subprocess.run([sys.executable, str(EXAMPLES / "lm_prepare.py"), *args, "--out",
+                           str(tmp_path / "data")], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 2 and done.stderr.strip() == message, done.stderr
+    assert not (tmp_path / "data").exists()
+
+
+def test_data_that_does_not_fit_the_settings_is_bad_input_naming_the_setting(tmp_path):
+    """Too few tokens for block_size, or a token id past vocab_size: a ConfigError (the run ends
+    as bad input, exit 2, one line), not the workload's traceback."""
+    from engine.errors import ConfigError
+    from engine.workloads import custom
+
+    factory = custom.load(f"{EXAMPLES / 'lm_workload.py'}:build", "workload")
+    folder = tmp_path / "data"
+    folder.mkdir()
+    np.arange(100, dtype=np.uint16).tofile(folder / "train.bin")
+    np.arange(40, dtype=np.uint16).tofile(folder / "val.bin")
+    with pytest.raises(ConfigError) as e:
+        factory.factory(factory.params(data_dir=str(folder), block_size=64), 0)
+    assert e.value.line() == (f"lm_workload.py: params.block_size: 64, but {folder}'s train.bin has 100 "
+                              "tokens and val.bin 40; expected more than block_size tokens in each")
+    import torch
+
+    workload = factory.factory(factory.params(data_dir=str(folder), block_size=8, vocab_size=50), 0)
+    with pytest.raises(ConfigError) as e:
+        workload.batch(torch.arange(workload.num_samples), torch.device("cpu"))
+    assert e.value.line() == ("lm_workload.py: params.vocab_size: 50, but the data has token id 96; "
+                              "expected a vocab_size above every id in train.bin and val.bin")
