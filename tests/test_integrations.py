@@ -199,6 +199,32 @@ def test_importing_an_integration_without_its_framework_says_what_to_install(mod
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: cockpit.integrations.") and last.endswith(needle)
+    assert f"not installed in this Python ({sys.executable})" in last
+
+
+@pytest.mark.parametrize("module, broken, blocked, cause", [
+    ("transformers", "import tokenizers_not_here", [],
+     "ModuleNotFoundError: No module named 'tokenizers_not_here'"),
+    ("lightning", "raise ImportError('lightning needs torch>=9')", ["pytorch_lightning"],
+     "ImportError: lightning needs torch>=9"),
+])
+def test_a_framework_installed_but_failing_to_import_is_told_as_such(tmp_path, module, broken,
+                                                                     blocked, cause):
+    """Not 'pip install transformers' when transformers is there but a package it needs is
+    not: the line says why it failed, and the cause's traceback stands above it."""
+    (tmp_path / module).mkdir()
+    (tmp_path / module / "__init__.py").write_text(broken + "\n")
+    code = (f"import sys; sys.modules.update(dict.fromkeys({blocked!r}))\n"
+            f"import cockpit.integrations.{module}")
+    env = {**child_env(), "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"ImportError: cockpit.integrations.{module} needs ")
+    assert last.endswith(f"is installed in this Python ({sys.executable}) but fails to import: "
+                         f"{cause}")
+    assert "pip install" not in done.stderr and str(tmp_path / module) in done.stderr
 
 
 # ---------------------------------------------------------------- placeholders

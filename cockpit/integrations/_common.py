@@ -20,10 +20,32 @@ REPORT_EVERY_S = 0.5
 _RESERVED = frozenset({"step", "total", "loss", "samples"})
 
 
-def needs_framework(module: str, framework: str, install: str) -> ImportError:
-    """The one line a user reads when the framework is missing."""
-    return ImportError(f"{module} needs {framework}, which is not installed here: "
-                       f"pip install {install}")
+def needs_framework(module: str, framework: str, install: str,
+                    errors: dict[str, ImportError]) -> ImportError:
+    """The one line a user reads when the framework cannot be imported; `errors`: what
+    importing it raised, by the module tried. Not installed says what to install, in the
+    Python that runs the script (under cockpit the command's, which need not be cockpit's);
+    installed but failing to import (a package it needs missing, a version it refuses) says
+    why instead of telling the user to install what is there."""
+    broken = [e for name, e in errors.items() if not _absent(name, e)]
+    if broken:
+        cause = broken[0]
+        error = ImportError(f"{module} needs {framework}, which is installed in this Python "
+                            f"({sys.executable}) but fails to import: "
+                            f"{type(cause).__name__}: {cause}")
+        error.__cause__ = cause  # its traceback shows where, above the line
+    else:
+        error = ImportError(f"{module} needs {framework}, which is not installed in this "
+                            f"Python ({sys.executable}): pip install {install}")
+    error.__suppress_context__ = True
+    return error
+
+
+def _absent(module: str, error: ImportError) -> bool:
+    """Whether importing `module` failed because its package is not there, rather than
+    because of something the package itself imports."""
+    return isinstance(error, ModuleNotFoundError) and \
+        (error.name or "").split(".")[0] == module.split(".")[0]
 
 
 def guarded(hook):

@@ -43,13 +43,15 @@ def _callback_base():
     names = ["lightning.pytorch", "pytorch_lightning"]
     if "pytorch_lightning" in sys.modules and "lightning" not in sys.modules:
         names.reverse()
+    errors = {}
     for name in names:
         try:
             module = __import__(name, fromlist=["Callback"])
-        except ImportError:
+        except ImportError as e:
+            errors[name] = e
             continue
         return module.Callback
-    raise needs_framework(__name__, "PyTorch Lightning", "lightning")
+    raise needs_framework(__name__, "PyTorch Lightning", "lightning", errors)
 
 
 _LOSS_NAMES = ("train_loss", "loss", "train/loss", "train_loss_step", "loss_step",

@@ -33,8 +33,9 @@ from cockpit.integrations._common import (Owners, Throttle, guarded, needs_frame
 
 try:
     from transformers import TrainerCallback
-except ImportError:
-    raise needs_framework(__name__, "Hugging Face transformers", "transformers") from None
+except ImportError as e:
+    raise needs_framework(__name__, "Hugging Face transformers", "transformers",
+                          {"transformers": e})
 
 __all__ = ["CockpitCallback"]
 
