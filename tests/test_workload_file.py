@@ -154,11 +154,17 @@ def test_the_cli_the_resume_and_the_probe_find_it_from_another_directory(home):
     assert done.returncode == 0, done.stdout + done.stderr
     assert any(line.startswith("finished: step 32/32") for line in done.stdout.splitlines()), done.stdout
 
-    done = cockpit("probe", "-w", "filewl", "--presets", "cpu", "--budget", "8", "--no-threads",
+    # The probe's worker, started in c/, imports the file and builds its trainer: its
+    # trainer_ready names the device. Whether a timed window then fits in its few seconds
+    # depends on the machine's load (a loaded one can leave it 'rough', or 'too-slow': exit 1),
+    # not on finding the file, which would make it 'unavailable' or 'crashed'.
+    done = cockpit("probe", "-w", "filewl", "--presets", "cpu", "--budget", "12", "--no-threads",
                    "--set", "batch_size=16", "--set", "accumulation=1", "--json", cwd="c")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode in (0, 1), done.stderr
     (candidate,) = json.loads(done.stdout)["candidates"]
-    assert candidate["status"] == "ok" and candidate["samples_per_s"] > 0
+    assert candidate["device"] == "cpu" and candidate["status"] in ("ok", "rough", "too-slow"), candidate
+    if candidate["status"] == "ok":
+        assert candidate["samples_per_s"] > 0
 
 
 def test_the_editor_saves_a_file_workload_that_loads_from_anywhere(home):
