@@ -28,12 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 # Kernel kinds by fragments of their names (cuBLAS/cuBLASLt, CUTLASS, flash/cuDNN attention,
 # Inductor's Triton kernels, ATen's element-wise kernels); the first that matches wins.
 KINDS = (
+    ("fused (triton)", ("triton",)),  # Inductor's kernels, whatever they fuse
     ("attention", ("flash", "fmha", "attention", "sdpa", "cudnn_generated_fort_native_sdpa")),
     ("optimizer", ("adam", "multi_tensor", "foreach")),
     ("matmul", ("gemm", "xmma", "cutlass", "nvjet", "sm90_", "sm80_", "cublas", "matmul")),
     ("copy/cast", ("copy", "memcpy", "memset", "cast", "fill")),
     ("reduction", ("reduce", "norm", "softmax", "cross_entropy", "nll", "log_softmax")),
-    ("fused (triton)", ("triton",)),
     ("element-wise", ("elementwise", "vectorized", "unrolled", "kernel")),
 )
 

@@ -85,7 +85,8 @@ class LoraWorkload(ByteLM):
         return model
 
     def build_model(self, *, grad_checkpointing: bool) -> nn.Module:
-        model = RecursiveLM(self.arch, grad_checkpointing or self.params.grad_checkpointing)
+        model = RecursiveLM(self.arch, grad_checkpointing or self.params.grad_checkpointing,
+                            positions=self.seq_len)
         if self.base_run is not None:
             path = checkpoint.newest_intact(self.base_run.checkpoints)
             if path is None:
@@ -106,6 +107,6 @@ class LoraWorkload(ByteLM):
     def continue_text(self, model_state: dict, prompt: str, *, tokens: int, temperature: float,
                       seed: int) -> str:
         """Continue `prompt` with a checkpoint's weights (base and adapters), on the CPU."""
-        model = self._wrap(RecursiveLM(self.arch))  # the checkpoint holds the base weights too
+        model = self._wrap(RecursiveLM(self.arch, positions=self.seq_len))  # the checkpoint holds the base weights too
         model.load_state_dict(model_state, strict=True)
         return self.continue_model(model, prompt, tokens=tokens, temperature=temperature, seed=seed)

@@ -146,7 +146,7 @@ class Stack(nn.Module):
 class RecursiveLM(nn.Module):
     """bytes [B, T] -> next-byte logits [B, T, 256] (fp32)."""
 
-    def __init__(self, arch: Arch, grad_checkpointing: bool = False):
+    def __init__(self, arch: Arch, grad_checkpointing: bool = False, positions: int = 1024):
         super().__init__()
         self.arch = arch
         self.grad_checkpointing = grad_checkpointing
@@ -164,11 +164,23 @@ class RecursiveLM(nn.Module):
         head_dim = h // arch.num_heads
         inv_freq = 1.0 / (10000.0 ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        # RoPE's tables for the first `positions` positions (the training window), computed once:
+        # computed in the forward pass instead, torch.compile inlines the cos and sin into every
+        # kernel that rotates q and k, and on an H100 those kernels took 15% of a step
+        # (benchmarks/mfu.py). Not saved with the weights: they follow from the shape.
+        cos, sin = self._angles(positions, inv_freq.device)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
 
-    def _rope(self, t: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    def _angles(self, t: int, device) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = torch.outer(torch.arange(t, device=device, dtype=torch.float32), self.inv_freq)
         angles = torch.cat((freqs, freqs), dim=-1)[:, None, :]  # [T, 1, head_dim]
         return angles.cos().to(self.dtype), angles.sin().to(self.dtype)
+
+    def _rope(self, t: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        if t <= self.rope_cos.shape[0]:
+            return self.rope_cos[:t], self.rope_sin[:t]
+        return self._angles(t, device)  # a longer window than the tables (generating past it)
 
     def _apply_stack(self, state, injection, cos, sin):
         if self.grad_checkpointing and torch.is_grad_enabled():

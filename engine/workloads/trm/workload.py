@@ -87,7 +87,7 @@ class TrmWorkload(ByteLM):
                          flops_per_sample=params.seq_len * self.arch.flops_per_token(params.seq_len))
 
     def build_model(self, *, grad_checkpointing: bool) -> nn.Module:
-        return RecursiveLM(self.arch, grad_checkpointing)
+        return RecursiveLM(self.arch, grad_checkpointing, positions=self.seq_len)
 
     def continue_text(self, model_state: dict, prompt: str, *, tokens: int, temperature: float,
                       seed: int) -> str:
