@@ -27,6 +27,18 @@ pytest.importorskip("lightning")
 TEXT = Path(os.__file__).read_bytes()[:20_000]
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The trainers here train in this process on tiny models: one torch thread, so that on a
+    machine whose cores are taken a step does not wait on threads that wait on each other."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def events_file(tmp_path, monkeypatch):
     """What a script sees under cockpit: COCKPIT_EVENTS set, cockpit.report active."""
@@ -61,12 +73,13 @@ def example(relative: str):
 # ---------------------------------------------------------------- Hugging Face Trainer
 
 
-def hf_trainer(out: Path, callbacks: list):
+def hf_trainer(out: Path, callbacks: list, **limits):
     from transformers import Trainer, TrainingArguments
 
     lm = example("hf/train_lm.py")
     script = lm.ScriptArguments(block_size=32, hidden=32, layers=1, heads=2)
-    args = TrainingArguments(output_dir=str(out), max_steps=12, per_device_train_batch_size=4,
+    limits = {"max_steps": 12, **limits}
+    args = TrainingArguments(output_dir=str(out), **limits, per_device_train_batch_size=4,
                              gradient_accumulation_steps=2, logging_steps=4, eval_strategy="steps",
                              eval_steps=8, save_steps=8, learning_rate=1e-3, use_cpu=True,
                              disable_tqdm=True, report_to="none")
@@ -96,6 +109,19 @@ def test_hf_callback_reports_steps_evals_and_checkpoints(events_file, tmp_path):
     assert all(p.is_dir() and command.step_in_name(p) == s for s, p in checkpoints.items())
 
 
+def test_hf_callbacks_total_is_what_the_epochs_come_to(events_file, tmp_path):
+    """No max_steps: the Trainer's total from num_train_epochs is the ETA's."""
+    from cockpit.integrations.transformers import CockpitCallback
+
+    trainer = hf_trainer(tmp_path / "out", [CockpitCallback()], max_steps=-1,
+                         num_train_epochs=0.1)
+    trainer.train()
+    total = trainer.state.max_steps
+    assert 0 < total < 78  # a tenth of 625 blocks at 4 x 2
+    progress = read(events_file)["progress"]
+    assert {e["total"] for e in progress} == {total} and progress[-1]["step"] == total
+
+
 def test_hf_callback_does_nothing_outside_cockpit(tmp_path, monkeypatch):
     from cockpit.integrations.transformers import CockpitCallback
 
@@ -110,9 +136,10 @@ def test_hf_callback_does_nothing_outside_cockpit(tmp_path, monkeypatch):
 # ---------------------------------------------------------------- Lightning
 
 
-def lightning_run(package: str, root: Path, callbacks: list):
-    """A four-feature regression trained 12 optimizer steps (batch 4 x accumulation 2) with
-    the given package's Trainer, validated every 8 batches, checkpointed every 6 steps."""
+def lightning_run(package: str, root: Path, callbacks: list, **limits):
+    """A four-feature regression trained 12 optimizer steps (batch 4 x accumulation 2; `limits`:
+    other max_steps or max_epochs) with the given package's Trainer, validated every 8
+    batches, checkpointed every 6 steps."""
     import torch
 
     pl = importlib.import_module(package)
@@ -138,7 +165,8 @@ def lightning_run(package: str, root: Path, callbacks: list):
     x = torch.randn(256, 4)
     data = torch.utils.data.TensorDataset(x, x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]]))
     loader = torch.utils.data.DataLoader(data, batch_size=4)
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=12, accumulate_grad_batches=2,
+    limits = {"max_steps": 12, **limits}
+    trainer = pl.Trainer(accelerator="cpu", devices=1, **limits, accumulate_grad_batches=2,
                          log_every_n_steps=4, val_check_interval=8, limit_val_batches=2,
                          num_sanity_val_steps=1, logger=False, enable_progress_bar=False,
                          enable_model_summary=False, default_root_dir=str(root),
@@ -173,6 +201,19 @@ def test_lightning_callback_reports_steps_validations_and_checkpoints(events_fil
     checkpoints = [(e["step"], Path(e["path"])) for e in got["checkpoint"]]
     assert [s for s, _ in checkpoints] == [6, 12]
     assert all(p.is_file() and command.step_in_name(p) == s for s, p in checkpoints)
+
+
+@pytest.mark.parametrize("limits", [{"max_steps": -1, "max_epochs": 1},
+                                    {"max_steps": 100, "max_epochs": 1}])
+def test_lightning_callbacks_total_is_what_max_epochs_come_to(events_file, tmp_path, limits):
+    """The ETA's total without max_steps, or with one the epochs reach first: one epoch of 64
+    batches at accumulation 2 is 32 optimizer steps."""
+    from cockpit.integrations.lightning import CockpitCallback
+
+    trainer = lightning_run("lightning.pytorch", tmp_path, [CockpitCallback()], **limits)
+    assert trainer.global_step == 32
+    progress = read(events_file)["progress"]
+    assert {e["total"] for e in progress} == {32} and progress[-1]["step"] == 32
 
 
 def test_lightning_callback_does_nothing_outside_cockpit(tmp_path, monkeypatch):
@@ -250,11 +291,15 @@ def test_derived_placeholders_fill_the_frameworks_flags(tmp_path, device, precis
 
 
 def test_a_command_that_takes_a_derived_precision_placeholder_feels_precision():
+    """(Only what the placeholders decide: other settings no placeholder carries may be fixed.)"""
+    spec = command.CommandSpec(command=("python", "train.py"))
+    assert {"batch_size", "precision"} <= command.fixed_settings(spec)
     spec = command.CommandSpec(command=("python", "train.py", "{hf_precision_flag}"))
-    assert command.fixed_settings(spec) == {"batch_size"}
+    fixed = command.fixed_settings(spec)
+    assert "batch_size" in fixed and "precision" not in fixed
     spec = command.CommandSpec(command=("python", "train.py", "--bs", "{effective_batch}",
                                         "--precision", "{lightning_precision}"))
-    assert command.fixed_settings(spec) == set()
+    assert not {"batch_size", "precision"} & command.fixed_settings(spec)
 
 
 # ---------------------------------------------------------------- the edges a user hits
