@@ -126,7 +126,7 @@ def test_lightning_example_falls_back_and_resumes_from_its_checkpoint(home):
 def test_without_the_callback_the_trainers_output_is_read(home):
     """Nothing added to the script: steps from its bar, loss and lr from its log lines,
     evaluations from its eval dicts, checkpoints from the `checkpoints` glob."""
-    done = cockpit("run", "-d", "cpu", "--set", "accumulation=1", "--json",
+    done = cockpit("run", "-d", "cpu", "--set", "accumulation=1", "--set", "threads=1", "--json",
                    "--set", "command.checkpoints={run_dir}/out/checkpoint-*",
                    "--", PY, HF, "--no_callback", "--output_dir", "{run_dir}/out",
                    "--per_device_train_batch_size", "{batch_size}",
@@ -149,7 +149,7 @@ def test_without_the_callback_lightnings_rich_bar_is_read(home):
     """Lightning draws a Rich bar where rich is installed (it is, beside textual): to a file
     only its last frame, unless told it may draw (cockpit does, for every command)."""
     pytest.importorskip("rich")
-    done = cockpit("run", "-d", "cpu", "--set", "accumulation=1", "--json",
+    done = cockpit("run", "-d", "cpu", "--set", "accumulation=1", "--set", "threads=1", "--json",
                    "--", PY, LIGHTNING, "--no_callback", "--text_file", TEXT,
                    "--out", "{run_dir}/out",
                    "--batch_size", "{batch_size}", "--max_steps", "100", "--ckpt_every", "50",
@@ -162,7 +162,7 @@ def test_without_the_callback_lightnings_rich_bar_is_read(home):
 
 
 def test_hf_example_trains_lora_adapters_under_cockpit(home):
-    done = cockpit("run", "-d", "cpu", "--set", "accumulation=1",
+    done = cockpit("run", "-d", "cpu", "--set", "accumulation=1", "--set", "threads=1",
                    "--", PY, HF, "--lora", "--text_file", TEXT,
                    "--output_dir", "{run_dir}/out",
                    "--per_device_train_batch_size", "{batch_size}", "{hf_device_flag}",
@@ -186,6 +186,7 @@ def test_hf_example_trains_lora_adapters_under_cockpit(home):
 ])
 def test_the_examples_run_alone_unchanged(tmp_path, script, args):
     env = {k: v for k, v in child_env().items() if not k.startswith("COCKPIT_")}
+    env["OMP_NUM_THREADS"] = "1"  # as the runs under cockpit: a tiny model, a busy machine
     out = tmp_path / "out"
     done = subprocess.run([PY, script, *(a.format(out=out) for a in args)], capture_output=True,
                           text=True, env=env, timeout=300)
