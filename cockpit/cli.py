@@ -81,8 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="override a setting: batch_size=16, train.epochs=2, params.n=128 (repeatable)")
     parser.add_argument("--inject", action="append", default=[], metavar="KIND@STEP",
                         help="make the trainer fail for real at a step, to try the fallback rules: "
-                             "native-crash, oom, backend, openmp, nan, hang, user-code, slow or "
-                             "wrong-grad "
+                             "native-crash, oom, backend, openmp, nan, hang, user-code, slow, "
+                             "wrong-grad or compile-error "
                              "(e.g. native-crash@117; KIND@STEP+ repeats in every attempt)")
     parser.add_argument("--json", action="store_true", help="print every event as a JSON line")
     parser.add_argument("--detach", action="store_true",

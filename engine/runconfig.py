@@ -176,10 +176,11 @@ def configure(workload: WorkloadPreset, workload_name: str, where: str, device_n
     if workload.is_command:
         workload = check_command(workload, where, {device_name: device, **ladder})
         for name, preset in {device_name: device, **ladder}.items():
-            if any(spec.startswith("wrong-grad@") for spec in preset.inject):
-                raise ConfigError(f"device preset {name!r}", "inject",
-                                  "wrong-grad perturbs the gradients of cockpit's own trainer; a "
-                                  "command's training loop is its own, expected another fault kind")
+            for kind, what in (("wrong-grad", "perturbs the gradients of"), ("compile-error", "fails the compile of")):
+                if any(spec.startswith(kind + "@") for spec in preset.inject):
+                    raise ConfigError(f"device preset {name!r}", "inject",
+                                      f"{kind} {what} cockpit's own trainer; a command's training "
+                                      "loop is its own, expected another fault kind")
     else:  # the first attempt's step vs the data set; the trainer checks every attempt's
         samples = workloads.num_samples(workload.workload, workload.params)
         if samples is not None:

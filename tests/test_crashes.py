@@ -37,6 +37,10 @@ from engine.presets import DevicePreset
     (AttemptEnd(1, None, exception={"error": "KeyError", "message": "'label'"}), "user-code"),
     (AttemptEnd(1, None, tail="Traceback (most recent call last):\n  File ...\nImportError: x"), "user-code"),
     (AttemptEnd(7, None), "unknown"),
+    (AttemptEnd(1, None, exception={"error": "BackendCompilerFailed", "message": faults.COMPILE_ERROR}), "compile"),
+    (AttemptEnd(1, None, exception={"error": "InductorError", "message": "CppCompileError: C++ compile error"}), "compile"),
+    (AttemptEnd(1, None, tail="Traceback (most recent call last):\n  File ...\ntorch._dynamo.exc."
+                              "Unsupported: generator\n"), "compile"),
 ])
 def test_classification(end, kind):
     verdict = classify(end)
@@ -129,6 +133,29 @@ def test_openmp_retries_with_the_env_fix_once():
     assert (d.action, d.next.name) == ("next", "mps-safe")
 
 
+def test_a_failed_compile_runs_the_same_preset_eagerly_then_moves_on():
+    end = AttemptEnd(1, None, exception={"error": "BackendCompilerFailed", "message": faults.COMPILE_ERROR},
+                     last_step=None)
+    v = classify(end)
+    assert v.kind == "compile" and "Cannot find a working triton installation" in v.evidence["message"]
+    assert v.sentence.startswith("torch.compile failed (BackendCompilerFailed); the same preset runs eagerly")
+    compiled = Step("cuda", DevicePreset(device="cuda", compile=True, fallback=("cpu",)))
+    ladder = Ladder(compiled, {"cpu": CPU})
+    d = decide(v, compiled, ladder, attempts=1, max_attempts=9)
+    assert (d.action, d.next.name, d.changed) == ("eager", "cuda", {"compile": [True, False]})
+    d = decide(v, d.next, ladder, attempts=2, max_attempts=9)
+    assert (d.action, d.next.name) == ("next", "cpu") and "already ran eagerly" in d.why
+    # a command compiles as its own code says: nothing of the preset can change that
+    d = decide(v, compiled, ladder, attempts=1, max_attempts=9, fixed=frozenset({"compile"}))
+    assert (d.action, d.next.name) == ("next", "cpu")
+
+
+def test_a_plain_bug_is_still_user_code_and_stops():
+    v = classify(AttemptEnd(1, None, exception={"error": "ValueError", "message": "too many values to unpack"}))
+    assert v.kind == "user-code"
+    assert decide(v, Step("cpu", CPU), Ladder(Step("cpu", CPU), {}), attempts=1, max_attempts=9).action == "stop"
+
+
 def test_numerical_goes_to_fp32_unless_it_already_ran_in_fp32():
     bf16 = Step("mps", DevicePreset(device="mps", precision="bf16", fallback=MPS.fallback))
     d = decide(verdict("numerical"), bf16, LADDER, attempts=1, max_attempts=9, precision_used="bf16")
@@ -192,3 +219,16 @@ def test_bad_fault_specs(spec):
 def test_fault_specs():
     assert faults.parse("native-crash@117") == faults.Fault("native-crash", 117, False, "native-crash@117")
     assert faults.parse("oom@120+").repeat
+
+
+def test_a_compiling_trainer_is_starting_up_until_its_first_step():
+    """torch.compile compiles in the first step (85 s for trm-chat-small on the H100): a hang
+    is judged by the start-up timeout until that step, not by hang_timeout_s."""
+    from engine.run.supervisor import AttemptWatch
+
+    eager, compiling = AttemptWatch(attempt=1), AttemptWatch(attempt=1)
+    eager.see({"type": "trainer_ready", "compile": False}, 1.0)
+    compiling.see({"type": "trainer_ready", "compile": True}, 1.0)
+    assert eager.ready and not compiling.ready
+    compiling.see({"type": "step", "step": 1}, 90.0)
+    assert compiling.ready and compiling.last_step == 1

@@ -76,6 +76,19 @@ def test_each_fault_is_classified_and_its_rule_applied(home, fault, kind, action
     assert last["samples_seen"] == 3 * 128
 
 
+def test_a_compile_that_fails_is_run_again_eagerly_on_the_same_preset(home):
+    # compile-error@1: torch.compile's failure at the first compiled forward pass (no Triton)
+    ladder(home, first_extra="compile = true\n")
+    status, run = supervise("inject=['compile-error@1']")
+    assert status == "finished"
+    (crash,) = of_type(run, "crash")
+    assert crash["kind"] == "compile" and "BackendCompilerFailed" in crash["sentence"]
+    (move,) = of_type(run, "fallback")
+    assert (move["action"], move["to_preset"], move["changed"]) == ("eager", "first", {"compile": [True, False]})
+    assert [e["compile"] for e in of_type(run, "trainer_ready")] == [True, False]
+    assert of_type(run, "checkpoint")[-1]["samples_seen"] == 3 * 128
+
+
 def test_numerical_retries_in_fp32_when_it_ran_in_bf16(home):
     ladder(home, first_extra='precision = "bf16"\n')
     status, run = supervise("inject=['nan@4']")

@@ -34,7 +34,10 @@ def test_cuda_candidates_get_a_compiled_twin_and_no_other_device_does(home, monk
     assert _labels(found) == [("cuda", False)]                  # --no-compile
     found = candidates.build(config.workload, devices=["cuda"], preset_names=[], base="auto",
                              overrides=["compile=true"])
-    assert _labels(found) == [("cuda", True)]                    # compiled already: no twin
+    assert _labels(found) == [("cuda", True), ("cuda eager", False)]  # compiled already: an eager twin
+    found = candidates.build(config.workload, devices=[], preset_names=["cuda", "cpu"], base="auto",
+                             overrides=[], threads=False)              # the shipped cuda preset compiles
+    assert _labels(found) == [("cuda", True), ("cuda eager", False), ("cpu", False)]
 
 
 def _r(label, rate, compiled=False, compile_s=None, device="cuda:0"):
@@ -51,8 +54,14 @@ def test_the_recommendation_says_when_compiling_wins_and_by_how_much():
     label, text = recommend("matmul", [_r("cuda", 100.0), _r("cuda compiled", 90.0, True, 12.0)])
     assert label == "cuda" and "; compiling does not pay here: 0.90x eager after 12 s of compiling" in text
     config = runconfig.resolve("matmul", "auto", [])
-    chosen = candidates.Candidate("cuda compiled", "auto", config.device.__class__(device="cuda", compile=True))
+    chosen = candidates.Candidate("cuda compiled", "auto", config.device.__class__(device="cuda", compile=True),
+                                  twin=True)
     assert run_command(config, chosen, "auto", False).endswith("--set device=cuda --set compile=true")
+    # --presets: the preset is named as it is, and a twin says how it differs from it
+    eager = candidates.Candidate("cuda eager", "cuda", config.device.__class__(device="cuda"), twin=True)
+    assert run_command(config, eager, "auto", True).endswith("-d cuda --set compile=false")
+    same = candidates.Candidate("cuda", "cuda", config.device.__class__(device="cuda", compile=True))
+    assert run_command(config, same, "auto", True).endswith("-d cuda")
 
 
 def test_a_candidate_with_wrong_numbers_is_shown_and_never_recommended(home):

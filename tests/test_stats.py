@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 
 from cockpit.commands import runs as runs_command
 from engine.run.events import read_events

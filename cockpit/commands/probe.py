@@ -47,7 +47,7 @@ def add_parser(sub) -> None:
     q.add_argument("--no-threads", action="store_true",
                    help="measure CPU candidates only at their own thread count")
     q.add_argument("--no-compile", action="store_true",
-                   help="no compiled twin of each CUDA candidate (compile = true, timed apart)")
+                   help="no twin of each CUDA candidate with compile the other way (compiled ones are timed apart from their compiling)")
     q.add_argument("--fresh", action="store_true", help="measure again even if a result is cached")
     q.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                    help="print the result as JSON")
@@ -224,10 +224,10 @@ def run_command(config, candidate, base: str, presets_mode: bool) -> str:
         words += ["-d", base, "--set", f"device={candidate.preset.device}"]
     if candidate.preset.device == "cpu" and candidate.preset.threads:
         words += ["--set", f"threads={candidate.preset.threads}"]
-    if candidate.preset.compile and not presets_mode and not config.device.compile:
-        words += ["--set", "compile=true"]
     for item in config.overrides:
         words += ["--set", item]
+    if candidate.twin:  # compile the other way from the preset named above (after --set compile=)
+        words += ["--set", f"compile={str(candidate.preset.compile).lower()}"]
     return " ".join(shlex.quote(w) for w in words)
 
 

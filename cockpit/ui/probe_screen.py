@@ -391,6 +391,8 @@ memory pressure normal and swap flat (asks an optional memory limit such as 6G).
         words = [f"device={best.device_kind}"]
         if best.device_kind == "cpu" and best.threads:
             words.append(f"threads={best.threads}")
+        if best.device_kind == "cuda":  # measured compiled or eager: run it as measured
+            words.append(f"compile={str(best.compiled).lower()}")
         self.dismiss(words)
 
     def action_back(self) -> None:

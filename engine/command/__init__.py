@@ -198,7 +198,7 @@ def used(spec: CommandSpec) -> frozenset[str]:
 def fixed_settings(spec: CommandSpec) -> frozenset[str]:
     """Device preset settings this command cannot feel: those whose placeholders its argv lacks."""
     takes = used(spec)
-    fixed = set()
+    fixed = {"compile"}  # no placeholder carries it: a command compiles as its own code says
     if not {"batch_size", "effective_batch"} & takes:
         fixed.add("batch_size")
     if not _PRECISION_PLACEHOLDERS & takes:

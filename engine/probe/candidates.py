@@ -30,6 +30,7 @@ class Candidate:
     label: str            # "cpu (2 threads)", "mps", "mps-safe"
     preset_name: str      # the device preset it came from
     preset: DevicePreset  # what the worker runs, overrides applied
+    twin: bool = False    # its preset with compile the other way round (a CUDA twin)
 
 
 def thread_counts() -> list[int]:
@@ -64,11 +65,12 @@ def parse_list(text: str | None, argument: str) -> list[str]:
 
 def build(workload: WorkloadPreset, *, devices: list[str], preset_names: list[str], base: str,
           overrides: list[str], threads: bool = True, compile: bool = True) -> list[Candidate]:
-    """The candidates, each preset validated as a run would validate it. A CUDA candidate that
-    does not compile has a compiled twin beside it (`compile`): on a GPU, torch.compile is the
-    biggest speed lever there is (2.08x for trm-chat-small on the H100), and only measuring
-    it says whether it pays for its compile time on this workload. Never on MPS (refused there)
-    nor for a command (its model is its own)."""
+    """The candidates, each preset validated as a run would validate it. A CUDA candidate has a
+    twin beside it with compile the other way round (`compile`): compiled if its preset runs
+    eagerly, eager if it compiles. On a GPU, torch.compile is the biggest speed lever there is
+    (2.2x for trm-chat-small on the H100), and only measuring both says whether it pays for
+    its compile time on this workload. Never on MPS (refused there) nor for a command (its
+    model is its own)."""
     if devices and preset_names:
         raise ConfigError("--devices", None, "and --presets both given; expected one of them")
     for name in devices:
@@ -95,8 +97,9 @@ def build(workload: WorkloadPreset, *, devices: list[str], preset_names: list[st
                               dataclasses.replace(preset, threads=t)) for t in counts]
         else:
             out.append(Candidate(label, name, preset))
-        if compile and preset.device == "cuda" and not preset.compile and not workload.is_command:
-            out.append(Candidate(f"{label} compiled", name, dataclasses.replace(preset, compile=True)))
+        if compile and preset.device == "cuda" and not workload.is_command:
+            out.append(Candidate(f"{label} {'eager' if preset.compile else 'compiled'}", name,
+                                 dataclasses.replace(preset, compile=not preset.compile), twin=True))
     return out
 
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 # The ends that are not crashes.
 CLEAN = ("finished", "stopped", "config")
 # Every crash kind a device preset's [rules] can name.
-CRASH_KINDS = ("oom", "backend", "native-crash", "openmp", "numerical", "numerical-parity", "hang",
-               "killed", "user-code", "checkpoint", "slowdown", "unknown")
+CRASH_KINDS = ("oom", "backend", "native-crash", "openmp", "numerical", "numerical-parity", "compile",
+               "hang", "killed", "user-code", "checkpoint", "slowdown", "unknown")
 
 # Exit codes the trainer uses on purpose (engine.train.trainer).
 EXIT_FINISHED, EXIT_FAILED, EXIT_CONFIG, EXIT_STOPPED, EXIT_NUMERICAL, EXIT_PARITY = 0, 1, 2, 3, 4, 5
@@ -39,6 +39,14 @@ _LOAD_FAILED = re.compile(r"PytorchStreamReader failed|failed finding central di
                           r"Weights only load failed|UnpicklingError|invalid load key|BadZipFile|"
                           r"Bad CRC-32")
 _TRACEBACK = "Traceback (most recent call last)"
+# torch.compile failed: Dynamo could not trace, Inductor could not generate code, or there is no
+# working Triton or C++ compiler here. The exception types torch raises, by name, and the line
+# Dynamo wraps a backend's failure in. A bug of the workload's own that Dynamo meets while
+# tracing can be wrapped the same way: then the eager attempt raises it plainly (user-code).
+_COMPILE_ERRORS = ("BackendCompilerFailed", "InductorError", "TritonMissing", "InvalidCxxCompiler",
+                   "CppCompileError", "InternalTorchDynamoError", "TorchRuntimeError", "Unsupported")
+_COMPILE = re.compile(r"backend='\w+' raised|torch\._(?:dynamo|inductor)\.exc\.|"
+                      r"Cannot find a working triton installation")
 _PARITY = re.compile(r"computes wrong numbers")
 # argparse's refusal (exit 2): a command's arguments, as the preset templated them, are wrong.
 _USAGE = re.compile(r"^usage: .*$|: error: (?:unrecognized arguments|argument |the following arguments)"
@@ -59,6 +67,8 @@ SENTENCES = {
     "numerical": "The loss became NaN or infinite{where}.",
     "numerical-parity": "The {device} computed wrong numbers in its parity check against the CPU "
                         "before training: a run on it would train garbage.",
+    "compile": "torch.compile failed{where} ({exception}); the same preset runs eagerly "
+               "(compile = false) next.",
     "hang": "The trainer made no progress for {timeout}{where} and was killed.",
     "killed": "The trainer was killed by {signal}{where} from outside (not a crash of its own).",
     "user-code": "The workload code raised {exception}{where}; falling back will not fix a bug.",
@@ -178,8 +188,10 @@ def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
         return verdict("backend", line, backend=backend)
     if line := _unloadable(end, message, code):
         return verdict("checkpoint", line)
+    raised = exc.get("error") or _raised(end.tail)
+    if raised in _COMPILE_ERRORS or (line := _first_match(_COMPILE, message, end.tail)):
+        return verdict("compile", message or line or last_line(end.tail), exception=raised or "an error")
     if exc or (code is not None and _TRACEBACK in end.tail):
-        raised = exc.get("error") or _raised(end.tail)
         return verdict("user-code", message or last_line(end.tail),
                        exception=raised or "an exception")
     if sig == "SIGKILL" and end.memory_percent is not None and end.memory_percent >= memory_limit_percent:

@@ -13,6 +13,7 @@ the device preset's [rules] table (DEFAULT_RULES fill the gaps):
     retry-env    the same preset with the environment fix for the kind (openmp:
                  KMP_DUPLICATE_LIB_OK=TRUE); the next preset if the fix is already in place
     fp32         the same preset in fp32; the next preset if it already ran in fp32
+    eager        the same preset with compile = false; the next preset if it ran eagerly
     halve-batch  half the micro-batch, twice the accumulation (the same effective batch);
                  the next preset once the micro-batch is 1
     stop         end the run as failed
@@ -33,7 +34,7 @@ from engine.run.crashes import Verdict
 if TYPE_CHECKING:
     from engine.presets import DevicePreset
 
-ACTIONS = ("next", "retry", "retry-progress", "retry-env", "fp32", "halve-batch", "stop")
+ACTIONS = ("next", "retry", "retry-progress", "retry-env", "fp32", "eager", "halve-batch", "stop")
 DEFAULT_RULES = {
     "oom": "halve-batch",
     "backend": "next",
@@ -43,6 +44,8 @@ DEFAULT_RULES = {
     # The device computed wrong numbers: the next preset, whose own check (seconds) says whether
     # its settings (the known bugs hang on shapes and layouts) avoid them, before the CPU.
     "numerical-parity": "next",
+    # torch.compile failed (no Triton here, a model Dynamo cannot trace): the device is fine.
+    "compile": "eager",
     "hang": "next",
     "killed": "retry",
     "user-code": "stop",
@@ -140,6 +143,12 @@ def decide(verdict: Verdict, current: Step, ladder: Ladder, attempts: int, max_a
         why += "; the environment fix is already in place, so the next preset"
     elif action == "fp32" and "precision" in fixed:
         why += "; the command takes no {precision}, so the next preset"
+    elif action == "eager" and "compile" in fixed:
+        why += "; the command compiles as its own code says, so the next preset"
+    elif action == "eager":
+        if preset.compile:
+            return _to(action, why, current, Step(current.name, dataclasses.replace(preset, compile=False)))
+        why += "; it already ran eagerly, so the next preset"
     elif action == "halve-batch" and "batch_size" in fixed:
         why += "; the command takes no {batch_size}, so the next preset"
     elif action == "fp32":

@@ -5,7 +5,8 @@ the start of optimizer step `step` (0 = at start-up). Every failure is the real 
 real SIGABRT with nothing on stderr (the notes' silent Metal deaths), the real message texts
 of MPS/CUDA/CPU out-of-memory and backend errors, the real "OMP: Error #15" followed by an
 abort, a real hang that ignores SIGTERM, a loss that really turns NaN, gradients really wrong
-(`wrong-grad`: what a backend's silent bug does), steps that really take four times
+(`wrong-grad`: what a backend's silent bug does), torch.compile's failure without Triton
+(`compile-error`), steps that really take four times
 longer (`slow`, what swapping looks like from the loop) — so the supervisor
 classifies them from evidence alone, as it would a real crash. Nothing downstream knows a
 fault was injected except for the `fault_injected` event, written for the human reading.
@@ -27,7 +28,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-KINDS = ("native-crash", "oom", "backend", "openmp", "nan", "hang", "user-code", "slow", "wrong-grad")
+KINDS = ("native-crash", "oom", "backend", "openmp", "nan", "hang", "user-code", "slow", "wrong-grad",
+         "compile-error")
 # What a supervisor delivers to a command from outside, as real signals (`deliver`); the
 # other kinds are raised inside a command by cockpit.report, inside the trainer by Injector.
 SIGNAL_KINDS = ("native-crash", "hang", "slow")
@@ -57,6 +59,17 @@ OMP_ERROR = ("OMP: Error #15: Initializing libomp.dylib, but found libomp.dylib 
              "the program. That is dangerous, since it can degrade performance or cause incorrect "
              "results. As an unsafe, unsupported, undocumented workaround you can set the environment "
              "variable KMP_DUPLICATE_LIB_OK=TRUE to allow the program to continue to execute.")
+
+COMPILE_ERROR = ("backend='inductor' raised:\nRuntimeError: Cannot find a working triton installation. "
+                 "Either the package is not installed or it is too old. More information on "
+                 "installing Triton can be found at: https://github.com/triton-lang/triton\n\n"
+                 "Set TORCHDYNAMO_VERBOSE=1 for the internal stack trace (please do this especially "
+                 "if you're reporting a bug to PyTorch). For even more developer context, set "
+                 "TORCH_LOGS=\"+dynamo\"")
+
+
+class BackendCompilerFailed(RuntimeError):
+    """Named as torch._dynamo.exc's, whose constructor differs between torch versions."""
 
 
 @dataclass(frozen=True)
@@ -154,6 +167,11 @@ class Injector:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
         while True:
             time.sleep(3600)
+
+    def _compile_error(self) -> None:
+        # What torch.compile raises at the first compiled forward pass on a machine with no
+        # working Triton: Dynamo's wrapper around the backend's failure, its text verbatim.
+        raise BackendCompilerFailed(COMPILE_ERROR)
 
     def _user_code(self) -> None:
         raise ValueError("too many values to unpack (expected 2, got 3) "

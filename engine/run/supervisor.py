@@ -90,7 +90,7 @@ class AttemptWatch:
     exceptions: dict[int, dict] = field(default_factory=dict)   # by rank
     numericals: dict[int, dict] = field(default_factory=dict)   # by rank
     slowdown: dict | None = None   # the warning for which the supervisor stopped it
-    ready: bool = False            # past start-up: the trainer said so, or a step was seen
+    ready: bool = False            # past start-up: a step was seen, or trainer_ready of an eager trainer
 
     def touch(self, now: float) -> float:
         """A sign of life (an event, a command's output); returns the gap since the last one."""
@@ -104,7 +104,8 @@ class AttemptWatch:
         if kind in ("step", "progress") and event.get("step") is not None:
             self.last_step, self.ready = event["step"], True
         elif kind == "trainer_ready":
-            self.ready = True
+            # Compiling happens in the first step: until that step, the trainer is starting up.
+            self.ready = not event.get("compile")
             self.precision, self.device = event.get("precision"), event.get("device")
             self.resumed_step = (event.get("resumed_from") or {}).get("step", 0)
         elif kind == "exception":
@@ -676,8 +677,9 @@ class Supervisor:
             if self._watch and e.get("attempt") == self._watch.attempt and e["type"] not in \
                     ("memory", "warning", "attempt_started", "attempt_process", "crash",
                                   "attempt_ended", "stop_requested"):
+                was_ready = self._watch.ready
                 gap = self._watch.see(e, now)
-                if e["type"] not in ("trainer_ready",):  # start-up is not a step interval
+                if was_ready:  # start-up (a compile's first step too) is not a step interval
                     self._slowest_gap = max(self._slowest_gap, gap)
                 if e["type"] == "trainer_ready" and self._detector:
                     self._detector.context = dataclasses.replace(
