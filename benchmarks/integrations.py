@@ -38,7 +38,7 @@ def example():
 
 def rounds(steps: int, batch: int, device: str, count: int, workdir: Path) -> list[tuple[float, float]]:
     """(with, without) steps/s for each round."""
-    from transformers import Trainer, TrainingArguments
+    from transformers import PrinterCallback, Trainer, TrainingArguments
     from transformers.utils import logging
 
     from cockpit import report
@@ -61,6 +61,9 @@ def rounds(steps: int, batch: int, device: str, count: int, workdir: Path) -> li
     def rate(callback: bool) -> float:
         trainer = Trainer(model=model, args=args, train_dataset=train,
                           callbacks=[CockpitCallback()] if callback else [])
+        # without its bar the Trainer prints every log dict: both sides alike, but they
+        # bury the rounds' lines
+        trainer.remove_callback(PrinterCallback)
         start = time.perf_counter()
         trainer.train()
         return steps / (time.perf_counter() - start)
