@@ -12,7 +12,9 @@ An attempt's first step windows measure warm-up (allocation, caches, compilation
 says "settling" until SETTLE_WINDOWS of them are in. The rate shown is the smoothed one
 (engine.monitor.throughput): a window can be a checkpoint's 0.05 s fragment. While a mining
 pass or an eval runs (minutes on a big bank, no step at all) the line says so instead of only
-"no step".
+"no step". Before an attempt's first step (a model loading, a first step compiling for minutes)
+the line says how long it has been waiting: 'attempt 2: no step yet (1m30s)', on a terminal and,
+once per `log_every_s`, in a log file.
 """
 
 from __future__ import annotations
@@ -304,6 +306,7 @@ class HeadlessPrinter:
         self.step: dict | None = None    # the attempt's latest step event
         self.windows = 0                 # its step windows so far (the ETA settles)
         self.activity: dict | None = None  # the mining_started or eval_started under way
+        self.started: dict | None = None     # the attempt's attempt_started (its wait for a first step)
         self.logged_t: float | None = None   # the event time of the last progress line written
         self.logged: dict | None = None      # the step it showed
         self.status = ""                 # the live line now on screen
@@ -343,13 +346,18 @@ class HeadlessPrinter:
         lines = []
         if kind in ("crash", "attempt_started", "attempt_ended", "run_finished"):
             lines += self._end_attempt()
+        if kind == "attempt_started":
+            self.started = e
         line = human_line(e, self.memory)
         return lines + ([line] if line is not None else [])
 
     def _progress(self, t: float, stalled: bool = False) -> list[str]:
-        """Not live: the attempt's first step, then one line per log_every_s of event time."""
+        """Not live: the attempt's first step, then one line per log_every_s of event time;
+        before the first step, one per log_every_s saying how long the attempt has waited."""
         step = self.step
-        if step is None or (self.logged_t is not None and t - self.logged_t < self.log_every_s):
+        if step is None:
+            return self._waiting(t) if stalled else []
+        if self.logged is not None and t - self.logged_t < self.log_every_s:
             return []
         line = step_line(step, self.memory, self.windows)
         if stalled and self.activity is not None:
@@ -359,18 +367,36 @@ class HeadlessPrinter:
         self.logged_t, self.logged = t, step
         return [line]
 
+    def _waiting(self, t: float) -> list[str]:
+        """Not live, no step yet: a line once the attempt (or its mining pass) has waited
+        log_every_s since it began or since the last such line."""
+        begun = self.activity or self.started
+        if begun is None or t - (self.logged_t if self.logged_t is not None else begun["t"]) < self.log_every_s:
+            return []
+        self.logged_t = t
+        return [self._before_first_step(t)]
+
+    def _before_first_step(self, now: float | None) -> str:
+        """'mining hard negatives for epoch 0 (40s)', 'attempt 1: no step yet (1m30s)', or ''."""
+        if self.activity is not None:
+            return activity_text(self.activity, now)
+        if self.started is None or now is None or now - self.started["t"] < 1:
+            return ""
+        return f"attempt {self.started.get('attempt', '?')}: no step yet ({duration(now - self.started['t'])})"
+
     def _end_attempt(self) -> list[str]:
         """Where the attempt got to: the live line kept on screen, or its last step written."""
         step = self.step
         line = None if step is None else self._status() if self.live else \
             None if step is self.logged else step_line(step, self.memory, self.windows)
-        self.step, self.windows, self.logged_t, self.status = None, 0, None, ""
+        self.step, self.windows, self.logged_t, self.logged, self.status = None, 0, None, None, ""
+        self.started = None
         return [line] if line else []
 
     def _status(self) -> str:
         now = self.memory["t"] if self.memory is not None else None
-        if self.step is None:  # a schedule that mines from epoch 0 does so before any step
-            return activity_text(self.activity, now) if self.activity is not None else ""
+        if self.step is None:  # loading, compiling, or a schedule that mines from epoch 0
+            return self._before_first_step(now)
         quiet = _quiet(self.step, now) if now is not None else None
         activity = activity_text(self.activity, now) if self.activity is not None else None
         width = self.width or shutil.get_terminal_size().columns

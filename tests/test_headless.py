@@ -5,8 +5,11 @@ last lines that name the run directory and what to type next."""
 from __future__ import annotations
 
 import io
+import json
 import re
 import subprocess
+
+import pytest
 
 from conftest import TINY, child_env, cockpit_cmd
 from cockpit.headless import SETTLE_WINDOWS, HeadlessPrinter
@@ -52,6 +55,35 @@ def test_a_stalled_run_still_logs_a_line_per_interval_saying_so():
     assert lines[2].endswith("(no step for 1m00s)") and len(lines) == 3
 
 
+def test_before_its_first_step_an_attempt_says_how_long_it_has_waited():
+    """A model loading or a first step compiling takes minutes with no step: a log file still
+    gets a line per interval, and the first step is written whatever the interval."""
+    started = {"type": "attempt_started", "attempt": 1, "t": 0.0, "preset": "cpu"}
+    waiting = [{"type": "memory", "attempt": 1, "t": 10.0 * i, "rss": 1e9} for i in range(1, 10)]
+    ended = {"type": "attempt_ended", "attempt": 1, "t": 96.0, "outcome": "finished"}
+    lines = printed([started, *waiting, *steps(95.0, 2, 0.5), ended], live=False, log_every_s=30)
+    assert lines[:3] == ["attempt 1: no step yet (30s)", "attempt 1: no step yet (1m00s)",
+                         "attempt 1: no step yet (1m30s)"]
+    assert lines[3].startswith("step 1/1000") and lines[4].startswith("step 2/1000") and len(lines) == 5
+
+    out = io.StringIO()
+    printer = HeadlessPrinter(stream=out, live=True, width=80)
+    crash = {"type": "crash", "attempt": 1, "t": 50.0, "preset": "cpu", "kind": "hang",
+             "sentence": "No step for 45 s."}
+    second = {**started, "attempt": 2, "t": 51.0}
+    for e in (started, {**waiting[0], "t": 0.5}):
+        printer([e])
+    assert out.getvalue() == ""                               # under a second: nothing to say
+    for e in (waiting[3], crash, second, {**waiting[5], "attempt": 2}):
+        printer([e])
+    drawn = re.split(r"\r\x1b\[K|\n", out.getvalue())     # each line as drawn, in order
+    assert drawn[0] == "attempt 1: no step yet (40s)"
+    assert drawn[1].startswith("attempt 1 (cpu) crashed: hang.")   # over it: the line gave way
+    assert drawn[-1] == "attempt 2: no step yet (9s)"          # counted from its own start
+    printer(steps(62.0, 1, 0.5))
+    assert out.getvalue().rsplit("\r\x1b[K", 1)[-1].startswith("  0%  step 1/1000")
+
+
 def test_on_a_terminal_one_live_line_with_events_above_it():
     events = [{"type": "attempt_started", "attempt": 1, "t": 0.0, "preset": "cpu"}, *steps(1.0, 20, 0.1),
               {"type": "eval", "attempt": 1, "t": 3.0, "step": 20, "metrics": {"r2": 0.9}},
@@ -72,18 +104,26 @@ def test_on_a_terminal_one_live_line_with_events_above_it():
     assert "ETA settling" in first and f"ETA 1m39s" in text.split("\r\x1b[K")[SETTLE_WINDOWS - 1]
 
 
-def test_the_main_job_in_a_log_file(home):
+def test_the_main_job_in_a_log_file(home, monkeypatch):
     """The main job's shape (matmul), not on a terminal: at most one progress line per
-    --log-every second of the run plus its events; the last lines name the run dir."""
+    --log-every second of the run plus its events; the last lines name the run dir. Alerts on:
+    the finish reaches the notify command, and no bell or escape reaches the log."""
+    monkeypatch.delenv("COCKPIT_ALERTS")
+    (home / "config").mkdir()
+    (home / "config" / "settings.toml").write_text("[alerts]\ndesktop = false\n")
+    alert = home / "alert.json"
     sets = [a for o in (*TINY, "train.epochs=40") for a in ("--set", o)]
-    done = subprocess.run(cockpit_cmd("--no-ui", "--device", "cpu", "--log-every", "1", *sets),
+    done = subprocess.run(cockpit_cmd("--no-ui", "--device", "cpu", "--log-every", "1",
+                                      "--notify-command", f"cat > {alert}", *sets),
                           capture_output=True, text=True, env=child_env(), timeout=300)
     assert done.returncode == 0, done.stderr
     (run,) = list_runs()
+    assert json.loads(alert.read_text())["event"] == "finish"
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout
     events = run.events()
     seconds = events[-1]["t"] - events[0]["t"]
     lines = done.stdout.splitlines()
-    progress = [line for line in lines if line.startswith("step ")]
+    progress = [line for line in lines if line.startswith("step ") or "no step yet" in line]
     windows = [e for e in events if e["type"] == "step"]
     assert 1 <= len(progress) <= int(seconds) + 2, (seconds, progress)   # + the first and the last
     assert len(windows) > 2 * len(progress)                              # the rest were not printed
@@ -91,6 +131,19 @@ def test_the_main_job_in_a_log_file(home):
     assert not any(len(line) > 200 for line in lines)
     finished = next(i for i, line in enumerate(lines) if line.startswith("finished: step 320/320"))
     assert lines[finished + 1:] == [f"run dir {run.path}", f"  cockpit runs show {run.id}      its summary"]
+
+
+def test_a_bad_log_every_is_one_line_and_exit_2(home, capsys):
+    from cockpit.cli import main
+
+    for value in ("0", "-5", "soon", "inf", "nan"):
+        with pytest.raises(SystemExit) as stop:
+            main(["--no-ui", "--device", "cpu", "--log-every", value])
+        out, err = capsys.readouterr()
+        assert stop.value.code == 2 and out == "", (value, out)
+        assert err == f"cockpit: argument --log-every: got '{value}', expected seconds > 0 (e.g. 30) " \
+                      "(see cockpit --help)\n"
+    assert not list_runs()
 
 
 def test_a_stopped_run_says_how_to_resume_it(home):
