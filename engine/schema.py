@@ -59,7 +59,7 @@ def expected(annotation: Any, field: dataclasses.Field | None = None) -> str:
     if annotation in (int, float):
         noun = "an integer" if annotation is int else "a number"
         if above is not None:
-            return f"{noun} > {above:g}"
+            return f"{noun} > {above:g}" + (f" and <= {hi:g}" if hi is not None else "")
         if lo is not None and hi is not None:  # an integer bound in full: 2**64 - 1, not 1.84467e+19
             return f"{noun} from {lo if annotation is int else f'{lo:g}'} to " \
                    f"{hi if annotation is int else f'{hi:g}'}"

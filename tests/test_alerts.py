@@ -16,10 +16,10 @@ import pytest
 
 from conftest import TINY, child_env, cockpit_cmd, user_preset
 from engine import runconfig
-from engine.run.alerts import Alert, AlertRules, Commands, Terminal, escape
+from engine.run.alerts import Alert, AlertRules, Alerts, Commands, Terminal, desktop_argv, escape
 from engine.run.identity import ProcessId
 from engine.run.rundir import RunDir, list_runs, summarize
-from engine.run.supervisor import Supervisor
+from engine.settings import AlertSettings
 
 ALL = frozenset({"crash", "fallback", "finish", "failure", "slowdown", "hang"})
 # A checkpoint every step: an injected crash is retried from the one before it (a fallback).
@@ -146,15 +146,35 @@ def test_a_hanging_command_is_killed_at_its_timeout_and_a_failing_one_said(tmp_p
 # ---------------------------------------------------------------- runs that alert
 
 
-def test_an_injected_crash_reaches_the_notify_command_as_json(alerting):
+def test_an_injected_crash_reaches_the_notify_command_which_hangs_is_killed_and_the_run_goes_on(alerting):
+    """One run for both: the notify command writes its stdin (JSON) and environment, then hangs
+    until it is killed at notify_timeout_s; the run goes on meanwhile. --notify-command replaces
+    settings.toml's command (which would fail, said as a warning)."""
     user_preset(alerting, "devices", "first", 'device = "cpu"\nthreads = 1\nfallback = ["cpu"]\n')
-    out = alerting / "alerts.jsonl"
+    settings_toml(alerting, 'notify_timeout_s = 1\nnotify_command = "exit 9"\n')
+    out, env, pids = alerting / "alerts.jsonl", alerting / "env", alerting / "pids"
+    hangs = (f'cat >> {out}; echo "$COCKPIT_ALERT_EVENT|$COCKPIT_ALERT_TITLE|$COCKPIT_ALERT_MESSAGE|'
+             f'$COCKPIT_RUN_ID|$COCKPIT_RUN_DIR" >> {env}; echo $$ >> {pids}; exec sleep 600')
     done = subprocess.run(cockpit_cmd("--no-ui", "--device", "first", "--inject", "native-crash@5",
-                                      "--notify-command", f"cat >> {out}", *sets()),
+                                      "--notify-command", hangs, *sets()),
                           capture_output=True, text=True, env=child_env(), timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     (run,) = list_runs()
     fell, finished = [json.loads(line) for line in out.read_text().splitlines()]
+    assert env.read_text().splitlines() == [f"{a['event']}|{a['title']}|{a['message']}|{run.id}|{run.path.resolve()}"
+                                            for a in (fell, finished)]
+    # killed at the timeout, each said once; the fallback's while attempt 2 went on (it started
+    # before the kill was said: the supervisor never waited on the command)
+    events = run.events()
+    said = [i for i, e in enumerate(events) if e["type"] == "warning" and e["kind"] == "alert"]
+    assert [events[i]["message"] for i in said] == [f"notify command ({a} alert) did not finish in 1 s; killed"
+                                                    for a in ("fallback", "finish")]
+    second = next(i for i, e in enumerate(events) if e["type"] == "attempt_started" and e["attempt"] == 2)
+    assert second < said[0] and summarize(run).status == "finished"
+    assert "warning: notify command (fallback alert) did not finish in 1 s; killed" in done.stdout
+    for pid in pids.read_text().split():
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(pid), 0)
     assert (fell["event"], fell["events"]) == ("fallback", ["crash", "fallback"])
     assert fell["run"] == run.id and fell["run_dir"] == str(run.path.resolve())
     assert fell["workload"] == "matmul" and fell["device_preset"] == "first"
@@ -162,29 +182,49 @@ def test_an_injected_crash_reaches_the_notify_command_as_json(alerting):
     assert crash["type"] == "crash" and crash["kind"] == "native-crash" and move["type"] == "fallback"
     assert "attempt 1 on first crashed (native-crash)" in fell["message"]
     assert finished["event"] == "finish" and finished["message"].startswith("finished at step")
-    assert "warning" not in done.stdout
 
 
-def test_a_hanging_notify_command_is_killed_and_the_run_goes_on(alerting):
-    pids = alerting / "pids"
-    settings_toml(alerting, f'on = ["finish"]\nnotify_timeout_s = 1\n'
-                            f'notify_command = "echo $$ >> {pids}; exec sleep 600"\n')
-    run = RunDir.create(runconfig.resolve("matmul", "cpu", TINY))
-    assert Supervisor(run, poll_s=0.05).supervise() == "finished"
-    (said,) = [e for e in run.events() if e["type"] == "warning" and e["kind"] == "alert"]
-    assert said["message"] == "notify command (finish alert) did not finish in 1 s; killed"
-    with pytest.raises(ProcessLookupError):
-        os.kill(int(pids.read_text()), 0)
+def test_the_desktop_notification_is_notify_send_with_a_display_or_osascript_on_a_mac(tmp_path, monkeypatch):
+    """Stand-ins for notify-send and osascript on PATH record how they were called."""
+    seen = tmp_path / "seen"
+    for name in ("notify-send", "osascript"):
+        (tmp_path / name).write_text(f'#!/bin/sh\nprintf "%s\\n" "${{0##*/}}" "$@" >> {seen}\n')
+        (tmp_path / name).chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    for var in ("DISPLAY", "WAYLAND_DISPLAY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(sys, "platform", "linux")
+    alert = Alert("crash", ("crash",), "cockpit@box: w crashed", "attempt 1 on \x1b[31mmps")
+    assert desktop_argv(alert) is None                      # a server over SSH: no display
+    monkeypatch.setenv("WAYLAND_DISPLAY", "wayland-0")
+    assert desktop_argv(alert) == ["notify-send", "--app-name=cockpit", "cockpit@box: w crashed",
+                                   "attempt 1 on  [31mmps"]
+    monkeypatch.setattr(sys, "platform", "darwin")          # the text as arguments, never in the script
+    argv = desktop_argv(alert)
+    assert argv[0] == "osascript" and argv[-2:] == ["cockpit@box: w crashed", "attempt 1 on  [31mmps"]
+    assert not any("crashed" in a for a in argv[:-2])
+
+    monkeypatch.setattr(sys, "platform", "linux")
+    for desktop in (False, True):
+        sent = Alerts(AlertSettings(desktop=desktop), run_id="r", run_dir=tmp_path, workload="w",
+                      device_preset="cpu", terminal=None, say=pytest.fail)
+        sent.send(alert)
+        sent.close()
+    assert seen.read_text().splitlines() == ["notify-send", "--app-name=cockpit", "cockpit@box: w crashed",
+                                             "attempt 1 on  [31mmps"]
 
 
-def test_bad_settings_are_one_line_naming_the_file_and_key(alerting, capsys):
+def test_bad_settings_are_one_line_naming_the_file_and_key(alerting, capsys, monkeypatch):
     from cockpit.cli import main
 
     for text, words in (('[alerts]\nnotify_comand = "x"\n', "alerts.notify_comand: unknown key; did you "
                                                            "mean 'alerts.notify_command'?"),
                         ('[alerts]\non = ["crash", "boom"]\n', "alerts.on: got 'boom', expected a list of "
                                                               "crash, fallback, finish"),
-                        ('[alerts]\nnotify_timeout_s = 0\n', "alerts.notify_timeout_s: got 0, expected a number > 0"),
+                        ('[alerts]\nnotify_timeout_s = 0\n', "alerts.notify_timeout_s: got 0, expected a number > 0 "
+                                                              "and <= 600"),
+                        ('[alerts]\nnotify_timeout_s = 1e9\n', "alerts.notify_timeout_s: got 1000000000.0, "
+                                                                "expected a number > 0 and <= 600"),
                         ('alerts = 3\n', "alerts: got 3, expected a table ([alerts])"),
                         ('[alert]\n', "alert: unknown key; did you mean 'alerts'?")):
         (alerting / "config" / "settings.toml").write_text(text)
@@ -192,6 +232,10 @@ def test_bad_settings_are_one_line_naming_the_file_and_key(alerting, capsys):
         out, err = capsys.readouterr()
         assert out == "" and err.count("\n") == 1, err
         assert err.startswith(f"cockpit: {alerting / 'config' / 'settings.toml'}: ") and words in err, err
+    settings_toml(alerting, "")
+    monkeypatch.setenv("COCKPIT_ALERTS", "no")
+    assert main(["--no-ui", "--device", "cpu"]) == 2
+    assert capsys.readouterr() == ("", "cockpit: COCKPIT_ALERTS: got 'no', expected 'off' or unset\n")
     assert not list_runs()
 
 
@@ -219,17 +263,18 @@ def _in_a_pty(args: list[str], timeout: float = 300) -> tuple[int, bytes]:
         os.close(master)
 
 
-def test_on_a_terminal_the_alert_escape_and_in_a_pipe_none(alerting):
-    args = ["--no-ui", "--device", "cpu", *sets("train.epochs=1")]
-    code, out = _in_a_pty(args)
+def test_on_a_terminal_the_alert_escape(alerting):
+    """In a pipe, none: tests/test_headless.py's main job in a log file. --notify-command ''
+    silences settings.toml's command for the run."""
+    marker = alerting / "notified"
+    settings_toml(alerting, f'notify_command = "touch {marker}"\n')
+    code, out = _in_a_pty(["--no-ui", "--device", "cpu", "--notify-command", "", *sets("train.epochs=1")])
     text = out.decode()
     assert code == 0, text
     (run,) = list_runs()
     assert "\x07\x1b]9;cockpit@" in text and f": matmul finished: finished at step {summarize(run).step}\x07" in text
     assert "\r\x1b[K" in text and "%  step " in text    # the live line, redrawn in place
-    piped = subprocess.run(cockpit_cmd(*args), capture_output=True, text=True, env=child_env(), timeout=300)
-    assert piped.returncode == 0, piped.stderr
-    assert "\x1b" not in piped.stdout and "\x07" not in piped.stdout
+    assert not marker.exists()   # the finish's commands ran before the CLI returned: none was started
 
 
 def test_a_detached_run_alerts_the_terminal_it_was_started_from(alerting):
