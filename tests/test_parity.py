@@ -70,6 +70,17 @@ def test_tolerances_follow_the_precision(home):
     assert result.update.rel <= parity.TOLERANCES["fp32"].update
 
 
+def test_a_model_with_its_own_bf16_forward_checks_ok_against_its_fp32_copy(home):
+    """trm-chat-small's forward is bf16 on any preset; the reference is its fp32 copy, whose
+    buffers (RoPE's tables) are fp32 too: the model must still compute in one dtype."""
+    trainer = trainer_for("params.hidden_size=64", "params.num_heads=2", "params.L_layers=1",
+                          "params.H_cycles=1", "params.L_cycles=1", "params.seq_len=32",
+                          "params.corpus_bytes=20000", "params.forward_dtype=bf16", "precision=bf16",
+                          workload="trm-tiny")
+    result = parity.check(trainer)
+    assert result.ok and result.tolerance == parity.TOLERANCES["bf16"]
+
+
 def test_a_parity_failure_at_attempt_start_falls_back_to_the_next_preset(home):
     user_preset(home, "devices", "checked", 'device = "cpu"\nbatch_size = 8\naccumulation = 4\n'
                 'threads = 1\nparity_check = true\nfallback = ["plain"]\n')

@@ -179,7 +179,9 @@ class RecursiveLM(nn.Module):
 
     def _rope(self, t: int, device) -> tuple[torch.Tensor, torch.Tensor]:
         if t <= self.rope_cos.shape[0]:
-            return self.rope_cos[:t], self.rope_sin[:t]
+            # in the forward dtype even where the module was converted (the parity check's
+            # fp32 copy of a bf16 model): q and k must meet v in one dtype
+            return self.rope_cos[:t].to(self.dtype), self.rope_sin[:t].to(self.dtype)
         return self._angles(t, device)  # a longer window than the tables (generating past it)
 
     def _apply_stack(self, state, injection, cos, sin):
