@@ -126,6 +126,10 @@ def test_detached_run_survives_its_launcher_and_can_be_followed_and_stopped(home
     followed = cockpit("runs", "follow", run_id, timeout=60)
     assert followed.returncode == 130
     assert "run stopped" in followed.stdout
+    # and it ends as the command that ran the run would have: where it is, what to type next
+    assert followed.stdout.rstrip().splitlines()[-3:] == [
+        f"run dir {run.path}", f"  cockpit runs show {run.id}      its summary",
+        f"  cockpit runs resume {run.id}    continue it from its newest checkpoint"]
     wait_for(lambda: run.supervisor_pid() is None)
     shown = cockpit("runs", "show", "last")
     assert "status    stopped" in shown.stdout and "attempt 1: cpu on cpu, stopped" in shown.stdout

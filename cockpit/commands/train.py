@@ -153,12 +153,21 @@ def follow(run_dir: RunDir, as_json: bool) -> int:
         printer(events)
         end = run_end(events, end)
         if end is not None and not run_dir.locked():  # its lifeline may still be writing
-            printer.close()
+            _finish_following(run_dir, printer, as_json)
             return EXIT_BY_STATUS.get(end.get("status", "interrupted"), 1)
         if not events and not at_work(run_dir):
             # Nothing running and nothing new: the run is over (or its supervisor was lost).
-            printer.close()
-            status = summarize(run_dir).status
-            print(f"run {status}", file=sys.stderr)
-            return EXIT_BY_STATUS.get(status, 1)
+            summary = _finish_following(run_dir, printer, as_json)
+            print(f"run {summary.status}", file=sys.stderr)
+            return EXIT_BY_STATUS.get(summary.status, 1)
         time.sleep(0.2)
+
+
+def _finish_following(run_dir: RunDir, printer: HeadlessPrinter, as_json: bool) -> RunSummary:
+    """The followed run is over: the same last lines as the command that ran it printed."""
+    printer.close()
+    summary = summarize(run_dir)
+    if not as_json:
+        _print_summary(summary)
+        _print_where(run_dir, summary)
+    return summary
