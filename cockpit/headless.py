@@ -181,9 +181,12 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
         return f"run interrupted ({e['reason']}); continue it with: {e['resume']}"
     if kind == "trainer_ready":
         resumed = e.get("resumed_from")
-        line = (f"attempt {e['attempt']}: {e['device']} {e['precision']}, batch {e['batch_size']} x "
-                f"{e['accumulation']}, {e['parameters']:,} parameters, {e['total_steps']} steps "
-                f"({e['reason']})")
+        line = (f"attempt {e['attempt']}: {e['device']} {e['precision']}"
+                + (", compiled" if e.get("compile") else "")
+                + f", batch {e['batch_size']} x {e['accumulation']}, {e['parameters']:,} parameters, "
+                f"{e['total_steps']} steps ({e['reason']})")
+        if e.get("optimizer"):  # which optimizer and learning-rate curve: never silently
+            line += f"; {e['optimizer']}"
         if e.get("world_size", 1) > 1:
             line += f"; world size {e['world_size']}, global batch {e['global_batch']}"
         if resumed:

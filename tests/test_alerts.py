@@ -291,7 +291,7 @@ def test_a_detached_run_alerts_the_terminal_it_was_started_from(alerting):
         assert summarize(run).status == "finished"
         out = _read_all(master).decode()
         assert out.startswith(run.id + "\r\n")           # what the command printed, then the alert
-        assert f"\x07\x1b]9;cockpit@" in out and f": matmul finished: finished at step {summarize(run).step}\x07" in out
+        assert "\x07\x1b]9;cockpit@" in out and f": matmul finished: finished at step {summarize(run).step}\x07" in out
     finally:
         os.close(master)
         os.close(slave)

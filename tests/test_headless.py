@@ -101,7 +101,7 @@ def test_on_a_terminal_one_live_line_with_events_above_it():
     assert screen[1].strip().startswith("2%") and "step 20/1000" in screen[1] and len(screen[1]) <= 59
     assert screen[2] == "run finished" and screen[3] == ""
     first = text.split("\r\x1b[K")[0]
-    assert "ETA settling" in first and f"ETA 1m39s" in text.split("\r\x1b[K")[SETTLE_WINDOWS - 1]
+    assert "ETA settling" in first and "ETA 1m39s" in text.split("\r\x1b[K")[SETTLE_WINDOWS - 1]
 
 
 def test_the_main_job_in_a_log_file(home, monkeypatch):

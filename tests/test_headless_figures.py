@@ -86,3 +86,17 @@ def test_an_eval_under_way_is_said_too():
     assert "evaluating at step 2 (12s)" in line
     done = {"type": "eval", "attempt": 1, "t": 16.0, "step": 2, "metrics": {"recall@50": 0.9}}
     assert "evaluating" not in screen_after(printer, out, [done, memory(17.0)])
+
+
+def test_an_attempts_first_line_says_what_it_trains_with():
+    """Which optimizer and learning-rate curve, and whether it compiles: never silently."""
+    from cockpit.headless import human_line
+
+    ready = {"type": "trainer_ready", "attempt": 1, "device": "cuda:0", "precision": "bf16",
+             "compile": True, "batch_size": 32, "accumulation": 16, "parameters": 29_884_416,
+             "total_steps": 14, "reason": "preset asks for cuda",
+             "optimizer": "AdamW (fused), constant at 0.0003 after 100 warmup steps"}
+    assert human_line(ready) == ("attempt 1: cuda:0 bf16, compiled, batch 32 x 16, 29,884,416 parameters, "
+                                 "14 steps (preset asks for cuda); AdamW (fused), constant at 0.0003 "
+                                 "after 100 warmup steps")
+    assert ", compiled" not in human_line({**ready, "compile": False})

@@ -135,18 +135,15 @@ def test_the_cache_answers_until_the_workload_configuration_changes(home):
     assert newest["workload_key"] == cache.workload_key(runconfig.resolve("matmul", "auto", MATMUL).workload)
     assert cache.latest("trm-tiny") is None
 
-
-def test_a_cache_file_this_version_cannot_read_is_a_miss_not_a_crash(home):
-    _presets(home)
-    args = ["probe", "-w", "matmul", "--presets", "large", "--no-threads", "--budget", "8",
-            *[a for o in MATMUL for a in ("--set", o)]]
-    assert _run(*args).returncode == 0
-    (stored,) = cache.probes_dir().glob("*.json")
+    # A cache file this version cannot read is a miss, not a crash: an older version's schema,
+    # then a candidate with fields this version does not know.
+    (stored,) = [p for p in cache.probes_dir().glob("*.json")
+                 if json.loads(p.read_text())["workload_key"] == newest["workload_key"]]
     data = json.loads(stored.read_text())
-    stored.write_text(json.dumps({**data, "schema": 0}))  # an older version's file
-    assert cache.latest("matmul") is None
-    again = _run(*args)
-    assert again.returncode == 0 and "probing matmul" in again.stderr and "Traceback" not in again.stderr
+    stored.write_text(json.dumps({**data, "schema": 0}))
+    assert cache.latest("matmul")["workload_key"] != newest["workload_key"]  # the other one, n=48
+    older = _run(*args)
+    assert older.returncode == 0 and "probing matmul" in older.stderr and "Traceback" not in older.stderr
     stored.write_text(json.dumps({**data, "candidates": [{"label": "x", "unknown": 1}]}))
     assert "probing matmul" in _run(*args).stderr
 
