@@ -175,3 +175,27 @@ def test_a_commands_eta_rides_out_its_eval_pauses():
     # this is a sawtooth of +-4% around the end, its steepest jump 6%.
     assert all(abs(p - end) < 0.05 * end for p in late)
     assert max(abs(b - a) for a, b in zip(late, late[1:])) < 0.07 * end
+
+
+def test_losses_without_step_numbers_are_said_once():
+    """A Hugging Face Trainer with disable_tqdm=True prints its log dicts and no bar: losses
+    and no step. The run would end 'step 0' with no word why; the tracker says it once."""
+    from engine.command.progress import OutputParser
+
+    parser, tracker, produced = OutputParser(), Tracker(samples_per_step=8), []
+    for i in range(6):
+        line = f"{{'loss': {3.0 - i / 10}, 'grad_norm': 1.5, 'learning_rate': 5e-05, 'epoch': {i / 10}}}\n"
+        for observation in parser.feed(line):
+            produced += tracker.parsed(observation, float(i))
+    warnings = [fields for kind, fields in produced if kind == "warning"]
+    assert len(warnings) == 1 and warnings[0]["kind"] == "no-step-numbers"
+    assert "CockpitCallback" in warnings[0]["advice"][0]["text"] and tracker.loss == 2.5
+    from cockpit.headless import human_line
+
+    said = human_line({"type": "warning", **warnings[0]})
+    assert said.startswith("warning: the output gave 3 losses and no step number") and "CockpitCallback" in said
+    # with steps, nothing to say
+    stepped = Tracker(samples_per_step=8)
+    said = [kind for i in range(6) for kind, _ in stepped.parsed(
+        Observation(kind="step", step=i, loss=1.0, source="tqdm"), float(i))]
+    assert "warning" not in said

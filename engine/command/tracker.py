@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from engine.monitor.throughput import RateMeter
 
 REPORT_EVERY_S = 1.0
+STEPLESS_LOSSES = 3  # losses read with no step number before the tracker says it sees no steps
 # Five minutes of the script's time: long enough that an eval pause every few minutes is
 # averaged in rather than swinging the ETA, short enough to follow a real change of speed.
 HORIZON_S = 300.0
@@ -56,6 +57,7 @@ class Tracker:
     _meter: RateMeter | None = None      # the smoothed rate and the best full window
     _last_finite_t: float | None = None  # when a finite loss was last seen
     _windows: int = 0                    # step events made
+    _stepless_losses: int = 0            # losses read while no step number has been
 
     def __post_init__(self) -> None:
         self._meter = RateMeter(full_window_s=self.report_every_s, horizon_s=HORIZON_S)
@@ -111,8 +113,8 @@ class Tracker:
             self.source = source or self.source
         if samples is not None:
             self.samples = float(samples)
-        if step is None:
-            return []  # values without a step (HF's log dicts) join the current step
+        if step is None:  # values without a step (HF's log dicts) join the current step
+            return self._no_step_numbers() if loss is not None and self.step is None else []
         self.step = int(step)
         if self._window is None or self.step < self._window.start_step:
             self._window = _Window(t, self.step, self.samples_seen)  # the first sight, or a restart
@@ -120,6 +122,21 @@ class Tracker:
         if t - self._window.start_t < self.report_every_s:
             return []
         return [("step", self._close_window(t))]
+
+    def _no_step_numbers(self) -> list[tuple[str, dict]]:
+        """Losses and no step: say so once (a Trainer with disable_tqdm=True prints its log
+        dicts and no bar), rather than end with 'step 0' and no word why."""
+        self._stepless_losses += 1
+        if self._stepless_losses != STEPLESS_LOSSES:
+            return []
+        return [("warning", {
+            "kind": "no-step-numbers", "fallback": False,
+            "message": f"the output gave {STEPLESS_LOSSES} losses and no step number: no progress, "
+                       "throughput or ETA can be read from it",
+            "advice": [{"text": "a Hugging Face Trainer with disable_tqdm=True prints no steps: add "
+                                "cockpit.integrations.transformers.CockpitCallback (or leave tqdm on)"},
+                       {"text": "or name the step in the workload's progress_regex (?P<step>...), or "
+                                "call cockpit.report.step from the script"}]})]
 
     def flush(self, t: float) -> list[tuple[str, dict]]:
         """The last, partial window (at the end of an attempt); a run too short for a window
