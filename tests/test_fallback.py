@@ -194,9 +194,8 @@ def test_a_bad_inject_flag_is_one_line_and_exit_2(home):
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "cockpit: --set: device.inject: 'explode@3' is not a fault; expected KIND@STEP[+] with KIND "
-        "one of native-crash, oom, backend, openmp, nan, hang, user-code, slow, wrong-grad (e.g. "
-        "'native-crash@117', "
-        "'oom@120+')"]
+        "one of native-crash, oom, backend, openmp, nan, hang, user-code, slow, wrong-grad, "
+        "compile-error (e.g. 'native-crash@117', 'oom@120+')"]
     assert not list_runs()
 
 
