@@ -47,7 +47,8 @@ def add_parser(sub) -> None:
     q.add_argument("--no-threads", action="store_true",
                    help="measure CPU candidates only at their own thread count")
     q.add_argument("--no-compile", action="store_true",
-                   help="no twin of each CUDA candidate with compile the other way (compiled ones are timed apart from their compiling)")
+                   help="measure CUDA candidates only as their presets compile (no twin with "
+                        "compile the other way round)")
     q.add_argument("--fresh", action="store_true", help="measure again even if a result is cached")
     q.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                    help="print the result as JSON")
