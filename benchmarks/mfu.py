@@ -1,7 +1,7 @@
 """Model FLOP utilisation of a workload through a device preset, and where the GPU's time goes.
 
     python benchmarks/mfu.py                                   # trm-chat-small, cuda preset
-    python benchmarks/mfu.py --set compile=true --steps 6
+    python benchmarks/mfu.py --set compile=false --steps 6        # eager, against the cuda preset's compile
     python benchmarks/mfu.py -w clip-tiny -d cuda --set batch_size=256 --no-profile
 
 It builds the same Trainer a run builds (the preset's batch, accumulation, precision, compile,

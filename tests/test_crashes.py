@@ -10,6 +10,11 @@ from engine.run.fallback import Ladder, Step, decide, got_further
 from engine.presets import DevicePreset
 
 
+DYNAMO_WARNING = ("W1124 torch/_dynamo/convert_frame.py:1200] WON'T CONVERT forward model.py line 40\n"
+                  "W1124 torch/_dynamo/convert_frame.py:1200] due to: backend='inductor' raised:\n"
+                  "W1124 torch/_dynamo/convert_frame.py:1200] torch._dynamo.exc.Unsupported: generator\n")
+
+
 @pytest.mark.parametrize("end, kind", [
     (AttemptEnd(0, None), "finished"),
     (AttemptEnd(3, None), "stopped"),
@@ -41,6 +46,19 @@ from engine.presets import DevicePreset
     (AttemptEnd(1, None, exception={"error": "InductorError", "message": "CppCompileError: C++ compile error"}), "compile"),
     (AttemptEnd(1, None, tail="Traceback (most recent call last):\n  File ...\ntorch._dynamo.exc."
                               "Unsupported: generator\n"), "compile"),
+    (AttemptEnd(1, None, exception={"error": "TritonMissing", "message": "Cannot find a working triton"}), "compile"),
+    (AttemptEnd(None, "SIGKILL", compiling_hung_for_s=612.0), "compile"),
+    # an out-of-memory raised while compiling is an out-of-memory
+    (AttemptEnd(1, None, exception={"error": "BackendCompilerFailed",
+                                    "message": "backend='inductor' raised:\n" + faults.CUDA_OOM}), "oom"),
+    # Dynamo's warnings on the way (it carries on eagerly) are not what ended the attempt
+    (AttemptEnd(None, "SIGKILL", memory_percent=99.0, tail=DYNAMO_WARNING), "oom"),
+    (AttemptEnd(None, "SIGTERM", tail=DYNAMO_WARNING), "killed"),
+    (AttemptEnd(1, None, tail=DYNAMO_WARNING + "Traceback (most recent call last):\n  File ...\n"
+                              "KeyError: 'label'\n"), "user-code"),
+    # a command compiles as its own code says: its compile errors are its own
+    (AttemptEnd(1, None, command=True, tail="Traceback (most recent call last):\n  File ...\n"
+                "torch._dynamo.exc.TorchRuntimeError: RuntimeError when making fake tensor call\n"), "user-code"),
 ])
 def test_classification(end, kind):
     verdict = classify(end)
@@ -138,7 +156,7 @@ def test_a_failed_compile_runs_the_same_preset_eagerly_then_moves_on():
                      last_step=None)
     v = classify(end)
     assert v.kind == "compile" and "Cannot find a working triton installation" in v.evidence["message"]
-    assert v.sentence.startswith("torch.compile failed (BackendCompilerFailed); the same preset runs eagerly")
+    assert v.sentence == "torch.compile failed (BackendCompilerFailed)."
     compiled = Step("cuda", DevicePreset(device="cuda", compile=True, fallback=("cpu",)))
     ladder = Ladder(compiled, {"cpu": CPU})
     d = decide(v, compiled, ladder, attempts=1, max_attempts=9)
@@ -230,5 +248,6 @@ def test_a_compiling_trainer_is_starting_up_until_its_first_step():
     eager.see({"type": "trainer_ready", "compile": False}, 1.0)
     compiling.see({"type": "trainer_ready", "compile": True}, 1.0)
     assert eager.ready and not compiling.ready
+    assert compiling.compiling and not eager.compiling  # a hang now is the compile's (kind compile)
     compiling.see({"type": "step", "step": 1}, 90.0)
-    assert compiling.ready and compiling.last_step == 1
+    assert compiling.ready and compiling.last_step == 1 and not compiling.compiling

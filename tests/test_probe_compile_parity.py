@@ -38,6 +38,14 @@ def test_cuda_candidates_get_a_compiled_twin_and_no_other_device_does(home, monk
     found = candidates.build(config.workload, devices=[], preset_names=["cuda", "cpu"], base="auto",
                              overrides=[], threads=False)              # the shipped cuda preset compiles
     assert _labels(found) == [("cuda", True), ("cuda eager", False), ("cpu", False)]
+    # devices from a compiling base: compile holds on CUDA only, and run it: says so for the CPU
+    monkeypatch.setattr(candidates, "available_devices", lambda: ["cuda", "cpu"])
+    cuda = runconfig.resolve("matmul", "cuda", [])
+    found = candidates.build(cuda.workload, devices=[], preset_names=[], base="cuda", overrides=[],
+                             threads=False)
+    assert _labels(found) == [("cuda", True), ("cuda eager", False), ("cpu", False)]
+    assert run_command(cuda, found[2], "cuda", False).endswith("-d cuda --set device=cpu --set compile=false")
+    assert run_command(cuda, found[0], "cuda", False).endswith("-d cuda --set device=cuda")
 
 
 def _r(label, rate, compiled=False, compile_s=None, device="cuda:0"):

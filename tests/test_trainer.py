@@ -177,23 +177,26 @@ def test_compile_is_refused_when_auto_lands_on_mps(monkeypatch, home):
 def test_a_compiled_trainer_trains_compiled_and_evaluates_eagerly(home, monkeypatch):
     """Evaluation and epoch preparation see other shapes than the training step: compiled,
     they would be compiled again (85 s for trm-chat-small's first eval on the H100)."""
-    calls: list[str] = []
+    compiled: list[int] = []  # the micro-batch of each compiled call
 
     def compile(module):  # torch.compile's stand-in: a module that says it was called
-        def forward(*args, **kwargs):
-            calls.append("compiled")
-            return module(*args, **kwargs)
+        def forward(x, *args, **kwargs):
+            compiled.append(len(x))
+            return module(x, *args, **kwargs)
         return forward
 
     monkeypatch.setattr(torch, "compile", compile)
-    run = new_run("compile=true")
+    # 100 samples in micro-batches of 8: the last is 4, a shape compiling would compile again
+    run = new_run("compile=true", "params.samples=100", "batch_size=8", "accumulation=1", "train.epochs=1")
     trainer = trainer_for(run)
     seen = []
     evaluate = trainer.workload.evaluate
     trainer.workload.evaluate = lambda model, dev: seen.append(model) or evaluate(model, dev)
     trainer.fit()
-    assert calls and seen and all(model is trainer.model for model in seen)
+    assert compiled == [8] * 12  # the short last micro-batch ran eagerly
+    assert seen and all(model is trainer.model for model in seen)
     assert [e for e in run.events() if e["type"] == "eval"]
+    assert trainer.samples_seen == 100
 
 
 def test_bf16_autocast_on_cpu_trains(home):

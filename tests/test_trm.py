@@ -169,3 +169,18 @@ def test_sample_refuses_runs_that_cannot_write_text(home, capsys):
     untrained = new_run()
     assert main(["sample", untrained.id, "--prompt", "x"]) == 2
     assert "has no checkpoint yet" in capsys.readouterr().err
+
+
+def test_rope_tables_and_a_longer_window_give_the_same_numbers():
+    """RoPE's tables cover the training window; a longer one (generating past it) computes
+    its angles instead, which must be the same numbers."""
+    from engine.workloads.trm.model import Arch, RecursiveLM
+
+    torch.manual_seed(0)
+    arch = Arch(hidden_size=32, L_layers=1, num_heads=2, expansion=2.0, H_cycles=1, L_cycles=1)
+    short, long = RecursiveLM(arch, positions=16), RecursiveLM(arch, positions=64)
+    long.load_state_dict(short.state_dict())
+    tokens = torch.randint(0, 256, (2, 40))
+    with torch.no_grad():
+        assert torch.allclose(short(tokens), long(tokens), atol=1e-6)           # past the tables
+        assert torch.allclose(short(tokens[:, :16]), long(tokens[:, :16]), atol=1e-6)

@@ -227,7 +227,13 @@ def run_command(config, candidate, base: str, presets_mode: bool) -> str:
         words += ["--set", f"threads={candidate.preset.threads}"]
     for item in config.overrides:
         words += ["--set", item]
-    if candidate.twin:  # compile the other way from the preset named above (after --set compile=)
+    # compile as measured, where that differs from the preset named above (after the overrides,
+    # which may set it): a twin, or a CPU candidate of a compiling base
+    if presets_mode:  # the preset as it is, unless the candidate is its twin
+        named = not candidate.preset.compile if candidate.twin else candidate.preset.compile
+    else:
+        named = config.device.compile
+    if candidate.preset.compile != named and not config.workload.is_command:
         words += ["--set", f"compile={str(candidate.preset.compile).lower()}"]
     return " ".join(shlex.quote(w) for w in words)
 

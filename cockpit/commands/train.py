@@ -157,8 +157,7 @@ def follow(run_dir: RunDir, as_json: bool) -> int:
             return EXIT_BY_STATUS.get(end.get("status", "interrupted"), 1)
         if not events and not at_work(run_dir):
             # Nothing running and nothing new: the run is over (or its supervisor was lost).
-            summary = _finish_following(run_dir, printer, as_json)
-            print(f"run {summary.status}", file=sys.stderr)
+            summary = _finish_following(run_dir, printer, as_json)  # its first word: the status
             return EXIT_BY_STATUS.get(summary.status, 1)
         time.sleep(0.2)
 

@@ -81,7 +81,9 @@ def build(workload: WorkloadPreset, *, devices: list[str], preset_names: list[st
         found = [(name, name, _resolve(workload, name, overrides)) for name in preset_names]
     else:
         preset = _resolve(workload, base, overrides)
-        found = [(d, base, dataclasses.replace(preset, device=d))
+        # the base's compile holds on CUDA only: the cuda preset's compile = true is no reason
+        # to compile on the CPU, and MPS refuses it
+        found = [(d, base, dataclasses.replace(preset, device=d, compile=preset.compile and d == "cuda"))
                  for d in devices or available_devices()]
     out = []
     for label, name, preset in found:
@@ -91,6 +93,8 @@ def build(workload: WorkloadPreset, *, devices: list[str], preset_names: list[st
                               "measures one process, expected 1 (probe per GPU, then scale)")
         # A fault that fires in every attempt fires in the probe too (tests, rehearsals).
         preset = dataclasses.replace(preset, fallback=(), on_slowdown="warn")
+        if workload.is_command:  # its compile is its own code's: nothing to time apart
+            preset = dataclasses.replace(preset, compile=False)
         if preset.device == "cpu" and threads and not _threads_fixed(workload, preset):
             counts = thread_counts() if not preset.threads else sorted({preset.threads, *thread_counts()})
             out += [Candidate(f"{label} ({t} thread{'s' * (t > 1)})", name,

@@ -67,8 +67,7 @@ SENTENCES = {
     "numerical": "The loss became NaN or infinite{where}.",
     "numerical-parity": "The {device} computed wrong numbers in its parity check against the CPU "
                         "before training: a run on it would train garbage.",
-    "compile": "torch.compile failed{where} ({exception}); the same preset runs eagerly "
-               "(compile = false) next.",
+    "compile": "torch.compile failed{where} ({exception}).",
     "hang": "The trainer made no progress for {timeout}{where} and was killed.",
     "killed": "The trainer was killed by {signal}{where} from outside (not a crash of its own).",
     "user-code": "The workload code raised {exception}{where}; falling back will not fix a bug.",
@@ -97,6 +96,7 @@ class AttemptEnd:
     last_step: int | None = None        # the last step it reported
     stop_requested: bool = False        # the user asked the run to stop
     hung_for_s: float | None = None     # set when the supervisor killed it for a hang
+    compiling_hung_for_s: float | None = None  # ... a hang before the first step of a compiling trainer
     memory_percent: float | None = None  # system memory in use just before it died
     device: str | None = None           # the device it ran on (trainer_ready)
     slowdown: dict | None = None        # the warning for which the supervisor stopped it
@@ -188,10 +188,19 @@ def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
         return verdict("backend", line, backend=backend)
     if line := _unloadable(end, message, code):
         return verdict("checkpoint", line)
-    raised = exc.get("error") or _raised(end.tail)
-    if raised in _COMPILE_ERRORS or (line := _first_match(_COMPILE, message, end.tail)):
-        return verdict("compile", message or line or last_line(end.tail), exception=raised or "an error")
+    if end.compiling_hung_for_s is not None:
+        # no step while compiling: the compile is what did not finish (eagerly, it would say
+        # whether the device itself hangs)
+        return verdict("compile", f"no step for {end.compiling_hung_for_s:.0f} s while compiling",
+                       exception=f"no progress for {end.compiling_hung_for_s:.0f} s")
     if exc or (code is not None and _TRACEBACK in end.tail):
+        raised = exc.get("error") or _raised(end.tail)
+        # What ended it, not a warning printed on the way: the exception and its message, or
+        # the last traceback's text. A command compiles as its own code says: no preset makes
+        # its compile work, so its compile errors are its own (user-code).
+        ending = message or end.tail.rsplit(_TRACEBACK, 1)[-1]
+        if not end.command and (raised in _COMPILE_ERRORS or _first_match(_COMPILE, ending)):
+            return verdict("compile", message or last_line(end.tail), exception=raised or "an error")
         return verdict("user-code", message or last_line(end.tail),
                        exception=raised or "an exception")
     if sig == "SIGKILL" and end.memory_percent is not None and end.memory_percent >= memory_limit_percent:

@@ -91,6 +91,7 @@ class AttemptWatch:
     numericals: dict[int, dict] = field(default_factory=dict)   # by rank
     slowdown: dict | None = None   # the warning for which the supervisor stopped it
     ready: bool = False            # past start-up: a step was seen, or trainer_ready of an eager trainer
+    compiling: bool = False        # a compiling trainer before its first step
 
     def touch(self, now: float) -> float:
         """A sign of life (an event, a command's output); returns the gap since the last one."""
@@ -102,10 +103,11 @@ class AttemptWatch:
         gap = self.touch(now)
         kind = event["type"]
         if kind in ("step", "progress") and event.get("step") is not None:
-            self.last_step, self.ready = event["step"], True
+            self.last_step, self.ready, self.compiling = event["step"], True, False
         elif kind == "trainer_ready":
             # Compiling happens in the first step: until that step, the trainer is starting up.
             self.ready = not event.get("compile")
+            self.compiling = bool(event.get("compile"))
             self.precision, self.device = event.get("precision"), event.get("device")
             self.resumed_step = (event.get("resumed_from") or {}).get("step", 0)
         elif kind == "exception":
@@ -425,7 +427,10 @@ class Supervisor:
             verdict = classify(AttemptEnd(
                 exit_code=None if sig else code, signal=sig, tail=tail, exception=watch.exception,
                 numerical=watch.numerical, last_step=watch.last_step,
-                stop_requested=bool(self.stop_requests), hung_for_s=hung_for,
+                stop_requested=bool(self.stop_requests),
+                # a compiling trainer that hung before its first step: the compile did not finish
+                hung_for_s=None if watch.compiling else hung_for,
+                compiling_hung_for_s=hung_for if watch.compiling else None,
                 memory_percent=self._memory_percent, device=watch.device, slowdown=watch.slowdown,
                 command=launch.is_command, resumed_from=(launch.resume or {}).get("path"),
                 injected_crash=self._abort_escalated))
