@@ -25,7 +25,7 @@ import sys
 from typing import TextIO
 
 from engine.run.fallback import describe_change
-from engine.numbers import rate
+from engine.numbers import count, rate
 
 
 SETTLE_WINDOWS = 5
@@ -275,9 +275,9 @@ def summary_text(summary: dict) -> str:
                                                   ("finished", "stopped") and a.get("last_step") else "")
              for a in summary.get("attempts", [])]
     n = len(parts)
-    text = f"{n} attempt{'s' if n != 1 else ''} ({'; '.join(parts)})"
+    text = f"{count(n, 'attempt')} ({'; '.join(parts)})"
     if summary.get("steps_lost"):
-        text += f", {summary['steps_lost']} step{'s' * (summary['steps_lost'] != 1)} lost to crashes"
+        text += f", {count(summary['steps_lost'], 'step')} lost to crashes"
     return text
 
 

@@ -6,3 +6,8 @@ from __future__ import annotations
 def rate(value: float) -> str:
     """Three significant figures below 100 (a slow run is 0.424 samples/s, not 0), whole above."""
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def count(n: int, noun: str) -> str:
+    """'1 step', '3 steps', '0 steps': a whole number of a regular noun."""
+    return f"{n:,} {noun}{'s' * (n != 1)}"

@@ -13,7 +13,7 @@ from cockpit.headless import duration
 from engine import command, settings
 from engine.errors import ConfigError
 from engine.run import lifeline, resume as resumption, supervisor
-from engine.numbers import rate
+from engine.numbers import count, rate
 from engine.run.rundir import find_run, list_runs, summarize
 
 
@@ -70,7 +70,7 @@ def show(args: argparse.Namespace) -> int:
         if a.crash:
             print(f"          {a.crash}")
     if s.steps_lost:
-        print(f"lost      {s.steps_lost} step{'s' if s.steps_lost != 1 else ''} to crashes "
+        print(f"lost      {count(s.steps_lost, 'step')} to crashes "
               "(trained again after a fallback, or past the last checkpoint)")
     return 0
 
@@ -124,7 +124,7 @@ def stop(args: argparse.Namespace) -> int:
     if stopping:
         how = ("its command gets the next signal now (SIGTERM, then SIGKILL)" if command else
                "it stops now, without a checkpoint: the steps since its last one are lost")
-        print(f"run {run.id} was already stopping (asked {stopping} time{'s' if stopping > 1 else ''}); {how}")
+        print(f"run {run.id} was already stopping (asked {count(stopping, 'time')}); {how}")
         return 0
     how = ("its command gets SIGINT (Ctrl-C), then SIGTERM and SIGKILL if it does not exit"
            if command else "it checkpoints and exits after the current step (asking again "

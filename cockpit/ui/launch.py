@@ -21,6 +21,7 @@ from cockpit.ui.probe_screen import ProbeScreen
 from cockpit.ui.runs import live_runs
 from engine import command, presets, runconfig
 from engine.errors import ConfigError
+from engine.numbers import count
 from engine.probe import cache
 from engine.run.rundir import RunDir
 from engine.runconfig import RunConfig
@@ -83,7 +84,7 @@ def _device_lines(text: Text, config: RunConfig) -> None:
                 f"{d.effective_batch}), {d.precision}"
                 + (", grad checkpointing" if d.grad_checkpointing else "")
                 + (", compile" if d.compile else "")
-                + (f", {d.threads} thread{'s' * (d.threads > 1)}" if d.threads else "")
+                + (f", {count(d.threads, 'thread')}" if d.threads else "")
                 + (f", env {_summary(dict(d.env))}" if d.env else ""))
     ladder = " → ".join([config.device_preset, *config.ladder]) if config.ladder else "none"
     text.append(f"\nladder  {ladder}")
@@ -195,7 +196,7 @@ the lists and the overrides field.
         live.display = bool(self.live)
         if self.live:
             n = len(self.live)
-            live.update(f"{n} live run{'s' if n > 1 else ''} ({self.live[0].id}): a attaches, o lists runs")
+            live.update(f"{count(n, 'live run')} ({self.live[0].id}): a attaches, o lists runs")
 
     # ------------------------------------------------------------ the resolved configuration
 

@@ -24,7 +24,7 @@ from cockpit.comparison import devices
 from cockpit.headless import duration
 from engine.run import resume as resumption, supervisor
 from engine.errors import ConfigError
-from engine.numbers import rate
+from engine.numbers import count, rate
 from engine.run.digest import RunDigest, RunDigests
 from engine.run.rundir import RunDir, RunSummary, list_runs
 from engine.run.stats import Averages
@@ -204,7 +204,7 @@ curves overlaid, and the settings in which they differ (`cockpit runs compare` h
                  + "".join(f"  {k} {v:.4g}" for k, v in s.metrics.items() if isinstance(v, float))
                  + (f"  {average_rate(a)} samples/s avg" if a is not None and a.samples_per_s else "")
                  + (f"  {rate(a.gflop_s)} GFLOP/s" if a is not None and a.gflop_s else "")
-                 + (f"  {a.steps_lost} step{'s' * (a.steps_lost != 1)} lost" if a is not None and a.steps_lost else "")]
+                 + (f"  {count(a.steps_lost, 'step')} lost" if a is not None and a.steps_lost else "")]
         if crash:
             lines.append(f"attempt {crash.attempt}: {crash.crash}")
         if s.error:

@@ -36,6 +36,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 import psutil
 
+from engine.numbers import count
+
 OTHERS_EVERY_S = 5.0
 # A quarter of a core: shells, editors and this VM's own daemons stay below it, while anything
 # that costs a run a noticeable share of a core (a second training job, a compile, a browser
@@ -381,7 +383,7 @@ class ContentionDetector:
                            + " ".join(str(o["pid"]) for o in others), "set": []}]
         left = int(cores - taken)
         if 1 <= left < cores:
-            advice.append({"text": f"or give this run the {left} core{'s' if left > 1 else ''} they "
+            advice.append({"text": f"or give this run the {count(left, 'core')} they "
                                    "leave (next run): threads beyond the free cores wait on each other",
                            "set": [f"device.threads={left}"]})
         return {"kind": "cpu-contention", "message": message, "advice": advice, "fallback": False,

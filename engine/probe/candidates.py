@@ -19,6 +19,7 @@ import psutil
 
 from engine import runconfig
 from engine.errors import ConfigError
+from engine.numbers import count
 from engine.presets import DevicePreset, WorkloadPreset
 from engine.probe import cache
 
@@ -97,7 +98,7 @@ def build(workload: WorkloadPreset, *, devices: list[str], preset_names: list[st
             preset = dataclasses.replace(preset, compile=False)
         if preset.device == "cpu" and threads and not _threads_fixed(workload, preset):
             counts = thread_counts() if not preset.threads else sorted({preset.threads, *thread_counts()})
-            out += [Candidate(f"{label} ({t} thread{'s' * (t > 1)})", name,
+            out += [Candidate(f"{label} ({count(t, 'thread')})", name,
                               dataclasses.replace(preset, threads=t)) for t in counts]
         else:
             out.append(Candidate(label, name, preset))

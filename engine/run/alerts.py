@@ -40,6 +40,7 @@ from typing import Callable, Iterable
 
 from engine import settings as user_settings
 from engine.errors import ConfigError
+from engine.numbers import count
 from engine.run.identity import ProcessId
 from engine.schema import from_table, to_table
 from engine.settings import AlertSettings
@@ -159,7 +160,7 @@ def _summary_text(e: dict) -> str:
     if attempts and e.get("status") == "failed":
         text += f" (the last ended {attempts[-1].get('outcome', '?')})"
     if summary.get("steps_lost"):
-        text += f", {summary['steps_lost']} step{'s' * (summary['steps_lost'] != 1)} lost to crashes"
+        text += f", {count(summary['steps_lost'], 'step')} lost to crashes"
     return text
 
 

@@ -17,6 +17,7 @@ from textual.widgets import Static
 
 from cockpit.headless import resume_text
 from cockpit.ui.model import Attempt, RunModel
+from engine.numbers import count
 
 OUTCOME_STYLE = {"running": "bold cyan", "finished": "bold green", "stopped": "bold yellow"}
 _MEASURE = Console(width=500, color_system=None)  # Text.wrap measures cells through a console
@@ -175,7 +176,7 @@ class AttemptsPanel(VerticalScroll, can_focus=True):
             self._text, self._lines = text, lines
         crashed = any(a.crash for a in m.attempts)
         self.set_class(crashed, "crashed")
-        lost = f" · {m.steps_lost} step{'s' if m.steps_lost != 1 else ''} trained again" if m.steps_lost else ""
+        lost = f" · {count(m.steps_lost, 'step')} trained again" if m.steps_lost else ""
         title = ("attempts · crashes & fallbacks" if crashed else "attempts") + lost
         if title != self.border_title:
             self.border_title = title

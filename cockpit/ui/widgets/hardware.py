@@ -15,6 +15,7 @@ from textual.events import Resize
 from textual.widgets import Static
 
 from cockpit.ui.model import RunModel, bytes_text
+from engine.numbers import count
 
 WIDE = 100            # content columns from which GPUs are named and bars are labelled
 MID = 48              # content columns from which figures get a short bar
@@ -59,7 +60,7 @@ def _cpu_parts(memory: dict, width: int) -> list[Text]:
     head = Text("CPU ", style="bold")
     head.append("-" if percent is None else f"{percent:.0f}%")
     if cores:
-        head.append(f" of {cores} core{'s' if cores != 1 else ''}", style="dim")
+        head.append(f" of {count(cores, 'core')}", style="dim")
     parts = [head]
     if width >= MID and cores:
         parts.append(_bar(None if percent is None else percent / (100 * cores), 20 if width >= WIDE else 10))
