@@ -91,7 +91,12 @@ class AttemptWatch:
     numericals: dict[int, dict] = field(default_factory=dict)   # by rank
     slowdown: dict | None = None   # the warning for which the supervisor stopped it
     ready: bool = False            # past start-up: a step was seen, or trainer_ready of an eager trainer
-    compiling: bool = False        # a compiling trainer before its first step
+    compiles: bool = False         # trainer_ready said it compiles (in its first step)
+
+    @property
+    def compiling(self) -> bool:
+        """A compiling trainer before its first step: a hang now is the compile's."""
+        return self.compiles and not self.ready
 
     def touch(self, now: float) -> float:
         """A sign of life (an event, a command's output); returns the gap since the last one."""
@@ -103,11 +108,11 @@ class AttemptWatch:
         gap = self.touch(now)
         kind = event["type"]
         if kind in ("step", "progress") and event.get("step") is not None:
-            self.last_step, self.ready, self.compiling = event["step"], True, False
+            self.last_step, self.ready = event["step"], True
         elif kind == "trainer_ready":
             # Compiling happens in the first step: until that step, the trainer is starting up.
             self.ready = not event.get("compile")
-            self.compiling = bool(event.get("compile"))
+            self.compiles = bool(event.get("compile"))
             self.precision, self.device = event.get("precision"), event.get("device")
             self.resumed_step = (event.get("resumed_from") or {}).get("step", 0)
         elif kind == "exception":

@@ -107,10 +107,6 @@ class Trainer:
                 self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         wrapped = self.ddp or self.model
         self.forward = torch.compile(wrapped) if preset.compile else wrapped
-        # Evaluation and epoch preparation run per rank, outside DDP's collectives, and eagerly:
-        # their shapes are not the training step's, so a compiled model compiles them again
-        # (85 s for trm-chat-small's first eval on the H100, a second's work eagerly).
-        self.local_forward = self.model
         # The workload's own optimizer (and scheduler), or the one [train] describes.
         own = optim.from_workload(self.workload, config.workload.workload, self.model, self.train)
         self.optimizer, self.scheduler = own or (optim.build(self.model, self.train, self.device), None)
@@ -260,7 +256,8 @@ class Trainer:
         started = time.monotonic()
         self.model.eval()
         with torch.no_grad(), self.resolved.autocast():
-            prepare(self.local_forward, epoch, self.device, emit)
+            # the model itself: per rank, outside DDP's collectives, and eagerly (see evaluate)
+            prepare(self.model, epoch, self.device, emit)
         self.model.train()
         spent = time.monotonic() - started
         # The next epochs are expected to cost what this one did: a schedule that starts
@@ -336,7 +333,10 @@ class Trainer:
         started = time.monotonic()
         self.model.eval()
         with torch.no_grad(), self.resolved.autocast():
-            metrics = self.workload.evaluate(self.local_forward, self.device) if self.world.is_main else {}
+            # The model itself: per rank, outside DDP's collectives, and eagerly: eval's shapes
+            # are not the training step's, so a compiled model compiles them again (85 s for
+            # trm-chat-small's first eval on the H100, a second's work eagerly).
+            metrics = self.workload.evaluate(self.model, self.device) if self.world.is_main else {}
         self.model.train()
         spent = time.monotonic() - started
         self._eval_s, self._evals = self._eval_s + spent, self._evals + 1
