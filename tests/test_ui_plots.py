@@ -95,13 +95,18 @@ def test_memory_says_stalls_and_swap_in_words():
     assert "12% stalled" in text and "swap in  12.3 MB/s" in text and "swap out 1.0 MB/s" in text
 
 
-def test_a_plot_is_drawn_again_once_new_data_moves_it_a_column():
+def alone(widget) -> App:
+    """An app of one widget, to drive it in a Pilot test."""
     class One(App):
         def compose(self):
-            yield PlotCard(id="card")
+            yield widget
 
+    return One()
+
+
+def test_a_plot_is_drawn_again_once_new_data_moves_it_a_column():
     async def drive():
-        app = One()
+        app = alone(PlotCard(id="card"))
         async with app.run_test(size=(60, 12)) as pilot:
             card = app.query_one(PlotCard)
             await pilot.pause()
@@ -126,12 +131,8 @@ def test_a_crash_mark_on_the_frame_is_left_out_not_the_app_taken_down():
 
     from cockpit.ui.widgets.plots import SeriesPlot
 
-    class One(App):
-        def compose(self):
-            yield SeriesPlot(id="p")
-
     async def scenario():
-        app = One()
+        app = alone(SeriesPlot(id="p"))
         async with app.run_test(size=(40, 12)) as pilot:
             plot = app.query_one(SeriesPlot)
             for mark in (8.066, 8.31, 6.31, 7.9):   # inside, on both edges, inside
