@@ -1,9 +1,12 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,3 +43,77 @@ def cockpit_cmd(*args: str) -> list[str]:
 
 def child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+# ---------------------------------------------------------------- processes a test starts
+#
+# Two promises to whoever runs the suite, checked rather than hoped for:
+# - every process a test starts handles SIGINT by default, even when pytest itself was started
+#   with SIGINT ignored (a shell's `&`, nohup, several CI runners): an ignored disposition is
+#   inherited across exec, a handler is not, so pytest gets Python's own handler back;
+# - a test leaves nothing running. Every descendant carries MARK in its environment (a child
+#   that detached into a session of its own, or whose parent died, included); after each test
+#   (and each module and the session, for what their fixtures start) what appeared and did not
+#   end within LEAK_GRACE_S is killed and fails that test, naming the command lines.
+
+MARK = "PYTEST_SESSION_OF_COCKPIT"  # not COCKPIT_*: tests strip those for a script run alone
+# a generous cap for a supervisor or lifeline that is already exiting (tests/test_suite_guards.py
+# shortens it for the suite it runs)
+LEAK_GRACE_S = float(os.environ.get("COCKPIT_TEST_LEAK_GRACE_S", 30))
+
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+os.environ[MARK] = f"{os.getpid()}-{time.time_ns()}"
+
+
+def _marked() -> dict[int, str]:
+    """Live processes carrying this session's MARK, by pid, with their command lines."""
+    needle = f"{MARK}={os.environ[MARK]}".encode()
+    found = {}
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue  # ended; only its exit status is left for its parent to read
+            if sys.platform.startswith("linux"):
+                with open(f"/proc/{proc.pid}/environ", "rb") as f:
+                    marked = needle in f.read().split(b"\0")
+            else:
+                marked = proc.environ().get(MARK) == os.environ[MARK]
+            if marked:
+                found[proc.pid] = " ".join(proc.cmdline())[:200]
+        except (OSError, psutil.Error):
+            continue  # gone, or another user's
+    return found
+
+
+def _leaks(before: set[int]) -> dict[int, str]:
+    """What appeared since `before` and is still running after LEAK_GRACE_S; killed."""
+    deadline = time.monotonic() + LEAK_GRACE_S
+    while (left := {p: c for p, c in _marked().items() if p not in before}) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in left:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.Error:
+            pass
+    return left
+
+
+def _guard(what: str):
+    before = set(_marked())
+    yield
+    if left := _leaks(before):
+        pytest.fail(f"{what} left {len(left)} process(es) running (killed now): "
+                    + "; ".join(f"{pid}: {cmd}" for pid, cmd in left.items()), pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_by_the_test():
+    yield from _guard("this test")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_process_left_by_the_module():
+    yield from _guard("this module's fixtures")

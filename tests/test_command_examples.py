@@ -50,8 +50,23 @@ def done(out: str) -> tuple[int, float]:
 def runs(tmp_path_factory):
     """Each script, 40 steps with a checkpoint every 20, then resumed from step 20 into a
     fresh directory, beside a long run stopped by Ctrl-C: each stage's runs side by side
-    (importing torch is most of the time)."""
+    (importing torch is most of the time). Whatever fails on the way, nothing it started runs on."""
     base = tmp_path_factory.mktemp("examples")
+    started: list[subprocess.Popen] = []
+
+    def launch(*args, **kwargs) -> subprocess.Popen:
+        started.append(start(*args, **kwargs))
+        return started[-1]
+
+    try:
+        return stages(base, launch)
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait()
+
+
+def stages(base, start):
     common = ("--steps", "40", "--ckpt-every", "20", "--bs", "16", "--accum", "2")
     procs = {s: start(s, *common, "--out", str(base / s / "full")) for s in SCRIPTS}
     full = {s: finish(p) for s, p in procs.items()}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -35,6 +36,18 @@ def wordle_text(path, games: int = 1500) -> str:
     return str(path)
 
 
+MARKUP_PROMPT, MARKUP = b"<guess>CRANE</guess> C+ R~ A- N- E+\n<guess>SLATE", b"</guess> S"
+
+
+def markup_log_prob(model) -> float:
+    """The mean log-probability per byte of the markup's bytes after a line of the game."""
+    tokens = torch.tensor([list(MARKUP_PROMPT + MARKUP)])
+    with torch.no_grad():
+        logits = model(tokens[:, :-1]).float()
+    picked = torch.log_softmax(logits, -1)[0].gather(-1, tokens[0, 1:, None])[-len(MARKUP):]
+    return float(picked.mean())
+
+
 def lora_run(*overrides: str) -> RunDir:
     return RunDir.create(runconfig.resolve("lora-grpo-wordle", "cpu", LORA_TINY + list(overrides)))
 
@@ -53,6 +66,7 @@ def test_adapters_learn_while_the_base_stays_frozen(home, tmp_path):
     with torch.no_grad():
         before = trainer.workload.evaluate(trainer.model, CPU)["bits_per_byte"]
     assert before < 8  # the base already knows some bytes: it starts from the base's weights
+    markup_before = markup_log_prob(trainer.model)
 
     assert trainer.fit() == "finished"
     events = run.events()
@@ -72,11 +86,14 @@ def test_adapters_learn_while_the_base_stays_frozen(home, tmp_path):
     for name, key in base_keys.items():
         assert torch.equal(final[key], base_state[name]), name
 
-    # Greedy text from the adapted model has the fine-tuning text's markup, which no Python
-    # source has (after 60 steps it writes '- - guessess> - guess> - - - -': the clue's '-'
-    # and the tag's end; its exact bytes move with any change to how the base trained).
-    text = continue_prompt(run, "CRANE</guess> C+ R~", tokens=30, temperature=0, seed=0).text
-    assert "guess>" in text and "- -" in text
+    # The fine-tuning text's markup, which no Python source has, became far likelier: at least
+    # 3x a byte on average (6.6x on a 2-core x86 VM). Greedy text's exact bytes are not
+    # asserted: they move with the CPU's floating point (AVX-512 against AVX2) and with any
+    # change to how the base trained.
+    gained = markup_log_prob(trainer.model) - markup_before
+    assert gained > math.log(3), (markup_before, gained)
+    # and a checkpointed run writes text from it
+    assert len(continue_prompt(run, "CRANE</guess> C+ R~", tokens=8, temperature=0, seed=0).text) == 8
 
 
 def test_without_a_base_run_adapters_sit_on_a_fresh_trm(home):
