@@ -223,7 +223,9 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
         at = f" at step {e['step']}" if e.get("step") is not None else ""
         return f"checkpoint{at}: {e.get('path', '?')}"
     if kind == "fault_injected":
-        return f"attempt {e['attempt']}: injecting fault {e['spec']} at step {e['step']}"
+        at = f"{e['at_s']:.1f} s in" + (f", step {e['step']}" if e.get("step") is not None else "") \
+            if e.get("at_s") is not None else f"step {e.get('step')}"  # a timed fault: its time
+        return f"attempt {e['attempt']}: injecting fault {e['spec']} at {at}"
     if kind == "parity":
         return f"attempt {e['attempt']}: parity check {e['verdict']}: {e['message']}"
     if kind == "crash":
@@ -310,6 +312,7 @@ class HeadlessPrinter:
         self.windows = 0                 # its step windows so far (the ETA settles)
         self.activity: dict | None = None  # the mining_started or eval_started under way
         self.started: dict | None = None     # the attempt's attempt_started (its wait for a first step)
+        self.group: dict | None = None       # the last heartbeat inside a long accumulation group
         self.logged_t: float | None = None   # the event time of the last progress line written
         self.logged: dict | None = None      # the step it showed
         self.status = ""                 # the live line now on screen
@@ -339,8 +342,11 @@ class HeadlessPrinter:
             self.memory = e
             return self._progress(e["t"], stalled=True) if not self.live else []
         if kind == "step":
-            self.step, self.windows, self.activity = e, self.windows + 1, None
+            self.step, self.windows, self.activity, self.group = e, self.windows + 1, None, None
             return self._progress(e["t"]) if not self.live else []
+        if kind == "heartbeat":
+            self.group = e if e.get("micro_batches") is not None else self.group
+            return []
         if kind in ("mining_started", "eval_started"):
             self.activity = e
             return []
@@ -366,7 +372,7 @@ class HeadlessPrinter:
         if stalled and self.activity is not None:
             line += f"  ({activity_text(self.activity, t)})"
         elif stalled and (quiet := _quiet(step, t)) is not None:
-            line += f"  (no step for {duration(quiet)})"
+            line += f"  (no step for {duration(quiet)}{self._group_text('; ')})"
         self.logged_t, self.logged = t, step
         return [line]
 
@@ -385,7 +391,13 @@ class HeadlessPrinter:
             return activity_text(self.activity, now)
         if self.started is None or now is None or now - self.started["t"] < 1:
             return ""
-        return f"attempt {self.started.get('attempt', '?')}: no step yet ({duration(now - self.started['t'])})"
+        waiting = f"first step, {self._group_text()}" if self.group else "no step yet"
+        return f"attempt {self.started.get('attempt', '?')}: {waiting} ({duration(now - self.started['t'])})"
+
+    def _group_text(self, before: str = "") -> str:
+        """'12/64 micro-batches': how far a long accumulation group is, from its heartbeats."""
+        g = self.group
+        return f"{before}{g['micro_batches']}/{g.get('of', '?')} micro-batches" if g else ""
 
     def _end_attempt(self) -> list[str]:
         """Where the attempt got to: the live line kept on screen, or its last step written."""
@@ -393,7 +405,7 @@ class HeadlessPrinter:
         line = None if step is None else self._status() if self.live else \
             None if step is self.logged else step_line(step, self.memory, self.windows)
         self.step, self.windows, self.logged_t, self.logged, self.status = None, 0, None, None, ""
-        self.started = None
+        self.started = self.group = None
         return [line] if line else []
 
     def _status(self) -> str:
@@ -401,7 +413,8 @@ class HeadlessPrinter:
         if self.step is None:  # loading, compiling, or a schedule that mines from epoch 0
             return self._before_first_step(now)
         quiet = _quiet(self.step, now) if now is not None else None
-        activity = activity_text(self.activity, now) if self.activity is not None else None
+        activity = activity_text(self.activity, now) if self.activity is not None else \
+            f"no step for {duration(quiet)}{self._group_text('; ')}" if quiet is not None and self.group else None
         width = self.width or shutil.get_terminal_size().columns
         return status_line(self.step, self.memory, self.windows, quiet, max(20, width - 1), activity)
 

@@ -155,7 +155,8 @@ def test_a_stopped_run_says_how_to_resume_it(home):
     run = RunDir.create(runconfig.resolve("matmul", "cpu", TINY))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        _print_where(run, RunSummary(id=run.id, workload="matmul", device_preset="cpu", status="stopped"))
+        _print_where(run, RunSummary(id=run.id, workload="matmul", device_preset="cpu", status="stopped",
+                                     checkpoints=1))
     assert re.search(rf"cockpit runs resume {run.id} +continue it", out.getvalue())
 
 

@@ -4,7 +4,6 @@ a device preset, headless, in the foreground or detached. Both go through `start
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
@@ -24,7 +23,7 @@ EXIT_BAD_INPUT = 2
 def _overrides(args: argparse.Namespace) -> list[str]:
     overrides = list(args.set)
     if args.inject:
-        overrides.append("device.inject=" + json.dumps(args.inject))
+        overrides.append(runconfig.inject_override(args.inject))
     return overrides
 
 
@@ -137,7 +136,8 @@ def _print_where(run_dir: RunDir, s: RunSummary) -> None:
     """The last lines: where the run is and what to type next."""
     lines = [f"run dir {run_dir.path}", f"  cockpit runs show {run_dir.id}      its summary"]
     if s.status in ("stopped", "failed", "interrupted", "lost"):
-        lines.append(f"  cockpit runs resume {run_dir.id}    continue it from its newest checkpoint")
+        lines.append(f"  cockpit runs resume {run_dir.id}    continue it from its newest checkpoint"
+                     if s.checkpoints else "  (it saved no checkpoint: there is nothing to resume from)")
     try:
         print("\n".join(lines), flush=True)
     except OSError:

@@ -202,6 +202,7 @@ class RunSummary:
 # What reading a run dir that is not as cockpit writes it raises: summarize() and the digest
 # (engine.run.digest) turn these into a 'broken' summary rather than let one run hide the others.
 UNREADABLE = (ConfigError, OSError, KeyError, TypeError, ValueError, AttributeError)
+    checkpoints: int = 0               # checkpoint events: 0, and a resume starts over
 
 
 def summarize(run: RunDir) -> RunSummary:
@@ -258,7 +259,7 @@ def _fold(run: RunDir) -> RunSummary:
         elif kind == "trainer_ready" and summary.attempts:
             summary.attempts[-1].device = e.get("device", "?")
         elif kind == "step":
-            summary.step, summary.total_steps = e["step"], e.get("total") or 0
+            summary.step, summary.total_steps = e["step"], e.get("total") or summary.total_steps
             summary.samples_seen = e.get("samples_seen", summary.samples_seen)
             summary.loss, summary.window_samples_per_s = e.get("loss"), e.get("samples_per_s")
             summary.eta_s = e.get("eta_s")
@@ -273,6 +274,10 @@ def _fold(run: RunDir) -> RunSummary:
         elif kind == "attempt_ended" and summary.attempts:
             summary.attempts[-1].outcome = e.get("outcome", "?")
             summary.attempts[-1].exit = e.get("exit", "")
+            # known before the first step, which may be minutes away on a slow device
+            summary.total_steps = e.get("total_steps") or summary.total_steps
+        elif kind == "checkpoint":
+            summary.checkpoints += 1
         elif kind == "run_finished":
             summary.status, summary.ended = e["status"], e["t"]
         elif kind == "run_interrupted":

@@ -11,9 +11,13 @@ events), classifies it (engine.run.crashes), and applies the device preset's rul
 the run ends. It runs in the foreground under `cockpit --no-ui`, or detached in its own
 session (`python -m engine.run.supervisor RUN_DIR`) so that a run outlives its terminal.
 
-It also watches for hangs: a trainer that writes no event for max(hang_timeout_s, 10 x the
+It also watches for hangs: a trainer that gives no sign of life for max(hang_timeout_s, 10 x the
 slowest interval seen) gets a SIGTERM (a slow step could still checkpoint and exit), then
-SIGKILL — a wedged kernel answers nothing else.
+SIGKILL — a wedged kernel answers nothing else. A sign of life is any event, a step or, inside a
+long accumulation group, a heartbeat after a micro-batch: so the gap scales with the time of a
+micro-batch, not of a whole optimizer step (note 001's CPU fallback, 8 x 64, is minutes a step).
+Until its first step, an attempt is starting up (importing, building data and the model,
+compiling, its first accumulation group) and is judged by STARTUP_TIMEOUT_S instead.
 
 Stopping: SIGINT/SIGTERM to the supervisor (or `request_stop`) forwards one SIGTERM to the
 trainer, which finishes its step, checkpoints and exits; a second request forwards a
@@ -90,7 +94,7 @@ class AttemptWatch:
     exceptions: dict[int, dict] = field(default_factory=dict)   # by rank
     numericals: dict[int, dict] = field(default_factory=dict)   # by rank
     slowdown: dict | None = None   # the warning for which the supervisor stopped it
-    ready: bool = False            # past start-up: a step was seen, or trainer_ready of an eager trainer
+    ready: bool = False            # past start-up: a step was seen
     compiles: bool = False         # trainer_ready said it compiles (in its first step)
 
     @property
@@ -111,7 +115,6 @@ class AttemptWatch:
             self.last_step, self.ready = event["step"], True
         elif kind == "trainer_ready":
             # Compiling happens in the first step: until that step, the trainer is starting up.
-            self.ready = not event.get("compile")
             self.compiles = bool(event.get("compile"))
             self.precision, self.device = event.get("precision"), event.get("device")
             self.resumed_step = (event.get("resumed_from") or {}).get("step", 0)

@@ -1,0 +1,75 @@
+"""Liveness is not an optimizer step: a long accumulation group on a slow device is advancing,
+and the hang watch knows it (issue 24: trm-tiny on the cpu preset, 8 x 64, was killed as a hang
+after 300 s of its first step)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import textwrap
+
+from conftest import TINY, child_env, cockpit_cmd, user_preset
+
+# Each micro-batch sleeps: 32 of them make a step of about 6 s, twice the hang timeout below,
+# while a micro-batch (0.2 s) is far inside it.
+SLOW_MICRO_BATCHES = '''
+import time
+
+import torch
+from torch import nn
+
+
+class Slow:
+    num_samples = 64
+
+    def __init__(self, params, seed):
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(64, 4, generator=g)
+        self.y = self.x.sum(1)
+
+    def build_model(self, *, grad_checkpointing):
+        return nn.Linear(4, 1)
+
+    def batch(self, indices, device):
+        return self.x[indices].to(device), self.y[indices].to(device)
+
+    def loss(self, model, batch):
+        time.sleep(0.2)  # a slow device's micro-batch
+        x, y = batch
+        return ((model(x).squeeze(1) - y) ** 2).mean()
+
+
+def build(params, seed):
+    return Slow(params, seed)
+'''
+
+
+def test_a_step_of_many_micro_batches_longer_than_the_hang_timeout_finishes(home):
+    (home / "slow_micro_batches.py").write_text(textwrap.dedent(SLOW_MICRO_BATCHES))
+    user_preset(home, "workloads", "slowmb", f'workload = "{home / "slow_micro_batches.py"}:build"\n'
+                                             "[train]\nepochs = 1\nmax_steps = 2\nreport_every_s = 0.05\n")
+    done = subprocess.run(cockpit_cmd("--no-ui", "--json", "-w", "slowmb", "-d", "cpu", "--set", "batch_size=1",
+                                      "--set", "accumulation=32", "--set", "hang_timeout_s=3",
+                                      "--set", "threads=1"),
+                          capture_output=True, text=True, env=child_env(), timeout=300)
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [e["outcome"] for e in events if e["type"] == "attempt_ended"] == ["finished"]
+    beats = [e for e in events if e["type"] == "heartbeat"]
+    # the groups were seen advancing, micro-batch by micro-batch, in both steps
+    assert {e["step"] for e in beats} == {0, 1} and all(e["of"] == 32 for e in beats)
+    assert all(0 < e["micro_batches"] < 32 for e in beats)
+
+
+def test_a_run_that_died_before_its_first_checkpoint_says_so_and_its_total(home):
+    """Nothing to resume from: no `runs resume` offered; the total is known from the trainer."""
+    sets = [a for o in (*TINY, "max_attempts=1", "inject=['native-crash@1']") for a in ("--set", o)]
+    done = subprocess.run(cockpit_cmd("--no-ui", "-w", "matmul", "-d", "cpu", *sets),
+                          capture_output=True, text=True, env=child_env(), timeout=300)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "saved no checkpoint" in done.stdout and "runs resume" not in done.stdout
+    listed = subprocess.run(cockpit_cmd("runs", "list"), capture_output=True, text=True,
+                            env=child_env(), timeout=60)
+    (row,) = [line for line in listed.stdout.splitlines() if "matmul" in line]
+    assert re.search(r"\b0/\d+\b", row) and "0/?" not in row, row
