@@ -105,8 +105,9 @@ class LoraWorkload(ByteLM):
         return metrics
 
     def continue_text(self, model_state: dict, prompt: str, *, tokens: int, temperature: float,
-                      seed: int) -> str:
+                      seed: int, on_text=None) -> str:
         """Continue `prompt` with a checkpoint's weights (base and adapters), on the CPU."""
         model = self._wrap(RecursiveLM(self.arch, positions=self.seq_len))  # the checkpoint holds the base weights too
         model.load_state_dict(model_state, strict=True)
-        return self.continue_model(model, prompt, tokens=tokens, temperature=temperature, seed=seed)
+        return self.continue_model(model, prompt, tokens=tokens, temperature=temperature, seed=seed,
+                                   on_text=on_text)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 from torch import nn
@@ -96,12 +97,27 @@ class Attention(nn.Module):
         self.qkv = CastedLinear(hidden, 3 * hidden)
         self.out = CastedLinear(hidden, hidden)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                kv: tuple[torch.Tensor, torch.Tensor] | None = None, past: int = 0) -> torch.Tensor:
+        """x: [B, T, hidden]. With `kv` (decoding), x holds positions past..past+T-1: their keys
+        and values are written into kv's [B, heads, capacity, head_dim] buffers, and they attend
+        to everything the buffers hold up to themselves."""
         b, t, h = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, self.head_dim).unbind(2)
         q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                           is_causal=True)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if kv is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            keys, values = kv
+            keys[:, :, past:past + t], values[:, :, past:past + t] = k, v
+            k, v = keys[:, :, :past + t], values[:, :, :past + t]
+            # One new position sees all of them; several (a prompt read at once) see the past
+            # and themselves causally. is_causal would align the triangle top-left, which is
+            # wrong once there is a past.
+            mask = None if t == 1 else torch.ones(t, past + t, dtype=torch.bool,
+                                                   device=x.device).tril(past)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.out(y.transpose(1, 2).reshape(b, t, h))
 
 
@@ -124,8 +140,9 @@ class Block(nn.Module):
         self.attn = Attention(arch.hidden_size, arch.num_heads)
         self.mlp = SwiGLU(arch.hidden_size, arch.intermediate)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = rms_norm(x + self.attn(x, cos, sin))
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                kv: tuple[torch.Tensor, torch.Tensor] | None = None, past: int = 0) -> torch.Tensor:
+        x = rms_norm(x + self.attn(x, cos, sin, kv, past))
         return rms_norm(x + self.mlp(x))
 
 
@@ -136,10 +153,11 @@ class Stack(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(Block(arch) for _ in range(arch.L_layers))
 
-    def forward(self, state, injection, cos, sin):
+    def forward(self, state, injection, cos, sin, kv=None, past: int = 0):
+        """kv (decoding only): one (keys, values) pair of buffers per layer."""
         x = state + injection
-        for layer in self.layers:
-            x = layer(x, cos, sin)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, None if kv is None else kv[i], past)
         return x
 
 
@@ -207,24 +225,115 @@ class RecursiveLM(nn.Module):
         z_h = self._apply_stack(z_h, z_l, cos, sin)
         return self.lm_head(z_h).float()
 
+    @torch.no_grad()
+    def decode(self, tokens: torch.Tensor, cache: "DecodeCache") -> torch.Tensor:
+        """forward()'s logits for the window positions cache.length.. (`tokens`, [B, T]), the
+        earlier positions' keys and values read from `cache` instead of recomputed; the new
+        ones are added to it. The same recursion as forward(), application for application."""
+        b, t = tokens.shape
+        past = cache.length
+        if past + t > cache.capacity:
+            raise ValueError(f"{past} + {t} positions do not fit a cache of {cache.capacity}")
+        x = (self.embed(tokens) * self.embed_scale).to(self.dtype)
+        cos, sin = self._rope(past + t, tokens.device)
+        cos, sin = cos[past:], sin[past:]
+        z_h = self.H_init.to(self.dtype).expand(b, t, -1)
+        z_l = self.L_init.to(self.dtype).expand(b, t, -1)
+        applications = iter(range(cache.applications))
+        for _ in range(self.arch.H_cycles):
+            for _ in range(self.arch.L_cycles):
+                z_l = self.stack(z_l, z_h + x, cos, sin, cache.buffers(next(applications)), past)
+            z_h = self.stack(z_h, z_l, cos, sin, cache.buffers(next(applications)), past)
+        cache.length = past + t
+        return self.lm_head(z_h).float()
 
-@torch.no_grad()
-def generate(model: nn.Module, prompt: bytes, *, tokens: int, temperature: float,
-             context: int, seed: int = 0) -> bytes:
-    """Continue `prompt` by `tokens` bytes, seeing at most the last `context` bytes.
-    temperature 0 picks the likeliest byte; above 0 samples (seeded, so repeatable)."""
-    device = next(model.parameters()).device
+
+class DecodeCache:
+    """Keys and values of a window's positions so far, for every block the recursion runs.
+
+    Why the recursion can be cached: every application of the stack is causal, and the rest of
+    the recursion (the starting latents, the injection z_H + x) is position by position, so
+    after any application a position's latents depend only on the window up to it. Unrolled,
+    one forward pass is a causal transformer H_cycles x (L_cycles + 1) x L_layers blocks deep
+    that shares its weights; adding a byte at the end changes nothing before it, so each of
+    those blocks keeps its keys and values here and a new byte costs one position's pass
+    through the unrolled stack instead of the whole window's. What cannot be kept: dropping
+    the window's first byte changes every latent after it, so a window that moves is read
+    again from its start (NextByte's `cache.length = 0`).
+    """
+
+    def __init__(self, model: RecursiveLM, batch: int, capacity: int, device: torch.device):
+        arch = model.arch
+        self.layers = arch.L_layers
+        self.applications = arch.H_cycles * (arch.L_cycles + 1)
+        head_dim = arch.hidden_size // arch.num_heads
+        # Preallocated: appending by concatenation would copy the whole cache at every byte.
+        shape = (self.applications * self.layers, batch, arch.num_heads, capacity, head_dim)
+        self.keys = torch.empty(shape, dtype=model.dtype, device=device)
+        self.values = torch.empty(shape, dtype=model.dtype, device=device)
+        self.capacity, self.length = capacity, 0
+
+    def buffers(self, application: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The (keys, values) of each layer of the stack, in its `application`-th run."""
+        first = application * self.layers
+        return [(self.keys[i], self.values[i]) for i in range(first, first + self.layers)]
+
+
+class NextByte:
+    """Next-byte logits for a text that grows a byte at a time, seeing at most `context` bytes.
+
+    The window: the text's last `context` bytes to start with, growing with each byte; when it
+    would pass `context`, its older half is dropped and the rest read again from position 0,
+    so each prediction sees between context/2 and context bytes. Cached (DecodeCache), a byte
+    costs one position's pass through the recursion and a move of the window one pass of
+    context/2 positions; `cached=False` runs the whole window through forward() for every byte
+    (the reference the cached path is tested and timed against: the same windows, the same
+    logits up to floating-point rounding)."""
+
+    def __init__(self, model: RecursiveLM, context: int, *, cached: bool = True):
+        self.model, self.context = model, context
+        self.device = next(model.parameters()).device
+        self.cache = DecodeCache(model, 1, context, self.device) if cached else None
+        self.start: int | None = None  # where the window begins in the text
+
+    @torch.no_grad()
+    def __call__(self, ids: list[int]) -> torch.Tensor:
+        """Logits [256] (fp32, CPU) of the byte after `ids`: the text so far, which each call
+        must extend by bytes appended at its end (with at least one byte to begin with)."""
+        if self.start is None:
+            self.start = max(0, len(ids) - self.context)
+        elif len(ids) - self.start > self.context:
+            self.start = len(ids) - (self.context + 1) // 2
+            if self.cache is not None:
+                self.cache.length = 0
+        if self.cache is None:
+            window = torch.tensor([ids[self.start:]], device=self.device)
+            return self.model(window)[0, -1].float().cpu()
+        unread = torch.tensor([ids[self.start + self.cache.length:]], device=self.device)
+        return self.model.decode(unread, self.cache)[0, -1].float().cpu()
+
+
+def stream(model: RecursiveLM, prompt: bytes, *, tokens: int, temperature: float, context: int,
+           seed: int = 0, cached: bool = True) -> Iterator[int]:
+    """Continue `prompt` by `tokens` bytes, one at a time, seeing at most `context` bytes
+    (NextByte's window). temperature 0 picks the likeliest byte; above 0 samples (seeded, so
+    repeatable)."""
     generator = torch.Generator(device="cpu").manual_seed(seed)
     ids = list(prompt) or [ord("\n")]
-    out = []
+    next_byte = NextByte(model, context, cached=cached)
     for _ in range(tokens):
-        window = torch.tensor([ids[-context:]], dtype=torch.long, device=device)
-        logits = model(window)[0, -1].float().cpu()
+        logits = next_byte(ids)
         if temperature <= 0:
             nxt = int(logits.argmax())
         else:
             probs = torch.softmax(logits / temperature, dim=-1)
             nxt = int(torch.multinomial(probs, 1, generator=generator))
         ids.append(nxt)
-        out.append(nxt)
-    return bytes(out)
+        yield nxt
+
+
+def generate(model: RecursiveLM, prompt: bytes, *, tokens: int, temperature: float, context: int,
+             seed: int = 0, cached: bool = True) -> bytes:
+    """stream()'s bytes, all at once."""
+    return bytes(stream(model, prompt, tokens=tokens, temperature=temperature, context=context,
+                        seed=seed, cached=cached))

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import codecs
 import math
+from typing import Callable
 
 import torch
 from torch import nn
@@ -8,7 +10,7 @@ from torch.nn import functional as F
 
 from engine.train import device as devices
 from engine.workloads.trm import Params, corpus
-from engine.workloads.trm.model import VOCAB, Arch, RecursiveLM, generate
+from engine.workloads.trm.model import VOCAB, Arch, RecursiveLM, stream
 
 EVAL_BATCH = 16  # held-out windows per forward pass in evaluate()
 
@@ -71,11 +73,23 @@ class ByteLM:
                 **devices.peak_memory_mb(device)}
 
     def continue_model(self, model: nn.Module, prompt: str, *, tokens: int, temperature: float,
-                       seed: int) -> str:
+                       seed: int, on_text: Callable[[str], None] | None = None) -> str:
+        """The continuation as text; `on_text` gets it piece by piece as it is written (a byte
+        that ends a character, or a replacement for bytes that are not UTF-8)."""
         model.eval()
-        out = generate(model, prompt.encode("utf-8"), tokens=tokens, temperature=temperature,
-                       context=self.seq_len, seed=seed)
-        return out.decode("utf-8", errors="replace")
+        # Incremental, so a character written in several bytes is passed on whole; the pieces
+        # join to exactly what decoding all the bytes at once gives.
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pieces = []
+        for byte in stream(model, prompt.encode("utf-8"), tokens=tokens, temperature=temperature,
+                           context=self.seq_len, seed=seed):
+            pieces.append(decoder.decode(bytes((byte,))))
+            if pieces[-1] and on_text is not None:
+                on_text(pieces[-1])
+        pieces.append(decoder.decode(b"", final=True))
+        if pieces[-1] and on_text is not None:
+            on_text(pieces[-1])
+        return "".join(pieces)
 
 
 class TrmWorkload(ByteLM):
@@ -90,8 +104,9 @@ class TrmWorkload(ByteLM):
         return RecursiveLM(self.arch, grad_checkpointing, positions=self.seq_len)
 
     def continue_text(self, model_state: dict, prompt: str, *, tokens: int, temperature: float,
-                      seed: int) -> str:
+                      seed: int, on_text: Callable[[str], None] | None = None) -> str:
         """Continue `prompt` with the weights of a checkpoint, on the CPU."""
         model = self.build_model(grad_checkpointing=False)
         model.load_state_dict(model_state, strict=True)
-        return self.continue_model(model, prompt, tokens=tokens, temperature=temperature, seed=seed)
+        return self.continue_model(model, prompt, tokens=tokens, temperature=temperature, seed=seed,
+                                   on_text=on_text)
