@@ -7,7 +7,8 @@
 2. for every candidate that trained, a real run (`cockpit --no-ui --json`, the candidate's
    device and threads) stopped after --run-seconds; its figure is the median of its step
    events' samples/s after the first window;
-3. prints both figures per candidate, their ratio, and whether the two rankings agree.
+3. prints both figures per candidate, their ratio, whether the run's figure lies in the probe's
+   90% confidence interval, and whether the two rankings agree.
 Runs and the probe cache go to a temporary directory.
 """
 
@@ -25,7 +26,7 @@ import threading
 import time
 
 from cockpit.commands.probe import table
-from engine.probe.speed import ProbeResult
+from engine.probe.speed import ProbeResult, interval_text
 
 
 def cockpit(args: list[str], env: dict) -> subprocess.Popen:
@@ -93,11 +94,17 @@ def main() -> int:
             rate, windows = full_run(args.workload, args.base, c, args.run_seconds, args.set, env)
             rows.append((c, rate, windows))
 
-    print(f"\n{'candidate':<18} {'probe samples/s':>16} {'run samples/s':>14} {'run/probe':>9}  windows")
+    print(f"\n{'candidate':<18} {'probe samples/s':>16} {'90% interval':>18} {'timed':>6} "
+          f"{'run samples/s':>14} {'run/probe':>9} {'in it':>5}  windows")
     for c, rate, windows in rows:
         probe_rate = c["samples_per_s"]
         ratio = f"{rate / probe_rate:.2f}" if rate and probe_rate else "-"
-        print(f"{c['label']:<18} {probe_rate or 0:>16,.1f} {rate or 0:>14,.1f} {ratio:>9}  {windows}"
+        low, high = c.get("spread") or (None, None)
+        inside = "-" if rate is None or low is None else \
+            ("yes" if low <= rate and (high is None or rate <= high) else "no")
+        print(f"{c['label']:<18} {probe_rate or 0:>16,.1f} {interval_text(c.get('spread')):>18} "
+              f"{c.get('micro_batches') or c.get('windows') or 0:>6} {rate or 0:>14,.1f} {ratio:>9} "
+              f"{inside:>5}  {windows}"
               + ("" if c["status"] == "ok" else f"  ({c['status']}: {c['note'] or c.get('crash')})"))
     measured = [(c["label"], rate) for c, rate, _ in rows if rate]
     by_run = [label for label, _ in sorted(measured, key=lambda x: -x[1])]

@@ -12,9 +12,10 @@ import pytest
 
 from conftest import child_env, cockpit_cmd, user_preset
 from engine import runconfig
-from engine.probe import batch as finder, cache, candidates, measure
+from engine.probe import batch as finder, cache, candidates, measure, speed
 from engine.probe.measure import MemoryReading
-from engine.probe.speed import CandidateResult, probe, recommend
+from engine.probe.speed import CandidateResult, probe, recommend, settle_budget
+from engine.probe.timings import Timing, estimate
 from engine.run.rundir import RunDir
 from engine.run.supervisor import Supervisor
 
@@ -107,6 +108,49 @@ def test_crashed_and_unavailable_candidates_are_results_not_the_end_of_the_probe
     assert "crashy crashed (native-crash)" in result["sentence"]
 
 
+def test_a_candidate_whose_step_outlasts_its_time_is_timed_by_its_micro_batches(home):
+    # 200,000 micro-batches of one sample to a step: at least half a minute on any machine (the
+    # loop's own work per micro-batch), far longer than its slice; its micro-batches are quick.
+    user_preset(home, "devices", "long-steps", 'device = "cpu"\nbatch_size = 1\naccumulation = 200000\n'
+                                               'threads = 1\n')
+    sets = ["params.n=16", "params.products=8", "params.samples=200000", "params.eval_samples=64"]
+    out = _run("probe", "-w", "matmul", "--presets", "long-steps", "--no-threads", "--budget", "14",
+               "--json",
+               *[a for o in sets for a in ("--set", o)])
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    (c,) = result["candidates"]
+    assert c["status"] == "ok" and c["samples_per_s"] > 0, c
+    assert c["micro_batches"] >= c["windows"] >= 1 and c["micro_batch_s"] > 0, c
+    assert c["steps_timed"] == 0 and c["optimizer_s"] is None, c   # no step finished: left out, and said
+    assert result["recommended"] == "long-steps"
+    assert "micro-batches timed" in result["sentence"] or "timings of" in result["sentence"]
+    assert "long-steps's optimizer step was not timed" in result["sentence"]
+
+
+def test_every_candidate_too_slow_is_an_answer_exit_0_with_its_bound_and_a_budget(home):
+    # A candidate whose first micro-batch never ends (a wedged kernel, or a machine this slow):
+    # the probe cannot tell, and says what it measured.
+    user_preset(home, "devices", "stuck", 'device = "cpu"\nbatch_size = 4\nthreads = 1\n'
+                                          'inject = ["hang@1+"]\n')
+    args = ["probe", "-w", "matmul", "--presets", "stuck", "--no-threads", "--budget", "10",
+            *[a for o in MATMUL for a in ("--set", o)]]
+    out = _run(*args, "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    (c,) = result["candidates"]
+    assert c["status"] == "too-slow" and c["waited_s"] > 0, c
+    bound = f"no micro-batch finished in {c['waited_s']:.0f} s: slower than "
+    assert c["note"].startswith(bound) and c["note"].endswith(" samples/s"), c
+    assert result["recommended"] is None and result["settle_budget_s"] > 10
+    assert result["sentence"].startswith("No candidate finished a micro-batch of matmul in its time: stuck was "
+                                         f"too slow to time ({bound}")
+    assert f"--budget {result['settle_budget_s']:.0f} or more would time stuck" in result["sentence"]
+    shown = _run(*args)  # the table and the sentence, from the cache: exit 0 too
+    assert shown.returncode == 0 and "cached result" in shown.stderr, shown.stderr
+    assert result["sentence"] in shown.stdout and "run it:" not in shown.stdout
+
+
 def test_cpu_candidates_are_tried_at_1_physical_and_logical_threads(home, monkeypatch):
     monkeypatch.setattr(candidates.psutil, "cpu_count", lambda logical=True: 8 if logical else 4)
     config = runconfig.resolve("matmul", "auto", [])
@@ -187,7 +231,114 @@ def test_the_sentence_names_the_margin_and_the_failures():
     assert text.endswith("; cpu (2 threads) was unsteady: the middle half of its windows spans 129-1,358 "
                          "samples/s (was something else running?).")
     label, text = recommend("trm", [_r("mps", None, device="mps", status="too-slow", note="no step")])
-    assert label is None and text.startswith("No candidate trained trm")
+    assert label is None and text.startswith("No candidate finished a micro-batch of trm in its time: mps was "
+                                             "too slow to time (no step)")
+    label, text = recommend("trm", [_r("mps", None, device="mps", status="crashed", crash={"kind": "oom"})])
+    assert label is None and text == "No candidate trained trm: mps crashed (oom)."
+
+
+def test_a_step_is_its_micro_batches_and_its_optimizer_step():
+    # Three micro-batches of 0.5, 0.6 and 0.7 s timed alone, two optimizer steps of 0.2 s: a
+    # step of 64 micro-batches of 8 samples is 64 x 0.6 + 0.2 s.
+    timed = [Timing(0.5, 1, 0), Timing(0.2, 0, 1), Timing(0.6, 1, 0), Timing(0.2, 0, 1), Timing(0.7, 1, 0)]
+    found = estimate(timed, micro_batch=8, accumulation=64)
+    assert found.samples_per_s == pytest.approx(512 / (64 * 0.6 + 0.2))
+    assert found.micro_batch_s == pytest.approx(0.6) and found.optimizer_s == pytest.approx(0.2)
+    assert (found.timings, found.micro_batches, found.steps) == (3, 3, 2)
+    assert found.low < found.samples_per_s < found.high
+    # No step finished: the optimizer step is left out (and said to be), not guessed.
+    alone = estimate([t for t in timed if t.micro_batches], micro_batch=8, accumulation=64)
+    assert alone.samples_per_s == pytest.approx(8 / 0.6) and alone.optimizer_s is None and alone.steps == 0
+    # Short steps timed whole, several to a timing: a step is what they took.
+    whole = estimate([Timing(1.0, 40, 10), Timing(1.1, 40, 10)], micro_batch=8, accumulation=4)
+    assert whole.samples_per_s == pytest.approx(32 / 0.105) and whole.steps == 20
+    # Runs of short micro-batches and whole steps together: the optimizer step is what whole
+    # steps take beyond their micro-batches.
+    both = estimate([Timing(1.0, 10, 0), Timing(1.2, 4 * 3, 3)], micro_batch=8, accumulation=4)
+    assert both.optimizer_s == pytest.approx(0.4 - 4 * 0.1)
+    assert estimate([Timing(0.2, 0, 1)], micro_batch=8, accumulation=4) is None
+
+
+def test_how_sure_follows_how_many_timings_and_how_far_apart():
+    steady = [Timing(1.0 + 0.01 * (i % 3), 1, 0) for i in range(30)]
+    few = steady[:3]
+    margin = lambda timings: estimate(timings, 8, 1).margin  # noqa: E731
+    assert margin(steady) < margin(few)                              # more timings: surer
+    assert margin([Timing(1.0, 1, 0), Timing(1.5, 1, 0), Timing(0.8, 1, 0)]) > margin(few)  # farther apart
+    one = estimate([Timing(1.0, 1, 0)], 8, 1)
+    assert one.interval is None and one.samples_per_s == pytest.approx(8.0)
+    # Two timings far apart: the interval has a slow end and no fast one.
+    apart = estimate([Timing(1.0, 1, 0), Timing(2.0, 1, 0)], 8, 1)
+    assert apart.high is None and 0 < apart.low < apart.samples_per_s
+
+
+def _slow(label, waited, startup=2.0, compiled=False):
+    return CandidateResult(label=label, preset="cpu", status="too-slow", device="cpu", batch_size=32,
+                           accumulation=4, startup_s=startup, waited_s=waited, compiled=compiled,
+                           note=f"no micro-batch finished in {waited:.0f} s: slower than "
+                                f"{32 / waited:.3g} samples/s")
+
+
+def test_every_candidate_too_slow_is_an_answer_with_its_bound_and_the_budget_that_settles_it():
+    ranked = [_slow("cpu (1 thread)", 24.0), _slow("cpu (2 threads)", 21.0)]
+    # Each needs its start-up, a warm-up and three timed micro-batches of at least the time it
+    # waited: (2 + 4 x 24 + 1) s of a slice that is half the budget, after 10 s of imports.
+    settle = settle_budget(ranked, before_s=10.0)
+    assert settle >= 10.0 + 2 * (2 + 4 * 24 + 1) and settle % 10 == 0
+    label, text = recommend("trm-tiny", ranked, settle)
+    assert label is None
+    assert text.startswith("No candidate finished a micro-batch of trm-tiny in its time: cpu (1 thread) was "
+                           "too slow to time (no micro-batch finished in 24 s: slower than 1.33 samples/s)")
+    assert f"--budget {settle:.0f} or more would time them" in text
+    result = speed.ProbeResult("trm-tiny", "trm", ranked, label, text, 60.0, 58.0, settle_budget_s=settle)
+    assert result.answered
+    crashed = CandidateResult(label="mps", preset="mps", status="crashed", crash={"kind": "oom"})
+    assert not speed.ProbeResult("trm-tiny", "trm", [crashed], None, "", 60.0, 58.0).answered
+    # Not even ready to train in its time: a bound on its start-up, an answer too, but no
+    # budget to name (how long its micro-batches take is unknown).
+    unready = CandidateResult(label="cpu", preset="cpu", status="too-slow",
+                              note="not ready to train after 20 s (start-up: data, model, device); a "
+                                   "larger --budget gives it time")
+    assert settle_budget([unready, crashed], 10.0) is None
+    assert speed.ProbeResult("trm-tiny", "trm", [unready, crashed], None, "", 60.0, 58.0).answered
+    _, text = recommend("trm-tiny", [unready, crashed])
+    assert text == ("No candidate finished a micro-batch of trm-tiny in its time: cpu was too slow to time "
+                    "(not ready to train after 20 s (start-up: data, model, device); a larger --budget "
+                    "gives it time); mps crashed (oom).")
+    # A compiled candidate's slice is twice the others': the budget gives it its room.
+    assert settle_budget([_slow("cuda compiled", 24.0, compiled=True), _slow("cpu", 1.0)], 10.0) \
+        < settle_budget([_slow("cuda compiled", 24.0), _slow("cpu", 1.0)], 10.0)
+    # One too slow beside one that trained: the answer is the one that trained, and the other's bound.
+    fast = _r("cpu (2 threads)", 3.0, [2.5, 3.6], windows=5, micro_batches=5, steps_timed=1)
+    label, text = recommend("trm-tiny", [fast, _slow("cpu (1 thread)", 24.0)], 250.0)
+    assert label == "cpu (2 threads)"
+    assert "(90% confidence: ±20% from 5 micro-batches timed)" in text
+    assert text.endswith("cpu (1 thread) was too slow to time (no micro-batch finished in 24 s: slower than "
+                         "1.33 samples/s); --budget 250 or more would time cpu (1 thread) (room for a warm-up "
+                         "and 3 timed micro-batches each, if one takes no longer than the time waited).")
+
+
+def test_the_sentence_says_how_sure_each_figure_is():
+    a = _r("cpu (2 threads)", 10.0, [9.0, 11.0], windows=6, micro_batches=6, steps_timed=2)
+    b = _r("cpu (1 thread)", 5.0, [4.0, 6.0], windows=3, micro_batches=3, steps_timed=1)
+    _, text = recommend("trm", [a, b])
+    assert text == ("cpu (2 threads) is 2.0x faster than cpu (1 thread) for trm at batch 32 (90% "
+                    "confidence: cpu (2 threads) ±10% from 6 micro-batches timed; cpu (1 thread) "
+                    "±20% from 3 micro-batches timed).")
+    # An interval with no fast end (two timings far apart) reaches a: the order is noise.
+    _, text = recommend("trm", [a, _r("cpu (1 thread)", 5.0, [4.0, None], windows=2, micro_batches=2)])
+    assert "are within measurement noise of each other" in text
+    assert "cpu (1 thread) at least 4 samples/s, from 2 micro-batches timed" in text
+    # ... and it timed no optimizer step: its figure leaves it out, and the sentence says so.
+    assert text.endswith("; cpu (1 thread)'s optimizer step was not timed (none finished after warm-up): "
+                         "its figure leaves it out.")
+    one = _r("cpu", 8.0, None, windows=1, micro_batches=1, steps_timed=1)
+    _, text = recommend("trm", [one])
+    assert text == ("cpu is the only candidate that trained for trm at batch 32 (90% confidence: 1 "
+                    "micro-batch timed: no spread to judge by).")
+    whole = _r("cuda", 900.0, [880.0, 920.0], device="cuda:0", windows=40, micro_batches=1600, steps_timed=400)
+    _, text = recommend("trm", [whole])
+    assert "(90% confidence: ±2% from 40 timings of 1,600 micro-batches)" in text
 
 
 # ---------------------------------------------------------------- the batch finder

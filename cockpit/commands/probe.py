@@ -152,7 +152,8 @@ def _probe(args, config, candidates, as_json: bool) -> int:
             chosen = next(c for c in candidates if c.label == result.recommended)
             print("run it:  " + run_command(config, chosen, getattr(args, "device", "auto"),
                                             bool(args.presets)))
-    return 0 if result.recommended else 1
+    # every candidate too slow to time is an answer: each one's bound, and the budget that settles it
+    return 0 if result.answered else 1
 
 
 def _cached(key: str):
@@ -188,14 +189,16 @@ def _progress(update: dict) -> None:
 
 
 def table(result) -> str:
-    rows = [("candidate", "device", "batch", "samples/s", "middle half", "peak mem", "pressure", "swap-in",
-             "parity", "result")]
+    from engine.probe.speed import interval_text
+
+    rows = [("candidate", "device", "batch", "samples/s", "90% interval", "timed", "peak mem", "pressure",
+             "swap-in", "parity", "result")]
     for r in result.candidates:
         swap = r.memory.get("swap_in")
         rows.append((
             r.label, r.device or "-", r.batch_text,
             "-" if r.samples_per_s is None else rate(r.samples_per_s),
-            f"{rate(r.spread[0])}-{rate(r.spread[1])}" if r.spread else "-",
+            interval_text(r.spread), timed_text(r),
             r.peak_text, r.memory.get("pressure") or "n/a",
             "n/a" if swap is None else f"{swap / 2**20:.0f} MB",
             _parity_cell(r),
@@ -203,10 +206,17 @@ def table(result) -> str:
             + (f" (compiled in {r.compile_s:.0f} s)" if r.compile_s is not None else ""),
         ))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    right = {3, 4, 5, 7}
+    right = {3, 4, 5, 6, 8}
     return "\n".join("  ".join(cell.rjust(w) if i in right else cell.ljust(w)
                                for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
                      for row in rows)
+
+
+def timed_text(r) -> str:
+    """What the figure stands on: the micro-batches timed after warm-up (a command's: its step
+    windows)."""
+    timed = r.micro_batches or r.windows
+    return f"{timed:,}" if timed else "-"
 
 
 def _parity_cell(r) -> str:

@@ -27,7 +27,7 @@ from engine.numbers import rate
 from engine.probe import cache
 from engine.probe import FINDER_BUDGET_S, MAX_BATCH, PROBE_BUDGET_S, TRIAL_S
 from engine.probe.batch import BatchResult, Trial
-from engine.probe.speed import CandidateResult, ProbeResult
+from engine.probe.speed import CandidateResult, ProbeResult, interval_text
 from engine.runconfig import RunConfig
 
 STATUS_STYLE = {"ok": "green", "rough": "yellow", "too-slow": "yellow", "crashed": "bold red", "wrong": "bold red",
@@ -54,17 +54,18 @@ class ProbeScreen(Screen):
     # Short descriptions, so the footer keeps '? Help' at 80 columns; the tooltips say the
     # rest, in the help screen (?) and the command palette.
     BINDINGS = [
-        Binding("p", "probe", "Probe", tooltip="time training steps on every device here (asks the budget)"),
+        Binding("p", "probe", "Probe", tooltip="time training on every device here (asks the budget)"),
         Binding("b", "find_batch", "Batch", tooltip="find the largest micro-batch that fits the device preset"),
         Binding("s", "save", "Save", tooltip="save the batch found as a new device preset"),
         Binding("u", "use", "Use best", tooltip="back to launch with the fastest device as overrides"),
         Binding("escape", "back", "Back", tooltip="back to launch (a question open: drop it)"),
     ]
     HELP = """\
-Times real training steps of the workload on every device here (the CPU at 1, physical and
-logical threads), each in its own process, within a budget: samples/s (median and the middle
-half of its windows), peak memory, pressure, crashes as results, and the recommendation in a
-sentence. A cached result measured at another batch than the preset's says so.
+Times real training of the workload on every device here (the CPU at 1, physical and
+logical threads), each in its own process, within a budget: samples/s from its timed
+micro-batches and its 90% confidence interval ("90% CI"), peak memory, pressure, crashes as
+results, and the recommendation in a sentence. A cached result measured at another batch
+than the preset's says so.
 The batch finder (`b`) finds the largest micro-batch that fits the device preset and keeps
 memory pressure normal and swap flat (asks an optional memory limit such as 6G).
 """
@@ -122,7 +123,7 @@ memory pressure normal and swap flat (asks an optional memory limit such as 6G).
         table = self.query_one("#candidates", DataTable)
         # No device column: at 80 columns every cell counts, and the label names the device.
         for label, key in (("candidate", "label"), ("batch", "batch"),
-                           ("samples/s", "rate"), ("middle half", "spread"), ("peak", "peak"),
+                           ("samples/s", "rate"), ("90% CI", "spread"), ("peak", "peak"),
                            ("pressure", "pressure"), ("result", "status")):
             table.add_column(label, key=key)
         trials = self.query_one("#trials", DataTable)
@@ -234,7 +235,7 @@ memory pressure normal and swap flat (asks an optional memory limit such as 6G).
             for e in update["events"]:
                 if e["type"] == "trainer_ready":
                     table.update_cell(update["label"], "status", Text("warming up", style="cyan"))
-                elif e["type"] == "step":
+                elif e["type"] in ("step", "probe_timing") and e.get("samples_per_s"):
                     table.update_cell(update["label"], "rate", _right(rate(e["samples_per_s"])))
                     table.update_cell(update["label"], "status", Text("measuring", style=STATUS_STYLE["measuring"]))
         elif kind == "result":
@@ -252,7 +253,7 @@ memory pressure normal and swap flat (asks an optional memory limit such as 6G).
         pressure = r.memory.get("pressure")
         cells = {"label": r.label, "batch": r.batch_text,
                  "rate": _right("-" if r.samples_per_s is None else rate(r.samples_per_s)),
-                 "spread": f"{rate(r.spread[0])}-{rate(r.spread[1])}" if r.spread else "-",
+                 "spread": interval_text(r.spread),
                  "peak": _right("-" if r.peak_mb[0] is None else f"{r.peak_mb[0]:,.0f} MB"),
                  "pressure": Text(pressure or "n/a", style=PRESSURE_STYLE.get(pressure, "dim")),
                  "status": Text(status, style=STATUS_STYLE.get(r.status, ""))}

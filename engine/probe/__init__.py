@@ -2,11 +2,13 @@
 
 Note 000 expected MPS to be about twice as fast as the CPU on its retriever; note 004
 measured the CPU 8x faster than MPS on its CLIP model. Picking a device by availability is
-a guess, so `cockpit probe` times real training steps of the workload on each candidate,
+a guess, so `cockpit probe` times real training of the workload on each candidate (its
+micro-batches, so that a long accumulation group on a slow CPU still gives a figure),
 each in its own process (a crash is a result, not the end of the probe), and ranks them.
 
     candidates.py   what to measure: devices or presets, CPU thread counts
-    worker.py       the child process: a real Trainer, warm-up, timed windows, batch trials
+    worker.py       the child process: a real Trainer, warm-up, timed micro-batches, batch trials
+    timings.py      from timed micro-batches to samples/s and its confidence interval
     measure.py      runs one worker and watches it: memory, pressure, swap, how it ended
     command_worker.py  the same for a command workload: the user's script, timed from its output
     speed.py        the probe: budget, ranking, the recommendation in a sentence
@@ -26,6 +28,7 @@ TRIAL_S = 1.5              # timed seconds per batch trial
 
 # How a candidate is timed, by the trainer's worker and a command's alike.
 WARMUP_SHARE = 0.25      # of the time left once it is ready (a command: at its first step)
-WINDOWS = 8              # timed windows aimed for in the time left after warm-up
+TIMING_S = 0.25          # the trainer's: a timing of micro-batches lasts at least this (then a sync)
+WINDOWS = 8              # a command's: timed windows aimed for in the time left after warm-up
 MIN_WINDOW_S = 0.25
 TRIAL_MIN_STEPS = 1      # timed steps per batch trial (at least), after the first step

@@ -254,7 +254,7 @@ class Worker:
 
     def _attempt_end(self, code: int | None, sig: str | None, tail: str) -> AttemptEnd:
         """What engine.run.crashes needs to know of how it ended."""
-        steps = [e["step"] for e in self.events if e["type"] in ("step", "probe_warmup")]
+        steps = [e["step"] for e in self.events if e["type"] in ("step", "probe_warmup", "probe_timing")]
         last = self.samples[-1][1] if self.samples else None
         return AttemptEnd(
             exit_code=code, signal=sig, tail=tail,

@@ -2,12 +2,16 @@
 
 The budget is shared out as the probe goes (a candidate that crashes early leaves its time to
 the rest), each worker is told when to be done and is ended at its slice's end regardless.
-Candidates that trained are ranked by median samples/s over their timed windows; the
-recommendation says by how much the best beats the best other device, in a sentence.
+Candidates that trained are ranked by samples/s from their timed micro-batches (a command's:
+its step windows), each with a 90% confidence interval (engine.probe.timings); the
+recommendation says by how much the best beats the best other device, and how sure that is,
+in a sentence. A candidate that finished no micro-batch in its time is an answer too: slower
+than its micro-batch over the time waited, and the --budget that would time it.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import tempfile
 import threading
@@ -20,15 +24,19 @@ from engine.numbers import rate
 from engine.probe import PROBE_BUDGET_S, cache
 from engine.probe.candidates import Candidate
 from engine.probe.measure import POLL_S, Worker, WorkerEnd, start_worker
+from engine.probe.timings import CONFIDENCE, Estimate, Timing, estimate, rates_interval
 from engine.runconfig import RunConfig
 
 FINISH_MARGIN_S = 2.5    # ranking, the cache write and printing, after the last worker
 EXIT_MARGIN_S = 1.0      # a worker is told to stop this long before its slice ends
 MIN_SLICE_S = 5.0
 
-# A measurement whose middle half of windows spans more than this share of its median is
+# A measurement whose timings' standard deviation is more than this share of their mean is
 # reported as unsteady: on a machine this busy the ranking may not hold.
-UNSTEADY = 0.5
+UNSTEADY = 0.35
+# A too-slow candidate's suggested budget leaves room for a warm-up micro-batch and this many
+# timed ones, each as long as the time it waited in vain (a lower bound: they may take longer).
+SETTLE_TIMED = 3
 # Ranked first to last: measured, measured roughly, measured not at all, broken.
 STATUS_ORDER = {"ok": 0, "rough": 1, "wrong": 2, "too-slow": 3, "crashed": 4, "unavailable": 5}
 # A compiled candidate's slice counts this many shares of the budget: its first steps compile.
@@ -45,11 +53,11 @@ class CandidateResult:
     batch_size: int = 0
     accumulation: int = 1
     threads: int | None = None
-    samples_per_s: float | None = None  # median over timed windows (rough: over warm-up steps)
-    spread: list[float] | None = None   # the middle half of the windows: [25th, 75th percentile]
-    windows: int = 0
+    samples_per_s: float | None = None  # from the timed micro-batches (rough: warm-up's); a command's windows
+    spread: list | None = None          # its 90% confidence interval [low, high]; high None: no fast end
+    windows: int = 0                    # timings behind it (a command's: step windows)
     startup_s: float | None = None      # process start to model ready on the device
-    first_step_s: float | None = None   # the first step, one-time costs (kernels, caches) included
+    first_step_s: float | None = None   # the first timing (a micro-batch), one-time costs included
     peak: dict = field(default_factory=dict)          # the worker's own peak-memory figure
     device_memory: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)        # MemoryReading.to_dict(): rss, pressure, swap
@@ -59,8 +67,13 @@ class CandidateResult:
     basis: str = ""                    # a command's: how its samples/s was derived, in words
     unit: str = "samples"              # "steps": a command that takes no {batch_size}
     compiled: bool = False             # compile = true (a CUDA candidate's compiled twin)
-    compile_s: float | None = None     # its first step less a later one's: the compiling
+    compile_s: float | None = None     # its first micro-batch less a typical one: the compiling
     parity: dict | None = None         # the parity check's verdict, worst gradient and message
+    micro_batches: int = 0             # micro-batches timed after warm-up (the trainer's)
+    micro_batch_s: float | None = None  # the mean micro-batch: forward and backward
+    optimizer_s: float | None = None   # the mean optimizer step's own work (None: not timed alone)
+    steps_timed: int = 0               # optimizer steps timed, alone or whole (0: the figure leaves them out)
+    waited_s: float | None = None      # too-slow: trained this long without finishing a micro-batch
 
     @property
     def trained(self) -> bool:
@@ -105,6 +118,14 @@ class ProbeResult:
     key: str = ""
     workload_key: str = ""
     cached: bool = False
+    settle_budget_s: float | None = None  # the --budget that would time its too-slow candidates
+
+    @property
+    def answered(self) -> bool:
+        """A candidate to use, or one too slow to time: a bound measured (slower than its
+        micro-batch over the time it waited, or a start-up longer than its slice), which is an
+        answer too. Not when every candidate crashed, was unavailable or computed wrong numbers."""
+        return self.recommended is not None or any(c.status == "too-slow" for c in self.candidates)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -143,6 +164,7 @@ def probe(config: RunConfig, candidates: list[Candidate], budget_s: float = PROB
                 for w in workers:
                     w.poll()
                 time.sleep(POLL_S)
+            ready = time.time()  # what came before the first turn (imports) is the probe's own cost
             for i, (candidate, worker) in enumerate(zip(candidates, workers)):
                 if cancel and cancel.is_set():
                     break
@@ -162,11 +184,27 @@ def probe(config: RunConfig, candidates: list[Candidate], budget_s: float = PROB
                     worker.kill("probe")
                     worker.end()
     ranked = rank(results)
-    recommended, sentence = recommend(config.workload_preset, ranked)
+    settle = settle_budget(ranked, ready - started)
+    recommended, sentence = recommend(config.workload_preset, ranked, settle)
     return ProbeResult(workload_preset=config.workload_preset, workload=config.workload.workload,
                        candidates=ranked, recommended=recommended, sentence=sentence,
                        budget_s=budget_s, seconds=round(time.time() - started, 1),
-                       **cache.identify(config.workload, candidates, budget_s))
+                       settle_budget_s=settle, **cache.identify(config.workload, candidates, budget_s))
+
+
+def settle_budget(results: list[CandidateResult], before_s: float) -> float | None:
+    """The --budget that gives each too-slow candidate room for its start-up, a warm-up
+    micro-batch and SETTLE_TIMED timed ones, each as long as it waited in vain (at least: its
+    micro-batch took longer than that), with slices shared as the probe shares them and
+    `before_s` (imports) first; None when no candidate was too slow with a bound."""
+    slow = [r for r in results if r.waited_s]
+    if not slow:
+        return None
+    shares = {id(r): COMPILE_SHARES if r.compiled else 1 for r in results}
+    total = sum(shares.values())
+    need = max(((r.startup_s or 0.0) + (1 + SETTLE_TIMED) * r.waited_s + EXIT_MARGIN_S)
+               * total / shares[id(r)] for r in slow)
+    return float(math.ceil((before_s + need + FINISH_MARGIN_S) / 10) * 10)
 
 
 def _parity(config: RunConfig, candidate: Candidate) -> dict:
@@ -189,42 +227,20 @@ def candidate_result(candidate: Candidate, worker: Worker, ended: WorkerEnd) -> 
         result.device, result.precision = ready["device"], ready["precision"]
         result.threads, result.startup_s = ready.get("threads"), ready.get("startup_s")
     result.basis, result.unit = worker.basis, worker.unit
-    # A command's warm-up readings are windows of its steps after the first, not single steps.
-    what = "window" if worker.is_command else "step"
-    done = next(iter(worker.of_type("probe_done")), None)
-    steps = worker.of_type("step")
-    warmup = worker.of_type("probe_warmup")
-    result.first_step_s = warmup[0]["seconds"] if warmup else None
     result.compiled = preset.compile
-    if preset.compile and warmup:
-        later = statistics.median(e["seconds"] for e in warmup[1:]) if len(warmup) > 1 else 0.0
-        result.compile_s = round(max(0.0, warmup[0]["seconds"] - later), 1)
     checked = next(iter(worker.of_type("parity")), None)
     if checked:
         result.parity = {k: checked.get(k) for k in ("verdict", "ok", "worst_grad", "message")}
+    done = next(iter(worker.of_type("probe_done")), None)
+    steps = worker.of_type("step")
     last = done or (steps[-1] if steps else {})
     result.peak = (done or {}).get("peak", {})
     result.device_memory = last.get("device_memory", {}) or {}
     result.memory = worker.memory(since=worker.went or 0.0).to_dict()
-    if steps:
-        rates = [e["samples_per_s"] for e in steps]
-        result.samples_per_s = statistics.median(rates)
-        result.spread = ([round(q, 3) for q in statistics.quantiles(rates, n=4)[::2]]
-                         if len(rates) >= 4 else [min(rates), max(rates)])
-        result.windows = len(rates)
-        if result.spread[1] - result.spread[0] > UNSTEADY * result.samples_per_s:
-            result.note = (f"unsteady: the middle half of its windows spans {result.spread[0]:,.0f}-"
-                           f"{result.spread[1]:,.0f} samples/s (was something else running?)")
-    elif len(warmup) >= 2:
-        later = warmup[1:]  # the first step pays one-time costs
-        result.samples_per_s = sum(e["samples"] for e in later) / max(1e-9, sum(e["seconds"] for e in later))
-        result.status, result.note = "rough", f"from {len(later)} warm-up {what}(s); no timed window fitted"
-    elif warmup:
-        result.samples_per_s = warmup[0]["samples"] / max(1e-9, warmup[0]["seconds"])
-        result.status, result.note = "rough", ("from its first window of steps only (early steps "
-                                               "may be slower)" if worker.is_command else
-                                               "from its first step only (one-time costs included)")
-
+    if worker.is_command:
+        _command_figures(result, worker)
+    else:
+        _trainer_figures(result, worker)
     if ended.config_error or (ended.verdict and ended.verdict.kind == "config"):
         result.status = "unavailable"
         result.note = ended.config_error or ended.verdict.evidence.get("message") or ended.verdict.sentence
@@ -245,11 +261,79 @@ def candidate_result(candidate: Candidate, worker: Worker, ended: WorkerEnd) -> 
                            "device); a larger --budget gives it time")
         else:
             waited = max(1e-9, result.seconds - (result.startup_s or 0.0))
-            result.note = (f"no step finished in {waited:.0f} s: under "
-                           f"{rate(preset.effective_batch / waited)} samples/s")
+            result.waited_s = round(waited, 1)
+            result.note = (f"no micro-batch finished in {waited:.0f} s: slower than "
+                           f"{rate(preset.batch_size / waited)} samples/s")
         if preset.compile:
             result.note += "; compile=true: compiling counts here, a larger --budget gives it time"
     return result
+
+
+def _trainer_figures(result: CandidateResult, worker: Worker) -> None:
+    """samples/s and its interval from the worker's timed micro-batches; failing those, a
+    rough figure from its warm-up."""
+    b, a = result.batch_size, result.accumulation
+    timed = [Timing.of(e) for e in worker.of_type("probe_timing")]
+    warmup = [Timing.of(e) for e in worker.of_type("probe_warmup")]
+    result.first_step_s = warmup[0].seconds if warmup else None
+    # A group's optimizer step timed in warm-up, after the first (the optimizer's state is
+    # allocated then), still says what one costs.
+    tails = [t for t in warmup if t.steps and not t.micro_batches][1:]
+    found = estimate(timed + tails, b, a) if timed else None
+    if found is not None:
+        _fill(result, found)
+        if found.variation is not None and found.variation > UNSTEADY:
+            result.note = (f"unsteady: its timings vary by {found.variation:.0%} of their mean "
+                           "(was something else running?)")
+    elif (found := estimate([t for t in warmup[1:] if t.micro_batches] + tails, b, a)) is not None:
+        # the first micro-batch pays one-time costs: it is left out where others were timed
+        result.samples_per_s, result.micro_batch_s = found.samples_per_s, found.micro_batch_s
+        result.optimizer_s = found.optimizer_s
+        result.status = "rough"
+        result.note = f"from warm-up only ({_timed_text(found.micro_batches)}); none timed after it"
+    elif warmup and (found := estimate(warmup[:1], b, a)) is not None:
+        result.samples_per_s, result.micro_batch_s = found.samples_per_s, found.micro_batch_s
+        result.status = "rough"
+        result.note = "from its first micro-batch only (one-time costs included)"
+    if result.compiled and warmup and result.samples_per_s:
+        first = warmup[0]  # holds the first micro-batch: its compiling
+        result.compile_s = round(max(0.0, first.seconds - first.micro_batches * b / result.samples_per_s), 1)
+
+
+def _fill(result: CandidateResult, found: Estimate) -> None:
+    result.samples_per_s = found.samples_per_s
+    result.spread = [round(v, 4) if v is not None else None for v in found.interval] if found.interval else None
+    result.windows, result.micro_batches = found.timings, found.micro_batches
+    result.micro_batch_s, result.optimizer_s = found.micro_batch_s, found.optimizer_s
+    result.steps_timed = found.steps
+
+
+def _command_figures(result: CandidateResult, worker: Worker) -> None:
+    """samples/s from a command's step windows (the mean, with its 90% interval); failing those,
+    a rough figure from its warm-up windows."""
+    steps = worker.of_type("step")
+    warmup = worker.of_type("probe_warmup")
+    result.first_step_s = warmup[0]["seconds"] if warmup else None
+    if steps:
+        rates = [e["samples_per_s"] for e in steps]
+        result.samples_per_s = statistics.fmean(rates)
+        interval = rates_interval(rates)
+        result.spread = [round(v, 4) for v in interval] if interval else None
+        result.windows = len(rates)
+        if len(rates) >= 2 and statistics.stdev(rates) > UNSTEADY * result.samples_per_s:
+            result.note = (f"unsteady: its windows vary by {statistics.stdev(rates) / result.samples_per_s:.0%} "
+                           "of their mean (was something else running?)")
+    elif len(warmup) >= 2:
+        later = warmup[1:]  # the first window pays one-time costs
+        result.samples_per_s = sum(e["samples"] for e in later) / max(1e-9, sum(e["seconds"] for e in later))
+        result.status, result.note = "rough", f"from {len(later)} warm-up window(s); no timed window fitted"
+    elif warmup:
+        result.samples_per_s = warmup[0]["samples"] / max(1e-9, warmup[0]["seconds"])
+        result.status, result.note = "rough", "from its first window of steps only (early steps may be slower)"
+
+
+def _timed_text(n: int) -> str:
+    return f"{n:,} micro-batch{'es' * (n != 1)}"
 
 
 def _command_too_slow(ready: dict | None, seconds: float) -> str:
@@ -287,17 +371,69 @@ def _failures(results: list[CandidateResult]) -> list[str]:
 
 
 def overlap(a: CandidateResult, b: CandidateResult) -> bool:
-    """The middle halves of the two measurements' windows overlap: their order is noise."""
+    """The two measurements' confidence intervals overlap: their order is noise. An interval
+    with no fast end reaches every faster figure."""
     if not (a.spread and b.spread):
         return False
-    return a.spread[0] <= b.spread[1] and b.spread[0] <= a.spread[1]
+    inf = float("inf")
+    return a.spread[0] <= (b.spread[1] or inf) and b.spread[0] <= (a.spread[1] or inf)
 
 
-def recommend(workload: str, ranked: list[CandidateResult]) -> tuple[str | None, str]:
-    """(the label to use, the sentence that says why)."""
+def interval_text(spread: list | None) -> str:
+    """A confidence interval for a table: '1.1-1.4', '≥1.1' (no fast end: too few timings, far
+    apart), '-' (none)."""
+    if not spread:
+        return "-"
+    return f"≥{rate(spread[0])}" if spread[1] is None else f"{rate(spread[0])}-{rate(spread[1])}"
+
+
+def sureness(r: CandidateResult) -> str:
+    """How sure its figure is, in words: '±12% from 5 micro-batches timed', '±2% from 40 timings
+    of 1,600 micro-batches', '1 micro-batch timed: no spread to judge by', 'at least 4
+    samples/s, from 2 micro-batches timed' (an interval with no fast end); '' where nothing
+    was timed after warm-up."""
+    if not r.windows:
+        return ""
+    if r.micro_batches and r.micro_batches != r.windows:  # whole steps, several to a timing
+        timed = f"{r.windows:,} timings of {_timed_text(r.micro_batches)}"
+    elif r.micro_batches:
+        timed = f"{_timed_text(r.micro_batches)} timed"
+    else:
+        timed = f"{r.windows:,} window{'s' * (r.windows != 1)} of steps"
+    if not r.spread:
+        return f"{timed}: no spread to judge by"
+    if r.spread[1] is None:
+        return f"at least {rate(r.spread[0])} {r.unit}/s, from {timed}"
+    margin = max(r.spread[1] / r.samples_per_s - 1, 1 - r.spread[0] / r.samples_per_s)
+    return f"±{margin:.0%} from {timed}"
+
+
+def _how_sure(compared: list[CandidateResult]) -> str:
+    said = [(r, sureness(r)) for r in compared]
+    said = [(r, text) for r, text in said if text]
+    if not said:
+        return ""
+    if len(said) == 1:
+        return f" ({CONFIDENCE:.0%} confidence: {said[0][1]})"
+    return f" ({CONFIDENCE:.0%} confidence: " + "; ".join(f"{r.label} {text}" for r, text in said) + ")"
+
+
+def recommend(workload: str, ranked: list[CandidateResult],
+              settle_s: float | None = None) -> tuple[str | None, str]:
+    """(the label to use, the sentence that says why). `settle_s`: the --budget that would
+    time the too-slow candidates (settle_budget)."""
     trained = [r for r in ranked if r.trained]
     failures = _failures(ranked)
+    slow = [r for r in ranked if r.waited_s]  # a bound to time them by (not: not ready to train)
+    settle = ""
+    if settle_s is not None and slow:
+        them = "them" if len(slow) > 1 and not trained else " and ".join(r.label for r in slow)
+        settle = (f"; --budget {settle_s:.0f} or more would time {them} (room for a warm-up and "
+                  f"{SETTLE_TIMED} timed micro-batches each, if one takes no longer than the time waited)")
     if not trained:
+        if any(r.status == "too-slow" for r in ranked):  # an answer: each is slower than its bound
+            return None, (f"No candidate finished a micro-batch of {workload} in its time: "
+                          + "; ".join(failures) + settle + ".")
         return None, f"No candidate trained {workload}: " + "; ".join(failures) + "."
     best = trained[0]
     # A command that takes no {batch_size} is measured in steps/s: its batch is its own.
@@ -318,15 +454,19 @@ def recommend(workload: str, ranked: list[CandidateResult]) -> tuple[str | None,
             sentence = f"{best.label} is {times} faster than {other.label}{batch} {at}"
         if other.status == "rough":  # a first step carries one-time costs: the margin is rough too
             sentence += f" ({other.label}'s figure is rough: {other.note})"
+    compared = [best, *others[:1]]
+    sentence += _how_sure(compared)
     if best.status == "rough":
         sentence += f" (rough: {best.note})"
     if best.basis:
         sentence += f" (a command: {best.basis})"
     sentence += _compile_verdict(best, trained)
-    compared = [best, *others[:1]]
     sentence += "".join(f"; {r.label} was {r.note}" for r in compared if r.note.startswith("unsteady"))
+    sentence += "".join(f"; {r.label}'s optimizer step was not timed (none finished after warm-up): "
+                        "its figure leaves it out"
+                        for r in compared if r.status == "ok" and r.micro_batches and not r.steps_timed)
     if failures:
-        sentence += "; " + "; ".join(failures)
+        sentence += "; " + "; ".join(failures) + settle
     return best.label, sentence + "."
 
 

@@ -11,11 +11,16 @@ Then it builds exactly what a run builds (engine.train.trainer.Trainer: the work
 the device, autocast, accumulation, the optimizer) and trains with the trainer's own step,
 so a probe's samples/s is what a run would report, minus evals and checkpoints.
 
-Speed mode (stdin: `go UNTIL`, UNTIL a time.time()): warm up (the first steps pay for kernel
-selection, graph compilation, caches) for a quarter of the time left, then train in timed
-windows until UNTIL; each window ends with the trainer's own report (its loss read is the
-sync point) and becomes a `step` event. Warm-up steps are synced one by one and reported as
-`probe_warmup`, so a candidate too slow to reach a window still has a rough figure.
+Speed mode (stdin: `go UNTIL`, UNTIL a time.time()): train with the trainer's own step and
+time its micro-batches (forward and backward of one micro-batch) through the trainer's
+`micro_batch_hook`, not whole optimizer steps: on a slow CPU one step of the `cpu` preset
+(8 x 64 = 512 samples) can outlast the candidate's whole slice, while its micro-batches take
+seconds. Each timing ends with a device sync (MicroBatchClock); the optimizer step is timed on
+its own where a group completes. The first quarter of the time left is warm-up (the first
+steps pay for kernel selection, graph compilation, caches), `probe_warmup` events, so a
+candidate too slow to be timed after it still has a rough figure; then `probe_timing` events
+until UNTIL, stopping in the middle of a group if need be. engine.probe.timings makes
+samples/s and its confidence interval of them.
 
 Batch mode (stdin: one micro-batch size per line, then `done`): a short trial of each
 (accumulation 1), answered with `batch_trial` events; the parent decides from its memory
@@ -40,11 +45,10 @@ from engine import presets
 from engine.train import device as devices, parity
 from engine.run.crashes import EXIT_FINISHED
 from engine.run.events import EventWriter
-from engine.probe import MIN_WINDOW_S, TRIAL_MIN_STEPS, TRIAL_S, WARMUP_SHARE, WINDOWS
+from engine.probe import TIMING_S, TRIAL_MIN_STEPS, TRIAL_S, WARMUP_SHARE
+from engine.probe.timings import Timing, estimate
 from engine.run.rundir import RunDir
 from engine.train.trainer import NonFiniteLoss, StopRequest, Trainer, report_failure
-
-WARMUP_MIN_STEPS = 2
 
 
 def _synced_step(trainer: Trainer) -> float:
@@ -54,28 +58,91 @@ def _synced_step(trainer: Trainer) -> float:
     return time.monotonic() - started
 
 
+class TimeUp(Exception):
+    """The candidate's time is up in the middle of an accumulation group."""
+
+
+class MicroBatchClock:
+    """Times the trainer's micro-batches through its `micro_batch_hook`, as `Timing`s
+    (engine.probe.timings): each ends with a device sync, once it has lasted TIMING_S.
+
+    A long micro-batch is timed alone, and so is the optimizer step that follows a group's last
+    one; micro-batches shorter than TIMING_S are timed in runs inside their group, and steps
+    shorter than it whole, several to a timing (a sync per micro-batch would stop a GPU's host
+    from queueing ahead, which a run's loop does). Warm-up timings (those before `warm_until`,
+    and the ones holding the first micro-batch or the first optimizer step: kernel selection,
+    caches, the optimizer's state) are `probe_warmup` events, the others `probe_timing`."""
+
+    def __init__(self, trainer: Trainer, warm_until: float, until: float):
+        self.trainer, self.warm_until, self.until = trainer, warm_until, until
+        self.micro = self.steps = 0    # in the open timing
+        self.inside = False            # it began inside a group (after a micro-batch)
+        self.first_micro = self.first_step = True
+        self.timings: list[Timing] = []  # after warm-up
+        self.warmup: list[Timing] = []
+        self.micro_s = 0.0             # the last micro-batch's duration, roughly (no sync)
+        self._last = self.mark = 0.0
+
+    def start(self) -> None:
+        devices.synchronize(self.trainer.device)
+        self._last = self.mark = time.monotonic()
+        self.trainer.micro_batch_hook = self.after_micro_batch
+
+    def after_micro_batch(self, done: int, of: int) -> None:
+        now = time.monotonic()
+        self.micro_s, self._last = now - self._last, now
+        self.micro += 1
+        if not self.steps and ((self.inside and done == of) or now - self.mark >= TIMING_S):
+            self._close()
+            self.inside = True  # the next timing is the group's rest, or its optimizer step
+        if done < of and time.time() + self.micro_s > self.until:
+            raise TimeUp
+
+    def after_step(self) -> None:
+        self._last = time.monotonic()
+        self.steps += 1
+        if not self.micro or (not self.inside and self._last - self.mark >= TIMING_S):
+            self._close()
+            self.inside = False
+
+    def _close(self) -> None:
+        devices.synchronize(self.trainer.device)
+        now = time.monotonic()
+        timing = Timing(now - self.mark, self.micro, self.steps)
+        warm = now < self.warm_until or (self.first_micro and self.micro) or (self.first_step and self.steps)
+        self.first_micro = self.first_micro and not self.micro
+        self.first_step = self.first_step and not self.steps
+        (self.warmup if warm else self.timings).append(timing)
+        trainer = self.trainer
+        fields = dict(step=trainer.step, seconds=round(timing.seconds, 5), micro_batches=self.micro,
+                      steps=self.steps, samples=self.micro * trainer.preset.batch_size)
+        if warm:
+            trainer.events.emit("probe_warmup", **fields)
+        else:  # the figure so far, for a front end to show while it measures
+            so_far = estimate(self.timings, trainer.preset.batch_size, trainer.preset.accumulation)
+            trainer.events.emit("probe_timing", **fields,
+                                samples_per_s=round(so_far.samples_per_s, 4) if so_far else None)
+        self.micro = self.steps = 0
+        self.mark = self._last = time.monotonic()
+
+
 def measure_speed(trainer: Trainer, until: float) -> None:
-    """Warm up, then timed windows until `until` (time.time()), as `step` events."""
-    emit = trainer.events.emit
-    ready = time.monotonic()
+    """Warm up for a quarter of the time left, then time micro-batches until `until`
+    (time.time()): `probe_warmup` and `probe_timing` events (MicroBatchClock)."""
     left = until - time.time()
-    warm_until = ready + WARMUP_SHARE * left
-    step_times = []
-    while len(step_times) < WARMUP_MIN_STEPS or time.monotonic() < warm_until:
-        seconds = _synced_step(trainer)
-        step_times.append(seconds)
-        emit("probe_warmup", step=trainer.step, seconds=seconds,
-             samples=trainer.global_batch)
-        if time.time() + seconds > until:
-            break
-    # Windows of an eighth of what is left; each starts clean (the losses of warm-up are not
-    # the measurement's, nor is their time).
-    trainer.restart_window(max(MIN_WINDOW_S, (until - time.time()) / WINDOWS))
-    typical = sorted(step_times)[len(step_times) // 2]
-    while time.time() + typical < until:
-        trainer.train_step()
-        trainer.maybe_report()
-    trainer.report()
+    clock = MicroBatchClock(trainer, time.monotonic() + WARMUP_SHARE * left, until)
+    clock.start()
+    try:
+        while True:
+            trainer.train_step()
+            clock.after_step()
+            trainer.maybe_report()  # the run's loss check (a NaN is a crash here too)
+            if time.time() + clock.micro_s > until:  # no time for another micro-batch
+                break
+    except TimeUp:
+        pass  # in the middle of a group: what was timed is the measurement
+    finally:
+        trainer.micro_batch_hook = None
 
 
 def batch_trials(trainer: Trainer, lines, trial_s: float) -> None:
