@@ -1,7 +1,8 @@
 """Throughput of one process against N processes under torchrun, through the real CLI.
 
     python benchmarks/scaling.py --workload trm-chat-small --device cuda --nproc 2 --steps 60
-    python benchmarks/scaling.py ... --kill-rank      # also: kill rank 1 mid-run, fall back to 1
+    python benchmarks/scaling.py ... --kill-rank      # also: kill rank 1 at a third of the run,
+                                                      # fall back to 1 process
 
 Each run is `cockpit --no-ui --json` with the same per-process micro-batch (so N processes
 train a global batch N times larger, as DDP users scale); the figure is the median of the
@@ -44,8 +45,10 @@ def measure(args, nproc: int, env: dict) -> tuple[float, list[float], dict]:
 
 
 def kill_rank(args, env: dict, config: Path) -> None:
-    """Two processes, rank 1 SIGKILLed after a checkpoint: the attempt is classified and
-    the run falls back to one process, resuming from the checkpoint."""
+    """Two processes, rank 1 SIGKILLed at step --kill-at, well before the end and after a
+    checkpoint: the attempt is classified and the run falls back to one process, resuming from
+    the checkpoint. The events file is watched directly (the headless log prints a step line
+    only every so often), and a kill that cannot happen before the end is said, not skipped."""
     presets = config / "presets" / "devices"
     presets.mkdir(parents=True, exist_ok=True)
     (presets / "pair.toml").write_text(
@@ -53,22 +56,54 @@ def kill_rank(args, env: dict, config: Path) -> None:
         f'nproc_per_node = {args.nproc}\nfallback = ["single"]\nrules = {{ killed = "next" }}\n')
     (presets / "single.toml").write_text(
         f'device = "{args.device}"\nbatch_size = {args.batch_size}\naccumulation = {args.nproc}\n')
+    kill_at = args.kill_at or args.steps // 3
+    every = max(1, kill_at // 2)  # a checkpoint before the kill, so that the resume has one
+    runs = Path(env["COCKPIT_RUNS_DIR"])
+    before = set(runs.glob("*")) if runs.exists() else set()
+    log = open(Path(env["COCKPIT_RUNS_DIR"]).parent / "kill-rank.log", "w+")
     proc = subprocess.Popen([sys.executable, "-m", "cockpit", "--no-ui", "--workload", args.workload,
                              "--device", "pair", "--set", f"train.max_steps={args.steps}",
-                             "--set", "train.checkpoint_every_steps=10", *[a for s in args.set for a in ("--set", s)]],
-                            stdout=subprocess.PIPE, text=True, env=env)
-    runs = Path(env["COCKPIT_RUNS_DIR"])
-    killed = False
-    for line in proc.stdout:
+                             "--set", f"train.checkpoint_every_steps={every}", "--set", "train.report_every_s=0.05",
+                             *[a for s in args.set for a in ("--set", s)]],
+                            stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
+    killed, offset, events = None, 0, []
+    while proc.poll() is None and killed is None:
+        new = [r for r in runs.glob("*") if r not in before] if runs.exists() else []
+        if new and (path := new[0] / "events.jsonl").exists():
+            with open(path) as f:
+                f.seek(offset)
+                chunk = f.read()
+            complete = chunk[:chunk.rfind("\n") + 1]
+            offset += len(complete.encode())
+            events += [json.loads(x) for x in complete.splitlines() if x.strip()]
+            steps = [e["step"] for e in events if e["type"] == "step" and e.get("attempt") == 1]
+            checkpointed = any(e["type"] == "checkpoint" for e in events)
+            beats = [e for e in events if e["type"] == "heartbeat" and e.get("rank") == 1]
+            if steps and steps[-1] >= kill_at and checkpointed and beats:
+                try:
+                    os.kill(beats[-1]["pid"], signal.SIGKILL)
+                    killed = (steps[-1], beats[-1]["pid"])
+                except ProcessLookupError:
+                    sys.exit(f"rank 1 (pid {beats[-1]['pid']}) was gone before the kill at step {steps[-1]}")
+        time.sleep(0.02)
+    code = proc.wait()
+    log.seek(0)
+    for line in log:
         print("   ", line.rstrip())
-        if not killed and line.startswith("step ") and int(line.split()[1].split("/")[0]) >= 20:
-            events_path = max(runs.glob("*/events.jsonl"), key=os.path.getmtime)
-            beats = [json.loads(x) for x in events_path.read_text().splitlines() if '"heartbeat"' in x]
-            if beats:
-                os.kill(beats[-1]["pid"], signal.SIGKILL)
-                print(f"    >>> killed rank {beats[-1]['rank']} (pid {beats[-1]['pid']})")
-                killed = True
-    print(f"kill-rank run exit code {proc.wait()}")
+    if killed is None:
+        sys.exit(f"the run ended (exit {code}) before step {kill_at}: no rank was killed; "
+                 "give more --steps or a smaller --kill-at")
+    print(f"    >>> killed rank 1 (pid {killed[1]}) at step {killed[0]} of {args.steps}")
+    events = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    for e in events:
+        if e["type"] == "crash":
+            print(f"    attempt {e['attempt']}: {e['kind']}: {e.get('sentence')}")
+        elif e["type"] == "fallback":
+            print(f"    fallback to {e['to']}, resuming at step {(e.get('resume') or {}).get('step')}")
+        elif e["type"] == "run_finished":
+            print(f"    run {e['status']} at step {e['summary'].get('final_step')}, "
+                  f"{e['summary'].get('steps_lost')} steps lost")
+    print(f"kill-rank run exit code {code}")
 
 
 def main() -> None:
@@ -81,6 +116,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="reporting windows to skip")
     parser.add_argument("--set", action="append", default=[])
     parser.add_argument("--kill-rank", action="store_true")
+    parser.add_argument("--kill-at", type=int, default=0, help="the step at which rank 1 is killed "
+                                                                "(default: a third of --steps)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
