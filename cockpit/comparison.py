@@ -9,7 +9,7 @@ import dataclasses
 
 from cockpit.headless import duration
 from engine.errors import ConfigError
-from engine.numbers import rate
+from engine.numbers import count, rate
 from engine.presets import read_toml
 from engine.run.curves import RunCurves
 from engine.run.digest import RunDigest
@@ -123,7 +123,8 @@ def table(runs: list[Compared]) -> list[Row]:
     rows.append(Row("duration", each(lambda r: duration(r.summary.duration_s))))
     differ = differing(runs)
     if differ:
-        rows.append(Row(f"{len(differ)} settings differ", ["" for _ in runs], heading=True))
+        rows.append(Row(count(len(differ), "setting") + (" differs" if len(differ) == 1 else " differ"),
+                        ["" for _ in runs], heading=True))
         rows += [Row(key, each(lambda r, key=key: r.settings.get(key, "-"))) for key in differ]
     else:
         rows.append(Row("settings", ["all the same" for _ in runs]))

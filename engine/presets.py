@@ -9,6 +9,7 @@ shadow shipped ones of the same name. A preset is data: nothing in it is execute
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import re
 import stat
@@ -42,18 +43,27 @@ class DevicePreset:
     """How to run: the device and everything that decides memory and speed on it."""
 
     description: str = setting("", "one line shown in lists")
-    device: Device = setting("auto", "auto picks CUDA, then MPS, then CPU")
-    batch_size: int = setting(32, "micro-batch: samples per forward/backward", min=1)
-    accumulation: int = setting(1, "micro-batches per optimizer step", min=1)
-    precision: Precision = setting("auto", "auto: bf16 on CUDA when supported, else fp32")
-    grad_checkpointing: bool = setting(False, "recompute activations in backward to save memory")
-    compile: bool = setting(False, "torch.compile the model (refused on MPS)")
+    device: Device = setting("auto", "auto picks CUDA, then MPS, then CPU", aka=("accelerator",))
+    batch_size: int = setting(32, "micro-batch: samples per forward/backward", min=1,
+                             aka=("bs", "micro_batch_size", "per_device_train_batch_size",
+                                  "train_batch_size", "batch"))
+    accumulation: int = setting(1, "micro-batches per optimizer step", min=1,
+                               aka=("grad_accum", "grad_accumulation", "gradient_accumulation",
+                                    "gradient_accumulation_steps", "accumulate_grad_batches",
+                                    "accum", "accum_steps"))
+    precision: Precision = setting("auto", "auto: bf16 on CUDA when supported, else fp32",
+                                  aka=("dtype", "mixed_precision", "amp", "bf16", "fp16"))
+    grad_checkpointing: bool = setting(False, "recompute activations in backward to save memory",
+                                      aka=("gradient_checkpointing", "activation_checkpointing"))
+    compile: bool = setting(False, "torch.compile the model (refused on MPS)", aka=("torch_compile",))
     parity_check: bool = setting(False, "before training, check the device's loss, gradients and "
                                         "optimizer step against the CPU in fp32 (`cockpit check`); "
                                         "wrong numbers are a crash of kind numerical-parity")
-    threads: int = setting(0, "CPU threads for torch; 0 keeps torch's default", min=0)
+    threads: int = setting(0, "CPU threads for torch; 0 keeps torch's default", min=0,
+                          aka=("num_threads", "torch_threads"))
     nproc_per_node: int = setting(1, "processes on this machine; above 1 the attempt runs under "
-                                     "torchrun with DDP (one per GPU on CUDA, gloo on CPU)", min=1)
+                                     "torchrun with DDP (one per GPU on CUDA, gloo on CPU)", min=1,
+                                 aka=("devices", "gpus", "num_processes", "world_size"))
     nnodes: int = setting(1, "machines in the run (torchrun --nnodes); above 1 needs rdzv_endpoint",
                           min=1)
     rdzv_endpoint: str = setting("", "host:port of the rendezvous for a multi-machine run")
@@ -63,7 +73,8 @@ class DevicePreset:
     rules: Mapping[str, str] = setting({}, "crash kind -> action (next, retry, retry-progress, "
                                            "retry-env, fp32, halve-batch, stop); unnamed kinds use "
                                            "the defaults")
-    max_attempts: int = setting(5, "attempts a run may make, the first included", min=1)
+    max_attempts: int = setting(5, "attempts a run may make, the first included", min=1,
+                                aka=("retries", "max_retries"))
     hang_timeout_s: float = setting(300.0, "no progress for this long (or 10x the slowest "
                                            "interval seen, if longer) is a hang", above=0.0)
     on_slowdown: Literal["warn", "fallback"] = setting(
@@ -128,38 +139,49 @@ class DevicePreset:
 class TrainSettings:
     """The schedule of a run: how long, how fast it learns, when it reports and saves."""
 
-    epochs: float = setting(1.0, "passes over the workload's training samples", above=0.0)
+    epochs: float = setting(1.0, "passes over the workload's training samples", above=0.0,
+                            aka=("num_train_epochs", "num_epochs", "max_epochs", "n_epochs"))
     max_steps: int = setting(0, "stop after this many optimizer steps of the first attempt's "
                                 "global batch (a budget of samples, kept across fallbacks); "
-                                "0 = no limit", min=0)
+                                "0 = no limit", min=0,
+                            aka=("max_iters", "steps", "num_steps", "training_steps"))
     optimizer: Literal["adamw", "sgd"] = setting("adamw", "adamw (betas, eps; fused on CUDA) or sgd "
-                                                          "(with momentum)")
+                                                          "(with momentum)", aka=("optim",))
     lr: float = setting(1e-3, "peak learning rate: reached after warmup_steps, then kept (schedule "
-                              "'constant') or decayed to min_lr", min=0.0)
+                              "'constant') or decayed to min_lr", min=0.0,
+                      aka=("learning_rate", "max_lr"))
     schedule: Literal["constant", "cosine", "linear"] = setting(
         "constant", "the learning rate after warmup, over the samples of the run: constant, or a "
-                    "cosine or linear decay from lr to min_lr")
+                    "cosine or linear decay from lr to min_lr",
+        aka=("lr_scheduler", "lr_scheduler_type", "scheduler", "lr_schedule"))
     warmup_steps: int = setting(0, "linear warmup from 0 to lr over this many optimizer steps of the "
-                                   "first attempt's global batch (samples: kept across fallbacks)", min=0)
-    min_lr: float = setting(0.0, "where cosine and linear decay end, at the last sample", min=0.0)
-    weight_decay: float = setting(0.0, "weight decay (decoupled in AdamW)", min=0.0)
+                                   "first attempt's global batch (samples: kept across fallbacks)", min=0,
+                                aka=("warmup", "warmup_iters"))
+    min_lr: float = setting(0.0, "where cosine and linear decay end, at the last sample", min=0.0,
+                            aka=("min_learning_rate",))
+    weight_decay: float = setting(0.0, "weight decay (decoupled in AdamW)", min=0.0, aka=("wd",))
     weight_decay_params: Literal["matrices", "all"] = setting(
         "matrices", "which parameters weight decay reaches: 'matrices' (2-D and up; norms, biases "
                     "and embeddings excluded) or 'all'")
-    beta1: float = setting(0.9, "AdamW's beta1: decay of the gradient's running mean", min=0.0)
+    beta1: float = setting(0.9, "AdamW's beta1: decay of the gradient's running mean", min=0.0,
+                           aka=("adam_beta1",))
     beta2: float = setting(0.999, "AdamW's beta2: decay of the squared gradient's running mean "
-                                  "(0.95 for LLMs, as nanoGPT)", min=0.0)
-    eps: float = setting(1e-8, "AdamW's epsilon", above=0.0)
+                                  "(0.95 for LLMs, as nanoGPT)", min=0.0, aka=("adam_beta2",))
+    eps: float = setting(1e-8, "AdamW's epsilon", above=0.0, aka=("adam_epsilon", "epsilon"))
     momentum: float = setting(0.9, "SGD's momentum; 0 = plain SGD", min=0.0)
-    grad_clip: float = setting(0.0, "clip the gradient norm to this; 0 = off", min=0.0)
-    seed: int = setting(0, "seeds the model, the data order and every RNG", min=0, max=MAX_SEED)
+    grad_clip: float = setting(0.0, "clip the gradient norm to this; 0 = off", min=0.0,
+                               aka=("max_grad_norm", "gradient_clip_val", "clip_grad_norm"))
+    seed: int = setting(0, "seeds the model, the data order and every RNG", min=0, max=MAX_SEED,
+                        aka=("random_seed",))
     report_every_s: float = setting(0.5, "seconds per reporting window (one step event each)",
                                     above=0.0)
     eval_every_steps: int = setting(0, "evaluate every N optimizer steps; 0 = at the end only",
-                                    min=0)
-    checkpoint_every_steps: int = setting(0, "checkpoint every N optimizer steps; 0 = off", min=0)
+                                    min=0, aka=("eval_steps", "eval_interval"))
+    checkpoint_every_steps: int = setting(0, "checkpoint every N optimizer steps; 0 = off", min=0,
+                                          aka=("save_steps", "checkpoint_interval"))
     checkpoint_every_minutes: float = setting(5.0, "checkpoint every M minutes; 0 = off", min=0.0)
-    keep_checkpoints: int = setting(3, "how many recent checkpoints to keep", min=1)
+    keep_checkpoints: int = setting(3, "how many recent checkpoints to keep", min=1,
+                                    aka=("save_total_limit",))
 
     def __post_init__(self):
         for name in ("beta1", "beta2", "momentum"):
@@ -230,8 +252,65 @@ def find(kind: str, name: str) -> PresetRef:
         if ref.name == name:
             return ref
     names = [r.name for r in list_presets(kind)]
-    raise ConfigError(f"{singular} preset {name!r}", None,
-                      "not found; available: " + (", ".join(names) or "none"))
+    raise ConfigError(f"{singular} preset {name!r}", None, not_found(misplaced(kind, name))
+                      + "available: " + (", ".join(names) or "none"))
+
+
+def not_found(hint: str) -> str:
+    """'not found; HINT; ' ('not found; did you mean 'cpu'? '), for the list that follows."""
+    return "not found; " + (hint + (" " if hint.endswith("?") else "; ") if hint else "")
+
+
+def misplaced(kind: str | None, name: str) -> str:
+    """Where a preset not found was saved instead and where it must go, or a close name ('did
+    you mean ...?'), or ''. Only NAME.toml in the kind's own folder is read, so a
+    file beside it in the presets folder, in the other kind's folder or under another name
+    would otherwise be ignored without a word. `kind` None: either kind (`presets show`)."""
+    root = paths.user_presets_dir()
+    if (stray := root / f"{name}.toml").is_file():
+        actual = _kind_of(stray) or kind
+        where = f"{root / actual / stray.name}" if actual else f"{root}/devices/ or workloads/"
+        return (f"{stray} is in the presets folder itself, where nothing is read: move it to "
+                f"{where}" + (f" (it is a {actual[:-1]} preset)" if actual != kind and kind else ""))
+    if kind is not None:
+        other = "devices" if kind == "workloads" else "workloads"
+        for directory, shipped in _dirs(other):
+            if (directory / f"{name}.toml").is_file():
+                fix = "" if shipped else f"; if it is a {kind[:-1]} preset, move it to " \
+                                         f"{root / kind / f'{name}.toml'}"
+                return f"{name!r} is a {other[:-1]} preset ({directory / f'{name}.toml'}){fix}"
+    kinds = [kind] if kind else list(KINDS)
+    for directory in [root / k for k in kinds] + [root]:
+        for path in sorted(directory.glob(f"{name}*")) if directory.is_dir() else []:
+            if path.is_file() and (path.name == name or path.name.startswith(name + ".")):
+                target = f"{directory / name}.toml" if directory != root else \
+                    f"{root}/{kind or 'devices or workloads'}/{name}.toml"
+                return f"{path} is not read (a preset is a NAME.toml file): rename it to {target}"
+    # closer than difflib's usual 0.6: 'gpu' is 0.67 from 'cpu', the one device a GPU user did not mean
+    close = difflib.get_close_matches(name, [r.name for k in kinds for r in list_presets(k)],
+                                      n=1, cutoff=0.75)
+    return f"did you mean {close[0]!r}?" if close else ""
+
+
+def _kind_of(path: Path) -> str | None:
+    """'workloads' or 'devices' by the keys a preset file has; None when it cannot be told."""
+    try:
+        table = read_toml(path)
+    except ConfigError:
+        return None
+    from engine.command import CommandSpec
+    from engine.schema import fields
+
+    if any(k in table for k in (*_WORKLOAD_KEYS, *fields(CommandSpec))):
+        return "workloads"
+    return "devices" if any(k in fields(DevicePreset) for k in table) else None
+
+
+def strays() -> list[Path]:
+    """.toml files in the user's presets folder itself, outside devices/ and workloads/: never
+    read, so `presets list` and `presets path` name them."""
+    root = paths.user_presets_dir()
+    return sorted(p for p in root.glob("*.toml") if p.is_file()) if root.is_dir() else []
 
 
 MAX_TOML_BYTES = 1 << 20  # a preset or run.toml is a few hundred bytes; 1 MiB is only a mistake
@@ -260,7 +339,7 @@ def read_toml(path: Path) -> dict:
     try:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(where, None, f"is not valid TOML ({e})") from None
+        raise toml_error(where, text, str(e)) from None
     except RecursionError:
         raise ConfigError(where, None, "nests tables or arrays too deeply to read; expected "
                                        "settings a few levels deep") from None
@@ -270,11 +349,95 @@ def read_toml(path: Path) -> dict:
     return table
 
 
+# What tomllib's messages mean for someone writing a preset by hand: (what is wrong, expected).
+_TOML_HINTS = {
+    "Cannot overwrite a value": ("set twice", "each key once"),
+    "Cannot declare": ("a table declared twice", "each [table] once"),
+    "Illegal character '\\n'": ("a string not closed on its line", "a closing quote"),
+    "Unterminated string": ("a string never closed", "a closing quote"),
+    "Expected \"'\"": ("a string never closed", "a closing quote"),
+    "Invalid value": ("a value TOML cannot read",
+                      "a number, true or false, a quoted string or a [list]"),
+    "Expected '=' after a key": ("not key = value", "key = value"),
+    "Expected newline or end of document after a statement": ("more after the value",
+                                                              "one key = value a line"),
+}
+_TOML_WHERE = re.compile(r" \(at (?:line (\d+), column (\d+)|end of document)\)$")
+_TOML_KEY = re.compile(r"""^\s*([A-Za-z0-9_.\-"' ]+?)\s*=\s*(.*)$""")
+_TOML_TABLE = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]")
+
+
+def toml_error(where: str, text: str, message: str) -> ConfigError:
+    """A TOML syntax error as one line a person can act on: the file and line, the key on that
+    line (dotted with its [table]), what is wrong in plain words, the line as written and
+    tomllib's own words, which are only 'Cannot overwrite a value (at line 3, column 15)'. An
+    error at the end of the document (a string or list never closed) is blamed on the last
+    key = line: the statement that never ended."""
+    found = _TOML_WHERE.search(message)
+    parser = message[:found.start()] if found else message
+    lines = [line.rstrip("\r") for line in text.split("\n")]   # tomllib counts lines by \n alone
+    if found and found.group(1):
+        number, column = int(found.group(1)), int(found.group(2))
+    else:
+        starts = [i + 1 for i, line in enumerate(lines) if _TOML_KEY.match(line)]
+        number, column = (starts[-1] if starts else len(lines)), None
+    line = lines[number - 1] if 0 < number <= len(lines) else ""
+    key, value = None, ""
+    if (header := _TOML_TABLE.match(line)):
+        key = header.group(1)
+    elif (assignment := _TOML_KEY.match(line)):
+        key, value = assignment.group(1), assignment.group(2).strip()
+        table = next((m.group(1) for above in reversed(lines[:number - 1])
+                      if (m := _TOML_TABLE.match(above))), None)
+        key = f"{table}.{key}" if table else key
+    key = key and re.sub(r"\s*\.\s*", ".", key.replace('"', "").replace("'", ""))
+    what, expected = next((h for start, h in _TOML_HINTS.items() if parser.startswith(start)),
+                          (None, None))
+    if parser.startswith("Invalid value"):
+        if column is None:
+            what, expected = "never finished", "the string, [list] or {table} closed"
+        elif re.fullmatch(r"[A-Za-z][\w.-]*", value):   # device = cpu: a string without quotes
+            expected = f'a quoted string ({key.rpartition(".")[2]} = "{value}")'
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in line.strip())  # no escapes
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    problem = ("is" if key else "this line is") + " not valid TOML" + (f", {what}" if what else "") \
+        + (f": {shown}" if shown else "")
+    if expected:
+        problem += f"; expected {expected}"
+    said = parser + (f", column {column}" if column else "")
+    return ConfigError(f"{where}, line {number}", key, f"{problem} (tomllib: {said})")
+
+
 # ---------------------------------------------------------------- parsing
+
+# How a key that belongs in another table or kind of preset is pointed there (engine.schema's
+# Elsewhere): {key} is the key as it is spelled where it belongs.
+_IN_DEVICE = "{key} is a device setting: it belongs in a device preset (devices/), or device.{key} with --set"
+_IN_TRAIN = "{key} belongs in a workload preset's [train] table (train.{key} with --set)"
+_WORKLOAD_KEYS = ("workload", "train", "params")
+
+
+def _workload_keys() -> tuple[str, ...]:
+    from engine.command import CommandSpec
+    from engine.schema import fields
+
+    return (*_WORKLOAD_KEYS, *fields(CommandSpec))
 
 
 def device_from_table(table: dict, where: str) -> DevicePreset:
-    return from_table(DevicePreset, table, where=where)
+    return from_table(DevicePreset, table, where=where, elsewhere=(
+        (TrainSettings, _IN_TRAIN),
+        (_workload_keys(), "{key} is a workload preset's key, and this is a device preset; "
+                           "workload presets go in the workloads/ folder")))
+
+
+def _params_fields(name: object) -> tuple[str, ...]:
+    """A built-in workload's [params] keys, for pointing a misplaced one there; a custom
+    workload's are not looked up (that would import the user's code to word an error)."""
+    from engine.workloads import BUILTIN, params_class
+    from engine.schema import fields
+
+    return tuple(fields(params_class(name, "workload"))) if name in BUILTIN else ()
 
 
 def workload_from_table(table: dict, where: str, base: Path | None = None) -> WorkloadPreset:
@@ -292,10 +455,20 @@ def workload_from_table(table: dict, where: str, base: Path | None = None) -> Wo
     if table.get("workload") == COMMAND or any(k in fields(CommandSpec) for k in table):
         return command_from_table(table, where)
     known = ("workload", "description", "train", "params")
+    device_keys = [k for k in table if k in DevicePreset.__dataclass_fields__ and k != "description"]
+    if "workload" not in table and device_keys and all(
+            k in DevicePreset.__dataclass_fields__ for k in table):
+        raise ConfigError(where, None, f"has device settings ({', '.join(device_keys[:3])}) and no "
+                                       "workload: it is a device preset, and those go in the "
+                                       "devices/ folder; expected workload = ... or command = [...]")
+    name = table.get("workload")
+    in_params = _params_fields(name)
     for key in table:
         if key not in known:
-            raise unknown_key(where, key, known)
-    name = table.get("workload")
+            raise unknown_key(where, key, known, elsewhere=(
+                (TrainSettings, "{key} belongs in this preset's [train] table"),
+                (in_params, "{key} belongs in this preset's [params] table"),
+                (DevicePreset, _IN_DEVICE)))
     if not isinstance(name, str):
         raise ConfigError(where, "workload", "missing, expected the name of a workload "
                                              "(e.g. 'matmul'), './file.py:factory' or "
@@ -313,8 +486,12 @@ def workload_from_table(table: dict, where: str, base: Path | None = None) -> Wo
     return WorkloadPreset(
         workload=name,
         description=description,
-        train=from_table(TrainSettings, table.get("train", {}), where=where, prefix="train."),
-        params=from_table(params_cls, table.get("params", {}), where=where, prefix="params."),
+        train=from_table(TrainSettings, table.get("train", {}), where=where, prefix="train.",
+                         elsewhere=((params_cls, "{key} belongs in [params], not [train]"),
+                                    (DevicePreset, _IN_DEVICE))),
+        params=from_table(params_cls, table.get("params", {}), where=where, prefix="params.",
+                          elsewhere=((TrainSettings, "{key} belongs in [train], not [params]"),
+                                     (DevicePreset, _IN_DEVICE))),
     )
 
 
@@ -334,7 +511,13 @@ def command_from_table(table: dict, where: str) -> WorkloadPreset:
     if not isinstance(description, str):
         raise ConfigError(where, "description", "expected a string")
     return WorkloadPreset(workload=COMMAND, description=description,
-                          params=from_table(CommandSpec, table, where=where))
+                          params=from_table(CommandSpec, table, where=where, elsewhere=(
+                              (TrainSettings, TRAINER_ONLY), (DevicePreset, _IN_DEVICE))))
+
+
+# A command trains with its own loop: the trainer's settings are not for it.
+TRAINER_ONLY = ("{key} is a setting of cockpit's own trainer ([train]); a command trains with "
+                 "its own, so give it in the command's arguments")
 
 
 def workload_to_table(preset: WorkloadPreset) -> dict:

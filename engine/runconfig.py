@@ -9,11 +9,15 @@ run.toml, so a run never depends on preset files that may change after it starte
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
+import os
 from dataclasses import dataclass
 from engine import command, presets, workloads
 from engine.errors import ConfigError
 from engine.presets import DevicePreset, TrainSettings, WorkloadPreset
-from engine.schema import fields, from_table, parse_value, to_table, unknown_key
+from engine.schema import fields, from_table, nearest, parse_value, to_table, unknown_key
+from engine.schema import names as key_names
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -64,17 +68,33 @@ def _split_key(key: str, classes: dict[str, type]) -> tuple[str, str]:
     """'device.batch_size' or a bare 'batch_size' (when exactly one section has it)."""
     if "." in key:
         section, _, name = key.partition(".")
-        if section not in classes:
+        if section not in classes:  # 'training.lr': the key itself may still be a known one
+            trainer = {} if "train" in classes else key_names(TrainSettings)
+            meant = nearest(key, [_known(classes), trainer], n=1)
+            hint = "" if not meant else f"; did you mean '{meant[0][1]}'?" if meant[0][0] == 0 \
+                else "; " + presets.TRAINER_ONLY.format(key=meant[0][1])
             raise ConfigError("--set", key, f"unknown section {section!r}; expected one of "
-                                            + ", ".join(classes))
+                              + ", ".join(classes) + hint)
         return section, name
     owners = [s for s, cls in classes.items() if key in fields(cls)]
     if len(owners) == 1:
         return owners[0], key
     if len(owners) > 1:
         raise ConfigError("--set", key, "is ambiguous; write " + " or ".join(f"{s}.{key}" for s in owners))
-    known = [f"{s}.{k}" for s, cls in classes.items() for k in fields(cls)]
-    raise unknown_key("--set", key, known)
+    raise _unknown(key, classes)
+
+
+def _known(classes: dict[str, type], first: str | None = None) -> dict[str, tuple[str, ...]]:
+    """Every key --set can name, dotted ('train.lr'), with its other names; `first` section's first."""
+    order = sorted(classes, key=lambda s: s != first)
+    return {k: aka for s in order for k, aka in key_names(classes[s], f"{s}.").items()}
+
+
+def _unknown(key: str, classes: dict[str, type], section: str | None = None) -> ConfigError:
+    """A --set key no section has: the nearest of all of them ('device.lr': did you mean
+    'train.lr'?), or for a command, word that cockpit's trainer settings are not its own."""
+    elsewhere = () if "train" in classes else ((TrainSettings, presets.TRAINER_ONLY),)
+    return unknown_key("--set", key, _known(classes, section), elsewhere=elsewhere)
 
 
 def apply_overrides(workload: WorkloadPreset, device: DevicePreset,
@@ -89,9 +109,9 @@ def apply_overrides(workload: WorkloadPreset, device: DevicePreset,
         if not eq or not key:
             raise ConfigError("--set", item, "expected key=value (e.g. batch_size=16)")
         section, name = _split_key(key, classes)
+        if name not in fields(classes[section]):
+            raise _unknown(key, classes, section)
         spec = fields(classes[section])
-        if name not in spec:
-            raise unknown_key("--set", name, spec, prefix=f"{section}.")
         tables[section][name] = parse_value(text.strip(), spec[name][1])
     built = {name: from_table(classes[name], table, where="--set", prefix=f"{name}.")
              for name, table in tables.items()}
@@ -138,6 +158,24 @@ def check_command(workload: WorkloadPreset, where: str,
     return dataclasses.replace(workload, params=spec)
 
 
+def _step_set_by(device: DevicePreset, start: DevicePreset, start_where: str,
+                 given: WorkloadPreset, workload: WorkloadPreset) -> tuple[str, str]:
+    """(where, key) to blame for an optimizer step larger than the data set: the --set that
+    made the step larger or the data set smaller, else the device preset's file. `given` and
+    `workload` are the workload before and after --set."""
+    for key in ("batch_size", "accumulation", "nproc_per_node", "nnodes"):
+        if getattr(device, key) != getattr(start, key):
+            return "--set", f"device.{key}"
+    params, before = workload.params, given.params
+    size = workloads.num_samples(workload.workload, params)
+    shrunk = [f"params.{f.name}" for f in dataclasses.fields(params)   # each --set param on its own
+              if getattr(params, f.name) != getattr(before, f.name) and size != workloads.num_samples(
+                  workload.workload, dataclasses.replace(params, **{f.name: getattr(before, f.name)}))]
+    if shrunk:
+        return "--set", " and ".join(shrunk)
+    return start_where, "batch_size"
+
+
 def resolve(workload_name: str, device_name: str, overrides: list[str] | None = None) -> RunConfig:
     """Load both presets, apply overrides, load the ladder: everything checked up front."""
     ref = presets.find("workloads", workload_name)
@@ -148,8 +186,9 @@ def resolve(workload_name: str, device_name: str, overrides: list[str] | None = 
 def resolve_command(argv: list[str], name: str, device_name: str,
                     overrides: list[str] | None = None) -> RunConfig:
     """An ad-hoc command (`cockpit run -- CMD...`) as a run, checked like a command preset."""
-    workload = presets.workload_from_table({"command": list(argv)}, "cockpit run")
-    return _resolve(workload, name, "cockpit run", device_name, overrides)
+    # 'run', the subcommand, not 'cockpit run': every error line already begins 'cockpit: '
+    workload = presets.workload_from_table({"command": list(argv)}, "run")
+    return _resolve(workload, name, "run", device_name, overrides)
 
 
 def _resolve(workload: WorkloadPreset, workload_name: str, where: str, device_name: str,
@@ -167,6 +206,7 @@ def configure(workload: WorkloadPreset, workload_name: str, where: str, device_n
     settings carried down it, a command checked against this machine, the first step against
     the data set. A new run and a resumed one (engine.run.resume, with the presets it recorded
     as `known`) are configured alike."""
+    given = workload
     workload, device = apply_overrides(workload, start, overrides)
     # A ladder given with --set is the argument's to fix, not the preset file's.
     ladder = presets.check_ladder(device_name, device, *(
@@ -183,7 +223,14 @@ def configure(workload: WorkloadPreset, workload_name: str, where: str, device_n
                                       "loop is its own, expected another fault kind")
     else:  # the first attempt's step vs the data set; the trainer checks every attempt's
         samples = workloads.num_samples(workload.workload, workload.params)
-        if samples is not None:
-            workloads.check_batch(device, samples, f"device preset {device_name!r}")
+        step = device.effective_batch * device.world_size
+        if samples is not None and step > samples:
+            where, key = _step_set_by(device, start, start_where, given, workload)
+            if key.startswith("params."):
+                raise ConfigError(where, key, f"makes a data set of {samples} samples, fewer than "
+                                  f"one optimizer step of device preset {device_name!r} ("
+                                  f"{workloads.step_size(device)}); expected at least {step} "
+                                  "samples (or a smaller batch_size or accumulation)")
+            workloads.check_batch(device, samples, where, key)
     return RunConfig(workload_preset=workload_name, device_preset=device_name,
                      workload=workload, device=device, ladder=ladder, overrides=tuple(overrides))

@@ -31,10 +31,12 @@ class FieldError(ValueError):
 
 
 def setting(default: Any = dataclasses.MISSING, doc: str = "", *, min: float | None = None,
-            max: float | None = None, above: float | None = None) -> Any:
+            max: float | None = None, above: float | None = None, aka: tuple[str, ...] = ()) -> Any:
     """A dataclass field with its one-line doc and numeric bounds (min/max inclusive,
-    `above` exclusive)."""
-    meta = {"doc": doc, "min": min, "max": max, "above": above}
+    `above` exclusive). `aka`: the names other tools give the setting (Hugging Face's
+    gradient_accumulation_steps for accumulation), which an unknown key is matched against
+    where spelling alone would not find it."""
+    meta = {"doc": doc, "min": min, "max": max, "above": above, "aka": tuple(aka)}
     if isinstance(default, (list, dict)):
         frozen = tuple(default) if isinstance(default, list) else types.MappingProxyType(dict(default))
         return dataclasses.field(default_factory=lambda: frozen, metadata=meta)
@@ -119,19 +121,91 @@ def _check_value(name: str, value: Any, annotation: Any, field: dataclasses.Fiel
     return value
 
 
-def unknown_key(where: str, key: str, known: typing.Iterable[str], prefix: str = "") -> ConfigError:
-    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
-    hint = f"; did you mean '{prefix}{close[0]}'?" if close else \
-        "; known keys: " + ", ".join(prefix + k for k in known)
-    return ConfigError(where, prefix + key, "unknown key" + hint)
+# Where the keys of a table may have been meant for another one: (the other table's keys, how
+# to write a key there). The keys are a settings class or a list of names; `how` is a format
+# with {key}, e.g. (TrainSettings, "{key} is a workload preset's [train] setting").
+Elsewhere = typing.Sequence[tuple[Any, str]]
+
+_CLOSE = 0.6     # difflib's ratio for "did you mean": batchsize/batch_size is 0.95, seeed/seed 0.89
+_NEAREST = 0.4   # below this a key is nothing like the one typed: list a few keys instead
 
 
-def from_table(cls: type, table: dict, *, where: str, prefix: str = "") -> Any:
-    """Build a settings dataclass from a TOML table, or raise ConfigError."""
+def names(keys: Any, prefix: str = "") -> dict[str, tuple[str, ...]]:
+    """name -> the other names it goes by, for a settings class (its fields' `aka`), a mapping
+    of that kind, or plain names; each name written with `prefix` ('train.')."""
+    if isinstance(keys, type) and dataclasses.is_dataclass(keys):
+        keys = {f.name: f.metadata.get("aka", ()) for f in dataclasses.fields(keys)}
+    if not (isinstance(keys, typing.Mapping) and all(isinstance(v, tuple) for v in keys.values())):
+        keys = {name: () for name in keys}   # names, or a mapping of names to something else
+    return {prefix + name: tuple(aka) for name, aka in keys.items()}
+
+
+def _likeness(typed: str, name: str, aka: tuple[str, ...]) -> float:
+    """How likely `typed` meant `name`: 3 the same, 2 another tool's name for it, 1.5 the start
+    of it ('nproc' for nproc_per_node), else difflib's ratio of the two (0 to 1). Dotted names
+    ('train.lr', as --set writes them) are compared by their last part."""
+    typed, name = typed.rpartition(".")[2].lower(), name.rpartition(".")[2]
+    if typed == name:
+        return 3.0
+    if typed in aka:
+        return 2.0
+    if len(typed) >= 3 and name.startswith(typed):
+        return 1.5
+    return difflib.SequenceMatcher(None, typed, name).ratio()
+
+
+def nearest(typed: str, groups: typing.Sequence[dict[str, tuple[str, ...]]],
+            cutoff: float = _CLOSE, n: int = 3) -> list[tuple[int, str]]:
+    """(group, name) of the known keys `typed` most likely meant, best first, at most n: those
+    as likely as the best (a group listed earlier wins a tie), down to `cutoff`."""
+    scored = sorted((-_likeness(typed, name, aka), g, i, name) for g, group in enumerate(groups)
+                    for i, (name, aka) in enumerate(group.items()))
+    scored = [(-score, g, name) for score, g, _, name in scored if -score >= cutoff]
+    if scored and scored[0][0] > 1:   # same, aka or prefix: only those as good as the best
+        scored = [s for s in scored if s[0] == scored[0][0]]
+    return [(g, name) for _, g, name in scored[:n]]
+
+
+def _quoted(names: list[str]) -> str:
+    names = [f"'{n}'" for n in names]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def suggest(typed: str, known: Any, prefix: str = "", elsewhere: Elsewhere = ()) -> str:
+    """What to say of an unknown key: the known key it was most likely meant to be (here, or in
+    another table or kind of preset, and how to write it there), else a few known keys."""
+    here = names(known)
+    groups = [here, *(names(keys) for keys, _ in elsewhere)]
+    best = nearest(typed, groups)
+    if best:
+        group, name = best[0]
+        if group == 0:
+            return "did you mean " + _quoted([prefix + n for g, n in best if g == 0]) + "?"
+        how = elsewhere[group - 1][1].format(key=name)
+        return how if name == typed.rpartition(".")[2] else f"did you mean '{name}'? {how}"
+    weak = [prefix + n for _, n in nearest(typed, [here], cutoff=_NEAREST)]
+    if weak:
+        return f"did you mean {_quoted(weak)}?"
+    first = [prefix + n for n in list(here)[:3]]
+    more = f" and {len(here) - len(first)} more" if len(here) > len(first) else ""
+    return "known keys include " + ", ".join(first) + more
+
+
+def unknown_key(where: str, key: str, known: Any, prefix: str = "",
+                elsewhere: Elsewhere = ()) -> ConfigError:
+    """The error for a key no table has: `known` are this table's keys (a settings class or
+    names), `elsewhere` the other tables a user may have meant it for."""
+    return ConfigError(where, prefix + key, "unknown key; " + suggest(key, known, prefix, elsewhere))
+
+
+def from_table(cls: type, table: dict, *, where: str, prefix: str = "",
+               elsewhere: Elsewhere = ()) -> Any:
+    """Build a settings dataclass from a TOML table, or raise ConfigError. `elsewhere`: the
+    tables an unknown key may belong to instead (see unknown_key)."""
     spec = fields(cls)
     for key in table:
         if key not in spec:
-            raise unknown_key(where, key, spec, prefix)
+            raise unknown_key(where, key, cls, prefix, elsewhere)
     values = {}
     for name, (field, annotation) in spec.items():
         if name in table:

@@ -74,7 +74,8 @@ def load() -> Settings:
         values = {}
         for key, value in table.items():
             if key not in TABLES:
-                raise unknown_key(str(where), key, TABLES)
+                raise unknown_key(str(where), key, TABLES, elsewhere=(
+                    (AlertSettings, "{key} belongs in the [alerts] table"),))
             if not isinstance(value, dict):
                 raise ConfigError(str(where), key, f"got {value!r:.40}, expected a table ([{key}])")
             values[key] = from_table(TABLES[key], value, where=str(where), prefix=f"{key}.")

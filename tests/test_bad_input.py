@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -77,10 +78,11 @@ def test_an_empty_workload_preset_is_refused_naming_the_file(home, capsys):
     ("threads=100000", "--set: device.threads: got 100000, expected 0 (torch's default) to 1024"),
     (f"train.seed={2**64}", f"--set: train.seed: got {2**64}, expected an integer from 0 to {2**64 - 1}"),
     ("train.seed=-1", "--set: train.seed: got -1, expected an integer from 0 to"),
-    ("batch_size=100000", "device preset 'cpu': batch_size: 100000 x accumulation 64 = 6400000 samples "
-                          "per optimizer step, but the data set has 8192; expected at most 8192"),
-    ("params.samples=100", "device preset 'cpu': batch_size: 8 x accumulation 64 = 512 samples per "
-                           "optimizer step, but the data set has 100"),
+    ("batch_size=100000", "--set: device.batch_size: 100000 x accumulation 64 = 6400000 samples per "
+                          "optimizer step, but the data set has 8192; expected at most 8192"),
+    ("params.samples=100", "--set: params.samples: makes a data set of 100 samples, fewer than one "
+                           "optimizer step of device preset 'cpu' (8 x accumulation 64 = 512); "
+                           "expected at least 512 samples"),
 ])
 def test_a_bad_override_is_one_line_naming_the_argument_and_key(home, capsys, override, words):
     line = bad_input(capsys, "--no-ui", "--workload", "matmul", "--device", "cpu", "--set", override)
@@ -124,7 +126,7 @@ def test_a_custom_workload_smaller_than_a_step_fails_as_config_exit_2(home):
                                                     "params.samples=32") for a in ("--set", s)]),
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "device preset 'cpu': batch_size: 64 = 64 samples per optimizer step, but the data set " \
+    assert "device preset 'cpu': batch_size: 64 samples per optimizer step, but the data set " \
            "has 32" in done.stdout
     assert "run failed: 1 attempt (cpu: config)" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr
@@ -223,3 +225,205 @@ def test_a_huge_preset_is_refused_after_reading_a_mebibyte(home, capsys):
     with open(path, "r+b") as f:
         f.truncate(64 << 30)  # sparse: 64 GiB that a read without bound would try to hold
     assert f"{path}: is larger than 1 MiB" in bad_input(capsys, "--no-ui", "--device", "huge")
+
+
+# ---------------------------------------------------------------- what a newcomer types first
+
+
+@pytest.mark.parametrize("program, words", [
+    ("/no/such/binary", "run: command: '/no/such/binary' does not exist; expected an executable "
+                        "file (only a bare name like 'python' is looked up on PATH)"),
+    ("./nosuch", "run: command: './nosuch' does not exist in {cwd} (the command's working directory)"),
+    ("./adir", "run: command: './adir' is a directory"),
+    ("./script.py", "run: command: './script.py' is not executable; expected an executable file "
+                    "(chmod +x ./script.py, or run it through its interpreter: python ./script.py)"),
+    ("script.py", "run: command: 'script.py' was not found on PATH (a bare name is looked up on PATH "
+                  "only); expected a program on PATH or a path: script.py is in {cwd}, so write "
+                  "python script.py"),
+    ("no-such-program-here", "run: command: 'no-such-program-here' was not found on PATH"),
+])
+def test_cockpit_run_of_a_missing_program_says_how_it_was_looked_for(home, capsys, monkeypatch,
+                                                                     program, words):
+    """A path is run as it is (never "looked in" the working directory when absolute); only a
+    bare name is looked up on PATH; and the line does not say 'cockpit' twice."""
+    monkeypatch.chdir(home)
+    (home / "adir").mkdir()
+    (home / "script.py").write_text("print('hi')\n")
+    line = bad_input(capsys, "run", "--", program, "--lr", "3")
+    assert words.format(cwd=home) in line and "looked in" not in line
+    assert not line.startswith("cockpit: cockpit")
+
+
+@pytest.mark.parametrize("command", [["runs", "show"], ["runs", "log"], ["runs", "follow"],
+                                     ["runs", "stop"], ["runs", "resume"], ["runs", "compare", "last"],
+                                     ["sample", "--prompt", "a"]])
+@pytest.mark.parametrize("what, words", [
+    ("dir", "is not a run directory"),
+    ("file", "is a file, not a run directory (a run directory holds run.toml and events.jsonl)"),
+    ("missing/run", "no such directory; expected a run id"),
+    ("nosuchid", "not found in"),
+])
+def test_a_run_argument_that_is_no_run_says_what_it_is(home, capsys, command, what, words):
+    """Every command that takes a RUN looks it up alike, and a directory that is there is never
+    'not found': it is said not to be a run's, with what a run's directory holds."""
+    _run()  # one run, so 'last' (runs compare's first) is found and the bad one is to blame
+    (home / "dir").mkdir()
+    (home / "dir" / "events.jsonl").write_text("")
+    (home / "file").write_text("")
+    ref = what if what == "nosuchid" else str(home / what)
+    line = bad_input(capsys, *command[:2], ref, *command[2:]) if command[0] == "runs" else \
+        bad_input(capsys, command[0], ref, *command[1:])
+    assert line.startswith(f"cockpit: run: {ref}: ")
+    if what == "dir":
+        assert "is not a run directory (a run directory holds run.toml and events.jsonl; it has no " \
+               "run.toml)" in line
+    else:
+        assert words in line
+    assert "expected a run id or a unique prefix of one (cockpit runs list), 'last', or a run " \
+           "directory" in line
+
+
+@pytest.mark.parametrize("override, words", [
+    ("nosuchkey=1", "--set: nosuchkey: unknown key; did you mean "),
+    ("grad_accum=4", "--set: grad_accum: unknown key; did you mean 'device.accumulation'?"),
+    ("device.grad_accum=4", "--set: device.grad_accum: unknown key; did you mean 'device.accumulation'?"),
+    ("device.lr=0.1", "--set: device.lr: unknown key; did you mean 'train.lr'?"),
+    ("learning_rate=0.1", "--set: learning_rate: unknown key; did you mean 'train.lr'?"),
+    ("train.batch_size=4", "--set: train.batch_size: unknown key; did you mean 'device.batch_size'?"),
+    ("params.lr=0.1", "--set: params.lr: unknown key; did you mean 'train.lr'?"),
+    ("nproc=2", "did you mean 'device.nproc_per_node'?"),
+    ("training.lr=0.1", "--set: training.lr: unknown section 'training'; expected one of device, "
+                        "train, params; did you mean 'train.lr'?"),
+])
+def test_an_unknown_set_key_gets_the_nearest_known_one_in_a_short_line(home, capsys, override, words):
+    """The nearest keys, across sections, by spelling or by the name other tools give them
+    (grad_accum for accumulation); never a list of every key (it was 859
+    characters)."""
+    line = bad_input(capsys, "--no-ui", "--workload", "matmul", "--device", "cpu", "--set", override)
+    assert words in line and len(line) < 200
+    assert "known keys:" not in line and line.count("device.") + line.count("train.") <= 3
+
+
+def test_a_trainer_setting_given_to_a_command_says_the_command_trains_with_its_own(home, capsys):
+    for override in ("lr=0.1", "train.lr=0.1", "learning_rate=0.1"):
+        line = bad_input(capsys, "run", "--set", override, "--", "python", "train.py")
+        assert "lr is a setting of cockpit's own trainer ([train]); a command trains with its own, " \
+               "so give it in the command's arguments" in line, line
+
+
+@pytest.mark.parametrize("kind, text, key, words", [
+    ("devices", 'device = "cpu"\nlr = 0.1\n', "lr",
+     "lr: unknown key; lr belongs in a workload preset's [train] table (train.lr with --set)"),
+    ("devices", 'device = "cpu"\nlearning_rate = 0.1\n', "learning_rate",
+     "unknown key; did you mean 'lr'? lr belongs in a workload preset's [train] table"),
+    ("devices", 'device = "cpu"\ngrad_accum = 4\n', "grad_accum",
+     "grad_accum: unknown key; did you mean 'accumulation'?"),
+    ("devices", 'workload = "matmul"\n', "workload",
+     "workload is a workload preset's key, and this is a device preset; workload presets go in "
+     "the workloads/ folder"),
+    ("workloads", 'workload = "matmul"\nlr = 0.1\n', "lr", "lr belongs in this preset's [train] table"),
+    ("workloads", 'workload = "matmul"\nn = 16\n', "n", "n belongs in this preset's [params] table"),
+    ("workloads", 'workload = "matmul"\ngrad_accum = 4\n', "grad_accum",
+     "did you mean 'accumulation'? accumulation is a device setting: it belongs in a device preset "
+     "(devices/), or device.accumulation with --set"),
+    ("workloads", 'workload = "matmul"\n[train]\nbatch_size = 4\n', "train.batch_size",
+     "batch_size is a device setting: it belongs in a device preset"),
+    ("workloads", 'workload = "matmul"\n[params]\nlr = 0.1\n', "params.lr", "lr belongs in [train], not [params]"),
+    ("workloads", 'command = ["python", "t.py"]\nlr = 0.1\n', "lr", "lr is a setting of cockpit's own trainer"),
+])
+def test_a_key_in_the_wrong_table_or_preset_is_pointed_where_it_belongs(home, capsys, kind, text, key, words):
+    path = user_preset(home, kind, "mine", text)
+    args = ("--device", "mine") if kind == "devices" else ("--workload", "mine", "--device", "cpu")
+    line = bad_input(capsys, "--no-ui", *args)
+    assert f"{path}: {key}: unknown key; " in line and words in line
+    assert "known keys" not in line
+
+
+def test_a_setting_outside_its_settings_toml_table_is_pointed_there(home):
+    from engine import settings
+
+    (home / "config").mkdir()
+    for text, words in (('notify_command = "x"\n', "notify_command: unknown key; notify_command "
+                                                   "belongs in the [alerts] table"),
+                        ("desktp = false\n", "desktp: unknown key; did you mean 'desktop'? desktop "
+                                             "belongs in the [alerts] table")):
+        (home / "config" / "settings.toml").write_text(text)
+        with pytest.raises(ConfigError) as err:
+            settings.load()
+        assert words in err.value.line()
+
+
+@pytest.mark.parametrize("text, where, key, words", [
+    ('device = "cpu"\nbatch_size = 4\nbatch_size = 8\n', 3, "batch_size",
+     "is not valid TOML, set twice: batch_size = 8; expected each key once"),
+    ('device = "cpu"\ndescription = "oops\nbatch_size = 8\n', 2, "description",
+     'is not valid TOML, a string not closed on its line: description = "oops; expected a closing quote'),
+    ('device = "cpu"\n[env]\nA = "1"\nA = "2"\n', 4, "env.A", "set twice: A = \"2\""),
+    ('device = cpu\n', 1, "device", 'expected a quoted string (device = "cpu")'),
+    ('device = "cpu"\nfallback = ["mps",\n', 2, "fallback",
+     'is not valid TOML, never finished: fallback = ["mps",; expected the string, [list] or {table} closed'),
+    ('device = "cpu"\nthis is no setting\n', 2, None, "this line is not valid TOML, not key = value: this is no setting"),
+])
+def test_a_toml_syntax_error_names_the_line_its_key_and_its_text(home, capsys, text, where, key, words):
+    path = user_preset(home, "devices", "bad", text)
+    line = bad_input(capsys, "--no-ui", "--device", "bad")
+    assert line.startswith(f"cockpit: {path}, line {where}: " + (f"{key}: " if key else ""))
+    assert words in line and "(tomllib: " in line
+
+
+def test_a_step_larger_than_the_data_set_names_the_file_or_the_argument_plainly(home, capsys):
+    """Never 'batch_size: 99999999999999999 = 99999999999999999 samples' (a product of one
+    factor), and the file or --set that made the step is named, not the preset's name."""
+    huge = 99999999999999999
+    path = user_preset(home, "devices", "huge", f'device = "cpu"\nbatch_size = {huge}\n')
+    line = bad_input(capsys, "--no-ui", "--device", "huge")
+    assert line.startswith(f"cockpit: {path}: batch_size: {huge} samples per optimizer step, but the "
+                           "data set has 8192; expected at most 8192")
+    line = bad_input(capsys, "--no-ui", "--device", "cpu", "--set", "accumulation=1", "--set",
+                     f"batch_size={huge}")
+    assert line.startswith(f"cockpit: --set: device.batch_size: {huge} samples per optimizer step")
+    for line in (line, bad_input(capsys, "--no-ui", "--device", "huge")):
+        assert f"{huge} = {huge}" not in line and "device preset 'huge'" not in line
+
+
+@pytest.mark.parametrize("placed, words", [
+    ("{root}/mine.toml", "device preset 'mine': not found; {root}/mine.toml is in the presets folder "
+                         "itself, where nothing is read: move it to {root}/devices/mine.toml"),
+    ("{root}/workloads/mine.toml", "device preset 'mine': not found; 'mine' is a workload preset "
+                                   "({root}/workloads/mine.toml); if it is a device preset, move it "
+                                   "to {root}/devices/mine.toml"),
+    ("{root}/devices/mine.toml.txt", "not found; {root}/devices/mine.toml.txt is not read (a preset "
+                                     "is a NAME.toml file): rename it to {root}/devices/mine.toml"),
+])
+def test_a_preset_saved_in_the_wrong_place_is_pointed_to(home, capsys, placed, words):
+    root = home / "config" / "presets"
+    path = Path(placed.format(root=root))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('device = "cpu"\n')
+    assert words.format(root=root) in bad_input(capsys, "--no-ui", "--device", "mine")
+    shown = bad_input(capsys, "presets", "show", "mine")
+    if "workloads" in placed:  # there it is found, as a workload preset that has only device settings
+        assert shown.startswith(f"cockpit: {path}: has device settings (device) and no workload: it "
+                                "is a device preset, and those go in the devices/ folder")
+    else:
+        assert words.format(root=root).partition("; ")[2] in shown
+
+
+def test_a_misspelt_preset_name_gets_the_nearest_and_a_workload_given_as_device_says_so(home, capsys):
+    assert "device preset 'mps-saf': not found; did you mean 'mps-safe'? available: auto" in \
+        bad_input(capsys, "--no-ui", "--device", "mps-saf")
+    assert "device preset 'matmul': not found; 'matmul' is a workload preset (" in \
+        bad_input(capsys, "--no-ui", "--device", "matmul")
+
+
+def test_presets_path_names_the_subfolders_and_a_stray_preset(home, capsys):
+    root = home / "config" / "presets"
+    root.mkdir(parents=True)
+    (root / "mine.toml").write_text('device = "cpu"\n')
+    assert main(["presets", "path"]) == 0
+    out = capsys.readouterr().out
+    assert f"device presets:   {root / 'devices'}/NAME.toml" in out
+    assert f"workload presets: {root / 'workloads'}/NAME.toml" in out
+    assert f"not read: {root / 'mine.toml'} (a preset goes in devices/ or workloads/ beside it)" in out
+    assert main(["presets", "list"]) == 0
+    assert f"not read: {root / 'mine.toml'}" in capsys.readouterr().out

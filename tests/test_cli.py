@@ -68,7 +68,7 @@ def test_json_lines_are_the_events(home):
     (["--set", "batch_sze=4"], "did you mean 'device.batch_size'?"),
     (["--set", "precision=fp8"], "expected one of 'auto', 'fp32', 'bf16', 'fp16'"),
     (["--device", "cuda"], "'cuda' is not available on this machine"),
-    (["--device", "broken"], "broken.toml: is not valid TOML"),
+    (["--device", "broken"], "broken.toml, line 1: device: is not valid TOML, a string not closed"),
     (["--device", "typo"], "typo.toml: batch_sise: unknown key; did you mean 'batch_size'?"),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
     (["--runs-dir", "{file}/runs"], "is not writable"),

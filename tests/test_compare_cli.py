@@ -76,3 +76,18 @@ def test_curves_without_json_is_refused(home, capsys):
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
     assert err.startswith("cockpit: runs compare: --curves: goes with --json"), err
+
+
+def test_one_differing_setting_is_counted_in_the_singular(home, capsys):
+    """engine.numbers.count, as everywhere else: '1 setting differs', never '1 settings differ'."""
+    from engine.presets import dump_toml, read_toml
+
+    copy_run(home, "finished", FINISHED)
+    other = copy_run(home, "finished", "20261123-000003-finished")
+    table = read_toml(other / "run.toml")
+    table["workload"]["train"]["seed"] = table["workload"]["train"]["seed"] + 1
+    (other / "run.toml").write_bytes(dump_toml(table))
+    assert main(["runs", "compare", FINISHED, other.name]) == 0
+    out = capsys.readouterr().out
+    assert "-- 1 setting differs" in out and "settings differ" not in out
+    assert _rows(out)["train.seed"] == ["0", "1"]

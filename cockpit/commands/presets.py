@@ -1,4 +1,6 @@
-"""`cockpit presets list`, `cockpit presets show NAME`, `cockpit presets path`."""
+"""`cockpit presets list`, `cockpit presets show NAME`, `cockpit presets path`: the user's
+presets are NAME.toml files in the presets folder's devices/ and workloads/; a .toml file in the
+folder itself is read by nothing, so list and path name it."""
 
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ def list_(args: argparse.Namespace) -> int:
         print(kind)
         for r, text, error in rows:
             print(f"  {r.name:<18} {_where(r):<22} " + (f"BROKEN: {error}" if error else text))
+    _strays()
     return 0
 
 
@@ -65,13 +68,22 @@ def show(args: argparse.Namespace) -> int:
     if not shown:
         names = "; ".join(f"{kind}: " + ", ".join(r.name for r in presets.list_presets(kind))
                           for kind in presets.KINDS)
-        raise ConfigError(f"preset {args.name!r}", None, f"not found; available {names}")
+        where = presets.misplaced(args.kind, args.name)
+        raise ConfigError(f"preset {args.name!r}", None, presets.not_found(where) + f"available {names}")
     return 0
 
 
+def _strays() -> None:
+    for stray in presets.strays():
+        print(f"not read: {stray} (a preset goes in devices/ or workloads/ beside it)")
+
+
 def path(args: argparse.Namespace) -> int:
-    print(f"user presets:    {paths.user_presets_dir()}")
-    print(f"shipped presets: {paths.shipped_presets_dir()}")
-    print(f"runs:            {paths.runs_dir()}")
-    print(f"settings:        {settings.path()}")
+    user, shipped = paths.user_presets_dir(), paths.shipped_presets_dir()
+    print(f"device presets:   {user / 'devices'}/NAME.toml")
+    print(f"workload presets: {user / 'workloads'}/NAME.toml")
+    print(f"shipped presets:  {shipped / 'devices'}, {shipped / 'workloads'}")
+    print(f"runs:             {paths.runs_dir()}")
+    print(f"settings:         {settings.path()}")
+    _strays()
     return 0

@@ -272,22 +272,39 @@ def resolved(spec: CommandSpec) -> CommandSpec:
 
 def check(spec: CommandSpec, where: str, env: dict[str, str] | None = None) -> None:
     """What only this machine can say: the working directory exists and the program is found
-    (on PATH, or as a path relative to the working directory)."""
+    (a bare name on PATH; a path as it is, a relative one from the working directory)."""
     cwd = spec.cwd or os.getcwd()
     if not os.path.isdir(cwd):
         raise ConfigError(where, "cwd", f"{cwd!r} is not a directory; expected an existing "
                                         "directory to run the command in")
     program = spec.command[0]
     if os.sep in program or (os.altsep and os.altsep in program):
-        path = os.path.join(cwd, os.path.expanduser(program))
-        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-            raise ConfigError(where, "command", f"{program!r} is not an executable file (looked "
-                                                f"in {cwd}); expected a program to run")
+        # A path is run as it is, never looked up on PATH; a relative one from the working directory.
+        expanded = os.path.expanduser(program)
+        path = os.path.join(cwd, expanded)
+        within = "" if os.path.isabs(expanded) else f" in {cwd} (the command's working directory)"
+        if not os.path.exists(path):
+            raise ConfigError(where, "command", f"{program!r} does not exist{within}; expected an "
+                                                "executable file (only a bare name like 'python' "
+                                                "is looked up on PATH)")
+        if os.path.isdir(path):
+            raise ConfigError(where, "command", f"{program!r} is a directory{within}; expected "
+                                                "an executable file")
+        if not os.access(path, os.X_OK):
+            run_it = f"python {program}" if program.endswith(".py") else f"sh {program}"
+            raise ConfigError(where, "command", f"{program!r} is not executable; expected an "
+                                                f"executable file (chmod +x {program}, or "
+                                                f"run it through its interpreter: {run_it})")
         return
     search = (env or {}).get("PATH", os.environ.get("PATH", os.defpath))
     if shutil.which(program, path=search) is None:
-        raise ConfigError(where, "command", f"{program!r} was not found on PATH; expected a "
-                                            "program name or path")
+        fix = " (./NAME for a file in the working directory)"
+        if os.path.isfile(os.path.join(cwd, program)):   # `cockpit run -- train.py`
+            fix = f": {program} is in {cwd}, so write " + (
+                f"python {program}" if program.endswith(".py") else f"./{program}")
+        raise ConfigError(where, "command", f"{program!r} was not found on PATH (a bare name is "
+                                            "looked up on PATH only); expected a program on PATH "
+                                            "or a path" + fix)
 
 
 def check_device(name: str, preset: "DevicePreset", where: str) -> None:

@@ -119,9 +119,18 @@ class RunDir:
         return run
 
 
+# What makes a directory a run's: every command that takes a RUN says so when given another.
+RUN_FILES = "a run directory holds run.toml and events.jsonl"
+
+
 def find_run(ref: str, root: Path | None = None) -> RunDir:
-    """A run by id, unique id prefix, path, or 'last'."""
+    """A run by id, unique id prefix, path, or 'last'. A path (anything with a '/', or a
+    directory that is no run's id) is taken as it is, and one that is not a run's directory is
+    said to be so: never "not found" for a directory that is there."""
     root = Path(root) if root else paths.runs_dir()
+    expected = "expected a run id or a unique prefix of one (cockpit runs list), 'last', or a run directory"
+    if not ref:  # Path('') is '.', a directory
+        raise ConfigError("run", None, f"got '', {expected}")
     if ref != "last" and Path(ref).is_dir() and (Path(ref) / "run.toml").exists():
         return RunDir(Path(ref))
     runs = list_runs(root)
@@ -132,9 +141,16 @@ def find_run(ref: str, root: Path | None = None) -> RunDir:
     matches = [r for r in runs if r.id.startswith(ref)]
     if len(matches) == 1:
         return matches[0]
-    problem = "matches several runs: " + ", ".join(r.id for r in matches[:5]) if matches else \
-        f"not found in {root}"
-    raise ConfigError("run", ref, problem)
+    if matches:
+        raise ConfigError("run", ref, "matches several runs: " + ", ".join(r.id for r in matches[:5]))
+    if Path(ref).is_dir():
+        raise ConfigError("run", ref, f"is not a run directory ({RUN_FILES}; it has no run.toml); "
+                                      + expected)
+    if Path(ref).exists():
+        raise ConfigError("run", ref, f"is a file, not a run directory ({RUN_FILES}); {expected}")
+    if os.sep in ref or (os.altsep and os.altsep in ref):
+        raise ConfigError("run", ref, f"no such directory; {expected}")
+    raise ConfigError("run", ref, f"not found in {root}; {expected}")
 
 
 def list_runs(root: Path | None = None) -> list[RunDir]:
@@ -186,6 +202,7 @@ class RunSummary:
     attempts: list[AttemptSummary] = field(default_factory=list)
     fallbacks: list[dict] = field(default_factory=list)
     steps_lost: int = 0                # steps trained again, or lost past a checkpoint, after crashes
+    checkpoints: int = 0               # checkpoint events: 0, and a resume starts over
     command: list[str] | None = None   # a command workload's argv template
     error: str | None = None           # why a 'broken' run dir cannot be read
 
@@ -202,7 +219,6 @@ class RunSummary:
 # What reading a run dir that is not as cockpit writes it raises: summarize() and the digest
 # (engine.run.digest) turn these into a 'broken' summary rather than let one run hide the others.
 UNREADABLE = (ConfigError, OSError, KeyError, TypeError, ValueError, AttributeError)
-    checkpoints: int = 0               # checkpoint events: 0, and a resume starts over
 
 
 def summarize(run: RunDir) -> RunSummary:

@@ -89,20 +89,27 @@ def num_samples(name: str, params: Any) -> int | None:
     return known(params) if known else None
 
 
-def check_batch(device: "DevicePreset", samples: int, where: str) -> None:
-    """An optimizer step may not take more samples than the data set has: it would be one
-    step over all of them (and more), a mistake whatever the device."""
-    step = device.effective_batch * device.world_size
-    if step <= samples:
-        return
+def step_size(device: "DevicePreset") -> str:
+    """A step's samples as the preset makes them: '100000 x accumulation 64 = 6400000', or
+    just '99999' where batch_size alone is the step (never a product of one factor, 'x = x')."""
     parts = [str(device.batch_size)]
     if device.accumulation > 1:
         parts.append(f"accumulation {device.accumulation}")
     if device.world_size > 1:
         parts.append(f"{device.world_size} processes")
-    raise ConfigError(where, "batch_size", " x ".join(parts) + f" = {step} samples per optimizer "
-                      f"step, but the data set has {samples}; expected at most {samples} a step "
-                      "(a smaller batch_size or accumulation, or more samples)")
+    step = device.effective_batch * device.world_size
+    return " x ".join(parts) + f" = {step}" if len(parts) > 1 else str(step)
+
+
+def check_batch(device: "DevicePreset", samples: int, where: str, key: str = "batch_size") -> None:
+    """An optimizer step may not take more samples than the data set has: it would be one
+    step over all of them (and more), a mistake whatever the device. `where` and `key` name
+    what set the step: the preset file's batch_size, or --set's device.batch_size."""
+    if device.effective_batch * device.world_size <= samples:
+        return
+    raise ConfigError(where, key, f"{step_size(device)} samples per optimizer step, but the data "
+                      f"set has {samples}; expected at most {samples} a step (a smaller "
+                      "batch_size or accumulation, or more samples)")
 
 
 def build(name: str, params: Any, seed: int) -> Workload:
