@@ -274,6 +274,10 @@ def _fold(run: RunDir) -> RunSummary:
                                                    device=e.get("device") or "?"))
         elif kind == "trainer_ready" and summary.attempts:
             summary.attempts[-1].device = e.get("device", "?")
+            # known before the first step, which may be minutes away on a slow device
+            summary.total_steps = e.get("total_steps") or summary.total_steps
+        elif kind == "checkpoint":
+            summary.checkpoints += 1
         elif kind == "step":
             summary.step, summary.total_steps = e["step"], e.get("total") or summary.total_steps
             summary.samples_seen = e.get("samples_seen", summary.samples_seen)
@@ -290,10 +294,6 @@ def _fold(run: RunDir) -> RunSummary:
         elif kind == "attempt_ended" and summary.attempts:
             summary.attempts[-1].outcome = e.get("outcome", "?")
             summary.attempts[-1].exit = e.get("exit", "")
-            # known before the first step, which may be minutes away on a slow device
-            summary.total_steps = e.get("total_steps") or summary.total_steps
-        elif kind == "checkpoint":
-            summary.checkpoints += 1
         elif kind == "run_finished":
             summary.status, summary.ended = e["status"], e["t"]
         elif kind == "run_interrupted":
