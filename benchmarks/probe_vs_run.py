@@ -2,6 +2,7 @@
 
     python benchmarks/probe_vs_run.py --workload trm-tiny                  # every local device
     python benchmarks/probe_vs_run.py --workload trm-tiny --run-seconds 40 --budget 60
+    python benchmarks/probe_vs_run.py --workload trm-tiny --devices cuda --no-compile --budget 30
 
 1. `cockpit probe --json` (fresh, default budget: the probe a user gets);
 2. for every candidate that trained, a real run (`cockpit --no-ui --json`, the candidate's
@@ -68,6 +69,8 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=None, help="probe budget (default: the probe's)")
     parser.add_argument("--run-seconds", type=float, default=30.0)
     parser.add_argument("--set", action="append", default=[])
+    parser.add_argument("--devices", help="the probe's --devices (default: every local device)")
+    parser.add_argument("--no-compile", action="store_true", help="the probe's --no-compile")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -76,6 +79,10 @@ def main() -> int:
                       *[a for s in args.set for a in ("--set", s)]]
         if args.budget:
             probe_args += ["--budget", str(args.budget)]
+        if args.devices:
+            probe_args += ["--devices", args.devices]
+        if args.no_compile:
+            probe_args.append("--no-compile")
         started = time.monotonic()
         proc = cockpit(probe_args, env)
         out, err = proc.communicate()

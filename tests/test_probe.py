@@ -7,6 +7,8 @@ import os
 import statistics
 import subprocess
 import sys
+import time
+import types
 
 import pytest
 
@@ -270,6 +272,61 @@ def test_how_sure_follows_how_many_timings_and_how_far_apart():
     # Two timings far apart: the interval has a slow end and no fast one.
     apart = estimate([Timing(1.0, 1, 0), Timing(2.0, 1, 0)], 8, 1)
     assert apart.high is None and 0 < apart.low < apart.samples_per_s
+
+
+class _SleepyTrainer:
+    """What MicroBatchClock sees of a Trainer: micro-batches of `micro_s` (a sleep), the hook
+    after each, then an optimizer step of 10 ms."""
+
+    def __init__(self, micro_s: float, accumulation: int):
+        import torch
+
+        self.device, self.micro_s, self.step, self.done = torch.device("cpu"), micro_s, 0, 0
+        self.preset = types.SimpleNamespace(batch_size=2, accumulation=accumulation)
+        self.emitted: list[tuple[str, dict]] = []
+        self.events = types.SimpleNamespace(emit=lambda kind, **f: self.emitted.append((kind, f)))
+        self.micro_batch_hook = None
+
+    def train_step(self):
+        of = self.preset.accumulation
+        for m in range(of):
+            time.sleep(self.micro_s)
+            self.done += 1
+            self.micro_batch_hook(m + 1, of)
+        time.sleep(0.01)
+        self.step += 1
+
+    def maybe_report(self):
+        pass
+
+
+def test_the_worker_times_long_micro_batches_one_by_one_and_the_optimizer_step_alone():
+    from engine.probe.worker import measure_speed
+
+    trainer = _SleepyTrainer(micro_s=0.3, accumulation=3)
+    measure_speed(trainer, until=time.time() + 3.0)
+    assert trainer.micro_batch_hook is None
+    timings = [(kind, f["micro_batches"], f["steps"]) for kind, f in trainer.emitted]
+    # Each micro-batch is a timing of its own (it outlasts TIMING_S), and so is each optimizer step.
+    assert {(m, s) for _, m, s in timings} <= {(1, 0), (0, 1)}, timings
+    # The first micro-batch and the first optimizer step are warm-up, whenever they come.
+    assert timings[0] == ("probe_warmup", 1, 0)
+    assert next(t for t in timings if t[2]) == ("probe_warmup", 0, 1)
+    assert any(t == ("probe_timing", 1, 0) for t in timings)
+    assert sum(m for _, m, _ in timings) <= trainer.done and sum(s for *_, s in timings) <= trainer.step
+
+
+def test_the_worker_times_short_steps_whole_and_never_splits_a_step_from_its_group():
+    from engine.probe.worker import measure_speed
+
+    trainer = _SleepyTrainer(micro_s=0.0, accumulation=4)
+    measure_speed(trainer, until=time.time() + 1.5)
+    timed = [f for kind, f in trainer.emitted if kind == "probe_timing"]
+    assert timed and any(f["steps"] for f in timed)
+    for f in timed:  # micro-batches of a group alone, its optimizer step alone, or whole groups
+        assert f["steps"] == 0 or f["micro_batches"] in (0, 4 * f["steps"]), f
+        assert f["samples"] == 2 * f["micro_batches"]
+    assert all(f["samples_per_s"] > 0 for f in timed if f["micro_batches"])  # the figure so far, shown live
 
 
 def _slow(label, waited, startup=2.0, compiled=False):
