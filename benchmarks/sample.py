@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from engine import runconfig  # noqa: E402
-from engine.workloads.trm.model import Arch, RecursiveLM, generate  # noqa: E402
+from engine.workloads.trm.decoding import generate  # noqa: E402
+from engine.workloads.trm.model import Arch, RecursiveLM  # noqa: E402
 
 
 def seconds_per_byte(model, prompt: bytes, tokens: int, context: int, cached: bool) -> float:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 from torch import nn
@@ -259,7 +258,7 @@ class DecodeCache:
     those blocks keeps its keys and values here and a new byte costs one position's pass
     through the unrolled stack instead of the whole window's. What cannot be kept: dropping
     the window's first byte changes every latent after it, so a window that moves is read
-    again from its start (NextByte's `cache.length = 0`).
+    again from its start (engine.workloads.trm.decoding.NextByte).
     """
 
     def __init__(self, model: RecursiveLM, batch: int, capacity: int, device: torch.device):
@@ -277,63 +276,3 @@ class DecodeCache:
         """The (keys, values) of each layer of the stack, in its `application`-th run."""
         first = application * self.layers
         return [(self.keys[i], self.values[i]) for i in range(first, first + self.layers)]
-
-
-class NextByte:
-    """Next-byte logits for a text that grows a byte at a time, seeing at most `context` bytes.
-
-    The window: the text's last `context` bytes to start with, growing with each byte; when it
-    would pass `context`, its older half is dropped and the rest read again from position 0,
-    so each prediction sees between context/2 and context bytes. Cached (DecodeCache), a byte
-    costs one position's pass through the recursion and a move of the window one pass of
-    context/2 positions; `cached=False` runs the whole window through forward() for every byte
-    (the reference the cached path is tested and timed against: the same windows, the same
-    logits up to floating-point rounding)."""
-
-    def __init__(self, model: RecursiveLM, context: int, *, cached: bool = True):
-        self.model, self.context = model, context
-        self.device = next(model.parameters()).device
-        self.cache = DecodeCache(model, 1, context, self.device) if cached else None
-        self.start: int | None = None  # where the window begins in the text
-
-    @torch.no_grad()
-    def __call__(self, ids: list[int]) -> torch.Tensor:
-        """Logits [256] (fp32, CPU) of the byte after `ids`: the text so far, which each call
-        must extend by bytes appended at its end (with at least one byte to begin with)."""
-        if self.start is None:
-            self.start = max(0, len(ids) - self.context)
-        elif len(ids) - self.start > self.context:
-            self.start = len(ids) - (self.context + 1) // 2
-            if self.cache is not None:
-                self.cache.length = 0
-        if self.cache is None:
-            window = torch.tensor([ids[self.start:]], device=self.device)
-            return self.model(window)[0, -1].float().cpu()
-        unread = torch.tensor([ids[self.start + self.cache.length:]], device=self.device)
-        return self.model.decode(unread, self.cache)[0, -1].float().cpu()
-
-
-def stream(model: RecursiveLM, prompt: bytes, *, tokens: int, temperature: float, context: int,
-           seed: int = 0, cached: bool = True) -> Iterator[int]:
-    """Continue `prompt` by `tokens` bytes, one at a time, seeing at most `context` bytes
-    (NextByte's window). temperature 0 picks the likeliest byte; above 0 samples (seeded, so
-    repeatable)."""
-    generator = torch.Generator(device="cpu").manual_seed(seed)
-    ids = list(prompt) or [ord("\n")]
-    next_byte = NextByte(model, context, cached=cached)
-    for _ in range(tokens):
-        logits = next_byte(ids)
-        if temperature <= 0:
-            nxt = int(logits.argmax())
-        else:
-            probs = torch.softmax(logits / temperature, dim=-1)
-            nxt = int(torch.multinomial(probs, 1, generator=generator))
-        ids.append(nxt)
-        yield nxt
-
-
-def generate(model: RecursiveLM, prompt: bytes, *, tokens: int, temperature: float, context: int,
-             seed: int = 0, cached: bool = True) -> bytes:
-    """stream()'s bytes, all at once."""
-    return bytes(stream(model, prompt, tokens=tokens, temperature=temperature, context=context,
-                        seed=seed, cached=cached))

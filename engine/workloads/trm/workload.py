@@ -10,7 +10,8 @@ from torch.nn import functional as F
 
 from engine.train import device as devices
 from engine.workloads.trm import Params, corpus
-from engine.workloads.trm.model import VOCAB, Arch, RecursiveLM, stream
+from engine.workloads.trm.decoding import FasterThreads, stream
+from engine.workloads.trm.model import VOCAB, Arch, RecursiveLM
 
 EVAL_BATCH = 16  # held-out windows per forward pass in evaluate()
 
@@ -81,11 +82,16 @@ class ByteLM:
         # join to exactly what decoding all the bytes at once gives.
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         pieces = []
-        for byte in stream(model, prompt.encode("utf-8"), tokens=tokens, temperature=temperature,
-                           context=self.seq_len, seed=seed):
-            pieces.append(decoder.decode(bytes((byte,))))
-            if pieces[-1] and on_text is not None:
-                on_text(pieces[-1])
+        threads = FasterThreads()
+        try:
+            for byte in threads.timed(stream(model, prompt.encode("utf-8"), tokens=tokens,
+                                             temperature=temperature, context=self.seq_len,
+                                             seed=seed)):
+                pieces.append(decoder.decode(bytes((byte,))))
+                if pieces[-1] and on_text is not None:
+                    on_text(pieces[-1])
+        finally:
+            threads.restore()
         pieces.append(decoder.decode(b"", final=True))
         if pieces[-1] and on_text is not None:
             on_text(pieces[-1])
