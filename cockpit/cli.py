@@ -80,10 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a setting: batch_size=16, train.epochs=2, params.n=128 (repeatable)")
     parser.add_argument("--inject", action="append", default=[], metavar="KIND@STEP",
-                        help="make the trainer fail for real at a step, to try the fallback rules: "
+                        help="make the trainer fail for real, to try the fallback rules: "
                              "native-crash, oom, backend, openmp, nan, hang, user-code, slow, "
-                             "wrong-grad or compile-error "
-                             "(e.g. native-crash@117; KIND@STEP+ repeats in every attempt)")
+                             "wrong-grad or compile-error, at the start of an optimizer step "
+                             "(native-crash@117) or a time after the attempt starts (hang@30s, "
+                             "oom@1.5s); once per run, whatever preset, or with + in every attempt "
+                             "(oom@120+); repeatable")
     parser.add_argument("--json", action="store_true", help="print every event as a JSON line")
     parser.add_argument("--detach", action="store_true",
                         help="start the run in the background, print its id and return")
@@ -166,8 +168,11 @@ def _add_run_parser(sub) -> None:
                    help="override device.KEY or command.KEY (cwd, resume, checkpoints, progress, "
                         "progress_regex, total_steps, stop_grace_s); repeatable")
     q.add_argument("--inject", action="append", default=[], metavar="KIND@STEP",
-                   help="a real fault at a step: native-crash, hang, slow (signals from the "
-                        "supervisor); oom, backend, openmp, nan, user-code (raised by cockpit.report)")
+                   help="a real fault at a step the supervisor reads or the script reports "
+                        "(native-crash@117), or a time after the attempt starts (hang@30s): "
+                        "native-crash, hang, slow (signals from the supervisor); oom, backend, "
+                        "openmp, nan, user-code (raised by cockpit.report.step in the script); "
+                        "once per run, or with + in every attempt")
     q.add_argument("--json", action="store_true", help="print every event as a JSON line")
     q.add_argument("--detach", action="store_true", help="start in the background, print the run id")
     add_output_arguments(q)

@@ -37,9 +37,11 @@ written, reporting goes quiet. Only a bad argument raises, and it does so outsid
 so a mistake shows when you run the script on its own.
 
 cockpit sets the environment this module reads: COCKPIT_EVENTS (the run's events.jsonl),
-COCKPIT_ATTEMPT, COCKPIT_DEVICE and COCKPIT_INJECT (faults to rehearse: at `report.step` the
+COCKPIT_ATTEMPT, COCKPIT_DEVICE, COCKPIT_INJECT (faults to rehearse: at `report.step` the
 due ones fail the way the real thing does, so the fallback ladder can be tried on your
-command). Importing this module is cheap: stdlib only, no torch.
+command: a step fault at its step, a timed one at the first call after its time) and
+COCKPIT_ATTEMPT_STARTED (when the attempt started, what a timed fault counts from).
+Importing this module is cheap: stdlib only, no torch.
 """
 
 from __future__ import annotations
@@ -66,7 +68,8 @@ active: bool = False
 _path: str | None = None
 _attempt = 0
 _device = "cpu"
-_pending: list[tuple[str, str, int]] = []  # (spec, kind, step) not fired yet
+_pending: list[tuple[str, str, int | None, float | None]] = []  # (spec, kind, step, seconds) not fired
+_started = 0.0           # when the attempt started (time.time()): timed faults count from it
 _fd: int | None = None
 _quiet = False           # an OSError writing the events file: stop trying
 _poison_loss = False     # a fired 'nan' fault: the reported loss is NaN from then on
@@ -77,7 +80,7 @@ _resumed: tuple[int, int] | None = None  # read once, with the rest of the envir
 def _reset() -> None:
     """(Re)read the environment: at import, and in tests after changing it."""
     global active, _path, _attempt, _device, _pending, _fd, _quiet, _poison_loss, _last_step
-    global _resumed
+    global _resumed, _started
     if _fd is not None:
         try:
             os.close(_fd)
@@ -92,6 +95,10 @@ def _reset() -> None:
         _attempt = 0
     _device = (os.environ.get("COCKPIT_DEVICE") or "cpu").strip().lower()
     _pending = _parse_inject(os.environ.get("COCKPIT_INJECT", "")) if active else []
+    try:
+        _started = float(os.environ["COCKPIT_ATTEMPT_STARTED"])
+    except (KeyError, ValueError):
+        _started = time.time()  # run by hand: the attempt is this process
     _resumed = _read_resumed()
 
 
@@ -120,16 +127,20 @@ def _read_resumed() -> tuple[int, int] | None:
         return None
 
 
-def _parse_inject(text: str) -> list[tuple[str, str, int]]:
-    """The in-process faults of 'kind@step[+],...', as engine.run.faults.parse reads them (parsed
-    here by hand: importing this module must not import engine)."""
+def _parse_inject(text: str) -> list[tuple[str, str, int | None, float | None]]:
+    """The in-process faults of 'kind@step[+],kind@30s[+],...', as engine.run.faults.parse reads
+    them (parsed here by hand: importing this module must not import engine)."""
     pending = []
     for spec in (s.strip() for s in text.split(",")):
-        kind, at, step = spec.rstrip("+").partition("@")
+        kind, at, when = spec.rstrip("+").partition("@")
         # '+' (every attempt) is the supervisor's business: it decides what each attempt gets.
         # A mangled spec is skipped: it must not stop the user's training.
-        if kind in _IN_PROCESS and at and step.isdigit():
-            pending.append((spec, kind, int(step)))
+        if kind not in _IN_PROCESS or not at:
+            continue
+        if when.isdigit():
+            pending.append((spec, kind, int(when), None))
+        elif when.endswith("s") and when[:-1].replace(".", "", 1).isdigit():
+            pending.append((spec, kind, None, float(when[:-1])))
     return pending
 
 
@@ -230,15 +241,18 @@ def _emit(type: str, **fields) -> None:
 
 
 def _fire(step: int) -> None:
-    """Fire every fault due at `step`, each once, as engine.run.faults.Injector does."""
+    """Fire every fault due at `step` or by now, each once, as engine.run.faults.Injector does."""
     global _poison_loss
     from engine.run import faults
 
-    for spec, kind, at in [p for p in _pending if p[2] <= step]:
-        _pending.remove((spec, kind, at))
+    elapsed = time.time() - _started
+    due = [p for p in _pending if (p[2] <= step if p[3] is None else p[3] <= elapsed)]
+    for spec, kind, at, after_s in due:
+        _pending.remove((spec, kind, at, after_s))
         if kind == "openmp" and faults.openmp_duplicate_allowed():
             continue  # the real check lets the duplicate runtime through
-        _emit("fault_injected", spec=spec, kind=kind, step=step)
+        _emit("fault_injected", spec=spec, kind=kind, step=step,
+              **({} if after_s is None else {"at_s": round(elapsed, 3)}))
         if kind == "nan":
             _poison_loss = True
         elif kind == "native-crash":

@@ -80,8 +80,9 @@ class DevicePreset:
     on_slowdown: Literal["warn", "fallback"] = setting(
         "warn", "throughput far below its best under memory pressure: 'warn' (a warning with "
                 "advice) or 'fallback' (also checkpoint and resume on the next ladder preset)")
-    inject: tuple[str, ...] = setting([], "faults to inject, KIND@STEP (e.g. 'native-crash@117'); "
-                                          "each fires once per run, KIND@STEP+ in every attempt")
+    inject: tuple[str, ...] = setting([], "faults to inject, KIND@STEP or KIND@SECONDSs (e.g. "
+                                          "'native-crash@117', 'hang@30s'); each fires once per "
+                                          "run, with + in every attempt")
 
     def __post_init__(self):
         if self.threads > MAX_THREADS:

@@ -121,8 +121,9 @@ def apply_overrides(workload: WorkloadPreset, device: DevicePreset,
 
 
 # Device settings that say which preset a rung is, not how it runs: a --set of one of these is
-# the starting preset's alone (a fault rehearsal, too, belongs to the preset it is set on).
-_NOT_CARRIED = ("description", "device", "fallback", "inject")
+# the starting preset's alone. Faults (--inject) are the run's: carried like the rest, each
+# fires once per run whatever preset an attempt runs, KIND@STEP+ in every attempt.
+_NOT_CARRIED = ("description", "device", "fallback")
 
 
 def carry_overrides(workload: WorkloadPreset, ladder: dict[str, DevicePreset],
@@ -194,8 +195,10 @@ def resolve_command(argv: list[str], name: str, device_name: str,
 def _resolve(workload: WorkloadPreset, workload_name: str, where: str, device_name: str,
              overrides: list[str] | None) -> RunConfig:
     device_ref = presets.find("devices", device_name)
-    return configure(workload, workload_name, where, device_name, presets.load_device(device_name),
-                     str(device_ref.path), list(overrides or []))
+    config = configure(workload, workload_name, where, device_name, presets.load_device(device_name),
+                       str(device_ref.path), list(overrides or []))
+    check_faults(config, str(device_ref.path))
+    return config
 
 
 def configure(workload: WorkloadPreset, workload_name: str, where: str, device_name: str,
@@ -215,10 +218,10 @@ def configure(workload: WorkloadPreset, workload_name: str, where: str, device_n
     ladder = carry_overrides(workload, ladder, overrides)
     if workload.is_command:
         workload = check_command(workload, where, {device_name: device, **ladder})
-        for name, preset in {device_name: device, **ladder}.items():
+        for spec, names in _faults_of({device_name: device, **ladder}).items():
             for kind, what in (("wrong-grad", "perturbs the gradients of"), ("compile-error", "fails the compile of")):
-                if any(spec.startswith(kind + "@") for spec in preset.inject):
-                    raise ConfigError(f"device preset {name!r}", "inject",
+                if spec.startswith(kind + "@"):
+                    raise ConfigError(*_fault_from(spec, names, device_name, start_where, overrides),
                                       f"{kind} {what} cockpit's own trainer; a command's training "
                                       "loop is its own, expected another fault kind")
     else:  # the first attempt's step vs the data set; the trainer checks every attempt's
@@ -234,3 +237,92 @@ def configure(workload: WorkloadPreset, workload_name: str, where: str, device_n
             workloads.check_batch(device, samples, where, key)
     return RunConfig(workload_preset=workload_name, device_preset=device_name,
                      workload=workload, device=device, ladder=ladder, overrides=tuple(overrides))
+
+
+# ---------------------------------------------------------------- faults (--inject)
+
+
+def inject_override(specs: list[str]) -> str:
+    """`--inject` as the override it is (device.inject, carried down the ladder), each spec
+    checked first so that a bad one names --inject, not the --set it becomes."""
+    from engine.run import faults
+
+    for spec in specs:
+        try:
+            faults.parse(spec)
+        except ValueError as e:
+            raise ConfigError("--inject", None, str(e)) from None
+    return "device.inject=" + json.dumps(list(specs))
+
+
+def _faults_of(devices: dict[str, DevicePreset]) -> dict[str, list[str]]:
+    """Each fault spec, with the presets that carry it."""
+    found: dict[str, list[str]] = {}
+    for name, preset in devices.items():
+        for spec in preset.inject:
+            found.setdefault(spec.strip(), []).append(name)
+    return found
+
+
+def _fault_from(spec: str, names: list[str], start: str, start_where: str,
+                overrides: list[str] | tuple[str, ...]) -> tuple[str, str]:
+    """(where, key) of a fault: --inject when the run's faults were given on the command line
+    (they then replace every preset's), else the preset file that has it."""
+    if any(item.partition("=")[0].strip().removeprefix("device.") == "inject" for item in overrides):
+        return "--inject", spec
+    return (start_where if names[0] == start else f"device preset {names[0]!r}"), "inject"
+
+
+def check_faults(config: RunConfig, start_where: str) -> None:
+    """A new run's step faults that cannot fire, refused before it starts (one line): a step past
+    the last the run can reach (the built-in trainer's total on the smallest batch of the ladder,
+    a command's total_steps when it gives one), and, in a command, a fault that cockpit.report
+    must raise inside the script when the command's Python cannot import cockpit.report. What
+    only the running command can show (output with no step numbers, a script that never calls
+    report.step) the supervisor says as it happens."""
+    from engine.run import faults
+
+    devices = {config.device_preset: config.device, **config.ladder}
+    found = _faults_of(devices)
+    asked: dict[str, tuple[str, bool] | None] = {}
+    for spec, names in found.items():
+        fault = faults.parse(spec)
+        blame = _fault_from(spec, names, config.device_preset, start_where, config.overrides)
+        last = None if fault.timed else _last_step(config, [devices[n] for n in names])
+        if last is not None and fault.step > last[0]:
+            raise ConfigError(*blame, f"step {fault.step} is past the run's last step, {last[0]} ({last[1]}); "
+                                      f"expected a step from 0 to {last[0]}, or a time "
+                                      f"('{fault.kind}@30s')")
+        if config.workload.is_command and fault.kind in faults.REPORTED_KINDS:
+            spec_ = config.workload.params
+            preset = devices[names[0]]
+            key = json.dumps(dict(preset.env), sort_keys=True)
+            if key not in asked:
+                asked[key] = faults.reporter(list(spec_.command), spec_.cwd or os.getcwd(),
+                                             {**os.environ, **preset.env})
+            if asked[key] is not None and not asked[key][1]:
+                raise ConfigError(*blame, f"{fault.kind} is raised inside the script by "
+                                          f"cockpit.report.step, and {asked[key][0]} cannot import "
+                                          "cockpit.report; expected cockpit installed for that "
+                                          "interpreter, or native-crash, hang or slow (the "
+                                          "supervisor delivers those from outside)")
+
+
+def _last_step(config: RunConfig, devices: list[DevicePreset]) -> tuple[int, str] | None:
+    """The last optimizer step any of these presets can reach in this run, and why; None when
+    it is not known (a command without total_steps, a workload that does not say its size)."""
+    workload = config.workload
+    if workload.is_command:
+        total = workload.params.total_steps
+        return (total, "command.total_steps") if total else None
+    samples = workloads.num_samples(workload.workload, workload.params)
+    if samples is None:
+        return None
+    total = max(1, round(workload.train.epochs * samples))
+    first = config.device.effective_batch * config.device.world_size
+    if workload.train.max_steps:
+        total = min(total, workload.train.max_steps * first)
+    # A later attempt counts on from its checkpoint in steps of its own batch: the smallest
+    # batch of the presets that carry the fault takes the most steps.
+    batch = min(d.effective_batch * d.world_size for d in devices)
+    return math.ceil(total / batch), f"{total} samples in steps of {batch}"

@@ -124,9 +124,9 @@ def test_max_attempts_is_respected(home):
 
 
 def test_an_exhausted_ladder_fails_the_run(home):
-    # Injected faults belong to a preset: here both rungs of the ladder crash.
-    ladder(home, first_extra='rules = { native-crash = "next" }\n', second_extra='inject = ["native-crash@2"]\n')
-    status, run = supervise("inject=['native-crash@2']")
+    # The run's faults reach every preset of the ladder: here both rungs crash.
+    ladder(home, first_extra='rules = { native-crash = "next" }\n')
+    status, run = supervise("inject=['native-crash@2+']")
     assert status == "failed"
     assert [e["preset"] for e in of_type(run, "crash")] == ["first", "second"]
     assert "ladder is exhausted" in of_type(run, "run_failed")[0]["reason"]
@@ -193,9 +193,10 @@ def test_a_bad_inject_flag_is_one_line_and_exit_2(home):
                           capture_output=True, text=True, env=child_env(), timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "cockpit: --set: device.inject: 'explode@3' is not a fault; expected KIND@STEP[+] with KIND "
-        "one of native-crash, oom, backend, openmp, nan, hang, user-code, slow, wrong-grad, "
-        "compile-error (e.g. 'native-crash@117', 'oom@120+')"]
+        "cockpit: --inject: 'explode@3' is not a fault; expected KIND@STEP[+] or KIND@SECONDSs[+] "
+        "(an optimizer step, 0 = start-up, or seconds after the attempt's start; + for every "
+        "attempt) with KIND one of native-crash, oom, backend, openmp, nan, hang, user-code, slow, "
+        "wrong-grad, compile-error (e.g. 'native-crash@117', 'oom@120+', 'hang@30s', 'nan@1.5s+')"]
     assert not list_runs()
 
 
@@ -210,8 +211,9 @@ def test_a_crash_at_random_points_is_retried_while_each_attempt_gets_further(hom
 
 
 def test_a_crash_that_comes_back_before_the_next_checkpoint_moves_down_the_ladder(home):
-    ladder(home)
-    status, run = supervise("inject=['native-crash@4+']")
+    # The fault is the first preset's own (its file's), so the next preset runs clean.
+    ladder(home, first_extra='inject = ["native-crash@4+"]\n')
+    status, run = supervise()
     assert status == "finished"
     moves = of_type(run, "fallback")
     assert [(m["action"], m["to_preset"]) for m in moves] == [("retry-progress", "first"), ("next", "second")]

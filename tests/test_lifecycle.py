@@ -266,7 +266,7 @@ def test_resume_checks_its_changes_as_a_new_run_does_and_writes_nothing_when_ref
     # A ladder given on resume is loaded and the user's settings are carried down it.
     user_preset(home, "devices", "b", 'device = "cpu"\nthreads = 1\n')
     result = cockpit("runs", "resume", run.id, "--set", 'device.fallback=["b"]', "--set", "threads=2",
-                     "--set", f"inject=['native-crash@{crash_at}+']", "--set", "rules={native-crash='next'}")
+                     "--set", f"inject=['native-crash@{crash_at}']", "--set", "rules={native-crash='next'}")
     assert result.returncode == 0, result.stderr
     (move,) = of_type(run, "fallback")
     assert move["to_preset"] == "b"

@@ -1,7 +1,9 @@
 """Fault injection: make the trainer fail exactly the way a real run does, on any machine.
 
 A fault is `kind@step` (the preset key `inject`, or `cockpit --inject`): the trainer fails at
-the start of optimizer step `step` (0 = at start-up). Every failure is the real thing — a
+the start of optimizer step `step` (0 = at start-up). `kind@30s` (or `@1.5s`) is a timed fault:
+it fails that long after the attempt started (its attempt_started event), wherever the attempt
+is then — a long accumulation group or start-up included. Every failure is the real thing — a
 real SIGABRT with nothing on stderr (the notes' silent Metal deaths), the real message texts
 of MPS/CUDA/CPU out-of-memory and backend errors, the real "OMP: Error #15" followed by an
 abort, a real hang that ignores SIGTERM, a loss that really turns NaN, gradients really wrong
@@ -11,10 +13,16 @@ longer (`slow`, what swapping looks like from the loop) — so the supervisor
 classifies them from evidence alone, as it would a real crash. Nothing downstream knows a
 fault was injected except for the `fault_injected` event, written for the human reading.
 
-A fault fires once per run: the supervisor drops it from later attempts, as a real crash
-does not follow the run onto a safer preset. `kind@step+` fires in every attempt that
-reaches the step (to exhaust a ladder or max_attempts). `openmp` fires only when
-KMP_DUPLICATE_LIB_OK is not TRUE, as the real duplicate-runtime check does.
+A fault fires once per run: the supervisor drops it from later attempts, whatever preset they
+run, as a real crash does not follow the run onto a safer preset. `kind@step+` (`kind@30s+`)
+fires in every attempt that reaches the step (lasts that long), down the whole ladder: to
+exhaust a ladder or max_attempts. `openmp` fires only when KMP_DUPLICATE_LIB_OK is not TRUE,
+as the real duplicate-runtime check does.
+
+In a command (the user's own script) the supervisor delivers native-crash, hang and slow as
+real signals, at the step it reads from the output or at their time; cockpit.report raises the
+others inside the script when it calls report.step (and a native-crash at its step, as a real
+abort()). `reporter` says whether a command's Python can import cockpit.report at all.
 
 This module is torch-free at import: presets validate specs with `parse`.
 """
@@ -22,7 +30,10 @@ This module is torch-free at import: presets validate specs with `parse`.
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -75,20 +86,32 @@ class BackendCompilerFailed(RuntimeError):
 @dataclass(frozen=True)
 class Fault:
     kind: str
-    step: int
-    repeat: bool
+    step: int | None         # fires at the start of this optimizer step; None for a timed fault
+    repeat: bool             # '+': in every attempt, not once per run
     spec: str
+    after_s: float | None = None   # a timed fault: seconds after the attempt started
+
+    @property
+    def timed(self) -> bool:
+        return self.after_s is not None
+
+
+_SPEC = re.compile(r"(?P<kind>[a-z-]+)@(?:(?P<step>\d+)|(?P<seconds>\d+(?:\.\d+)?)s)(?P<repeat>\+?)")
+GRAMMAR = ("KIND@STEP[+] or KIND@SECONDSs[+] (an optimizer step, 0 = start-up, or seconds after "
+           "the attempt's start; + for every attempt) with KIND one of " + ", ".join(KINDS)
+           + " (e.g. 'native-crash@117', 'oom@120+', 'hang@30s', 'nan@1.5s+')")
 
 
 def parse(spec: str) -> Fault:
-    """'native-crash@117' -> Fault; ValueError with a message that says what was expected."""
+    """'native-crash@117' or 'hang@30s+' -> Fault; ValueError with a message that says what was
+    expected."""
     text = spec.strip()
-    repeat = text.endswith("+")
-    kind, at, step = text.rstrip("+").partition("@")
-    if kind not in KINDS or not at or not step.isdigit():
-        raise ValueError(f"{spec!r} is not a fault; expected KIND@STEP[+] with KIND one of "
-                         + ", ".join(KINDS) + " (e.g. 'native-crash@117', 'oom@120+')")
-    return Fault(kind, int(step), repeat, text)
+    found = _SPEC.fullmatch(text)
+    if found is None or found["kind"] not in KINDS:
+        raise ValueError(f"{spec!r} is not a fault; expected {GRAMMAR}")
+    step, seconds = found["step"], found["seconds"]
+    return Fault(found["kind"], None if step is None else int(step), bool(found["repeat"]), text,
+                 None if seconds is None else float(seconds))
 
 
 def openmp_duplicate_allowed(env: dict[str, str] | None = None) -> bool:
@@ -96,12 +119,30 @@ def openmp_duplicate_allowed(env: dict[str, str] | None = None) -> bool:
     return value.strip().upper() in ("TRUE", "1", "YES")
 
 
+# Where a launch says when its attempt started (time.time() of its attempt_started event): the
+# trainer and a command's cockpit.report count a timed fault's seconds from it, as the
+# supervisor does, so all three agree whichever process fires it.
+STARTED_ENV = "COCKPIT_ATTEMPT_STARTED"
+
+
+def attempt_started(env: dict[str, str] | None = None) -> float | None:
+    try:
+        return float((os.environ if env is None else env)[STARTED_ENV])
+    except (KeyError, ValueError):
+        return None
+
+
 class Injector:
-    """Fires the attempt's faults at the start of their step (called by the trainer)."""
+    """Fires the attempt's faults: step faults at the start of their step, timed faults at the
+    first check after their time (each step's start, and after each micro-batch)."""
 
     def __init__(self, specs: tuple[str, ...], device_type: str,
                  emit: Callable[..., object]):
-        self.faults = [parse(s) for s in specs]
+        parsed = [parse(s) for s in specs]
+        self.faults = [f for f in parsed if not f.timed]
+        self.timed = sorted((f for f in parsed if f.timed), key=lambda f: f.after_s)
+        # Outside a supervisor's launch (the probe, a test) the attempt starts now.
+        self.started = attempt_started() or time.time()
         self.device_type = device_type
         self.emit = emit
         self.poison_loss = False  # set by a fired 'nan' fault: the loss is NaN from then on
@@ -109,6 +150,7 @@ class Injector:
         self.slow_s: float | None = None  # set by a fired 'slow' fault: extra seconds per step
         self._last_call: float | None = None
         self._step_s = 0.0
+        self._step = 0            # the step under way, for a timed fault's event
 
     def before_step(self, step: int) -> None:
         """Fire every fault due at `step` (the optimizer step about to run; 0 = start-up)."""
@@ -116,14 +158,27 @@ class Injector:
         if self._last_call is not None and self.slow_s is None:
             self._step_s = now - self._last_call  # the last healthy step's duration
         self._last_call = now
+        self._step = step
         if self.slow_s is not None:
             time.sleep(self.slow_s)
         for fault in [f for f in self.faults if f.step <= step]:
             self.faults.remove(fault)
-            if fault.kind == "openmp" and openmp_duplicate_allowed():
-                continue  # the real check lets the duplicate runtime through
-            self.emit("fault_injected", spec=fault.spec, kind=fault.kind, step=step)
-            getattr(self, "_" + fault.kind.replace("-", "_"))()
+            self._fire(fault, step=step)
+        self.check_time()
+
+    def check_time(self) -> None:
+        """Fire the timed faults whose time has come (the trainer calls this after each
+        micro-batch too, so a long accumulation group does not hold one back). Cheap when
+        none is due: one clock read."""
+        while self.timed and time.time() - self.started >= self.timed[0].after_s:
+            fault = self.timed.pop(0)
+            self._fire(fault, step=self._step, at_s=round(time.time() - self.started, 3))
+
+    def _fire(self, fault: Fault, **where) -> None:
+        if fault.kind == "openmp" and openmp_duplicate_allowed():
+            return  # the real check lets the duplicate runtime through
+        self.emit("fault_injected", spec=fault.spec, kind=fault.kind, **where)
+        getattr(self, "_" + fault.kind.replace("-", "_"))()
 
     # Each is what the real failure does to the process.
 
@@ -176,6 +231,91 @@ class Injector:
     def _user_code(self) -> None:
         raise ValueError("too many values to unpack (expected 2, got 3) "
                          "[injected user-code fault]")
+
+
+# Raised inside a command by cockpit.report alone: native-crash, hang and slow need no report.
+REPORTED_KINDS = tuple(k for k in IN_SCRIPT_KINDS if k not in SIGNAL_KINDS)
+_PYTHON = re.compile(r"(python|pypy)[0-9.]*(\.exe)?", re.IGNORECASE)
+# Run by the command's own interpreter: the script's sys.path[0] in place of -c's working
+# directory (unless -P or -I keep it out), then where a top-level `cockpit` with a report.py is;
+# find_spec of a top-level name imports nothing.
+_FINDS_REPORT = """\
+import importlib.util, os, sys
+if not (getattr(sys.flags, "safe_path", False) or sys.flags.isolated) and sys.path[:1] == [""]:
+    sys.path[0] = sys.argv[1]
+spec = importlib.util.find_spec("cockpit")
+places = (spec.submodule_search_locations or []) if spec else []
+sys.exit(0 if any(os.path.isfile(os.path.join(p, "report.py")) for p in places) else 3)
+"""
+
+
+def reporter(argv: list[str], cwd: str, env: dict[str, str]) -> tuple[str, bool] | None:
+    """(the interpreter with its flags, whether it can import cockpit.report) for a command: the
+    program itself when it is a Python interpreter (asked with its own flags and the sys.path its
+    script would get), or the interpreter a #! line names (torchrun, accelerate: their workers
+    run the script with it). None when that cannot be known: a shell script or a binary may
+    start any Python, and an interpreter that does not answer says nothing."""
+    program = _program(argv[0], cwd, env)
+    if program is None:
+        return None
+    if _PYTHON.fullmatch(os.path.basename(program)):
+        python, flags, first = program, *_interpreter_args(argv[1:], cwd)
+    elif (python := _shebang_python(program, env)) is not None:
+        script = next((a for a in argv[1:] if a.endswith(".py") and not a.startswith("-")), None)
+        flags, first = [], os.path.dirname(os.path.abspath(os.path.join(cwd, script))) if script else cwd
+    else:
+        return None
+    try:
+        done = subprocess.run([python, *flags, "-c", _FINDS_REPORT, first], cwd=cwd, env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    shown = " ".join([python, *flags])
+    return {0: (shown, True), 3: (shown, False)}.get(done.returncode)
+
+
+def _program(name: str, cwd: str, env: dict[str, str]) -> str | None:
+    if os.sep in name or (os.altsep and os.altsep in name):
+        path = os.path.join(cwd, os.path.expanduser(name))
+        return path if os.path.isfile(path) else None
+    return shutil.which(name, path=env.get("PATH", os.defpath))
+
+
+def _interpreter_args(args: list[str], cwd: str) -> tuple[list[str], str]:
+    """A Python command line's own options (up to the script, -m or -c) and the directory its
+    sys.path[0] would be: the script's, or the working directory for -m and -c."""
+    flags, value = [], False
+    for i, arg in enumerate(args):
+        if value:  # the value of -X or -W
+            value = False
+        elif arg in ("-X", "-W"):
+            flags += args[i:i + 2]
+            value = True
+        elif arg == "-" or arg.startswith(("-m", "-c")) and not arg.startswith("--"):
+            return flags, cwd
+        elif arg.startswith("-"):
+            flags.append(arg)
+        else:
+            return flags, os.path.dirname(os.path.abspath(os.path.join(cwd, arg)))
+    return flags, cwd
+
+
+def _shebang_python(path: str, env: dict[str, str]) -> str | None:
+    """The Python interpreter a script's #! line names (`#!/usr/bin/env python3` included)."""
+    try:
+        with open(path, "rb") as f:
+            line = f.readline(512).decode(errors="replace")
+    except OSError:
+        return None
+    words = line[2:].split() if line.startswith("#!") else []
+    if words and os.path.basename(words[0]) == "env":
+        words = [w for w in words[1:] if not w.startswith("-")]
+        if not words:
+            return None
+        words[0] = shutil.which(words[0], path=env.get("PATH", os.defpath)) or words[0]
+    if words and _PYTHON.fullmatch(os.path.basename(words[0])) and os.path.isfile(words[0]):
+        return words[0]
+    return None
 
 
 # How long a command may outlive native-crash's SIGABRT before the supervisor ends it with SIGKILL.

@@ -20,7 +20,8 @@ import os
 import shlex
 import signal
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import engine
@@ -52,7 +53,9 @@ class Launch:
     resume: dict | None = None      # {"path", "step"}: the checkpoint a command resumes from
     stop_signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGTERM, signal.SIGKILL)
     stop_grace_s: float | None = None   # escalate to the next stop signal after this long
-    signal_faults: tuple[str, ...] = ()  # faults the supervisor delivers (commands)
+    signal_faults: tuple[str, ...] = ()  # step faults the supervisor delivers (commands)
+    timed_faults: tuple[str, ...] = ()   # timed faults the supervisor delivers (commands)
+    started: float = field(default_factory=time.time)  # the attempt's start, as its env says
     device: str | None = None       # the device the placeholders named (commands)
     precision: str | None = None
 
@@ -82,12 +85,14 @@ def child_env(extra: dict[str, str]) -> dict[str, str]:
 def build(run: RunDir, config: RunConfig, attempt: int, name: str, preset: DevicePreset,
           resume: dict | None = None) -> Launch:
     """The launch for this attempt; `resume` ({"path", "step"}) is where a command continues."""
+    started = time.time()
     if config.workload.is_command:
-        return command_launch(run, config, attempt, preset, resume)
-    return trainer_launch(run, attempt, name, preset)
+        return command_launch(run, config, attempt, preset, resume, started)
+    return trainer_launch(run, attempt, name, preset, started)
 
 
-def trainer_launch(run: RunDir, attempt: int, name: str, preset: DevicePreset) -> Launch:
+def trainer_launch(run: RunDir, attempt: int, name: str, preset: DevicePreset,
+                   started: float | None = None) -> Launch:
     trainer = ["-m", "engine.train.trainer", str(run.path), "--attempt", str(attempt),
                "--preset", name, "--device-json", json.dumps(to_table(preset))]
     # Several processes: torch.distributed's own launcher, supervised like any attempt.
@@ -95,14 +100,25 @@ def trainer_launch(run: RunDir, attempt: int, name: str, preset: DevicePreset) -
                              run.id, sys.executable)
     # torchrun starts its workers itself; PYTHONSAFEPATH is -P for them (the working directory
     # must not shadow engine or the workload).
-    env = child_env({**preset.env, **({"PYTHONSAFEPATH": "1"} if launcher else {})})
+    started = time.time() if started is None else started
+    env = child_env({**preset.env, **({"PYTHONSAFEPATH": "1"} if launcher else {}),
+                     faults.STARTED_ENV: repr(started)})  # timed faults count from it
     argv = launcher + trainer if launcher else [sys.executable, "-P", *trainer]
-    return Launch(argv=argv, env=env, distributed=bool(launcher))
+    return Launch(argv=argv, env=env, distributed=bool(launcher), started=started)
 
 
 def command_launch(run: RunDir, config: RunConfig, attempt: int, preset: DevicePreset,
-                   resume: dict | None) -> Launch:
+                   resume: dict | None, started: float | None = None) -> Launch:
     spec = config.workload.params
+    started = time.time() if started is None else started
+    # Who fires which fault: cockpit.report raises its kinds inside the script (at report.step:
+    # a step fault at its step, a timed one at the first call after its time), native-crash at
+    # its step too, as a real abort(); the supervisor signals native-crash, hang and slow at the
+    # step it reads or reports, and at their time. A timed native-crash is the supervisor's alone:
+    # it knows the time, and the script only looks at its next report.
+    inject = [faults.parse(s) for s in preset.inject]
+    in_script = [f.spec for f in inject if f.kind in faults.IN_SCRIPT_KINDS
+                 and not (f.timed and f.kind in faults.SIGNAL_KINDS)]
     checkpoint = Path(resume["path"]) if resume else None
     values = commands.values(preset, run.path, attempt, checkpoint)
     argv = commands.fill(spec.command, values)
@@ -117,9 +133,7 @@ def command_launch(run: RunDir, config: RunConfig, attempt: int, preset: DeviceP
            # what cockpit.report reads: where to write, and the faults it raises
            "COCKPIT_EVENTS": str(run.events_path.resolve()), "COCKPIT_ATTEMPT": str(attempt),
            "COCKPIT_RUN_DIR": str(run.path.resolve()), "COCKPIT_DEVICE": values["device"],
-           # native-crash too: a script that reports its steps aborts itself at its step
-           "COCKPIT_INJECT": ",".join(s for s in preset.inject
-                                      if faults.parse(s).kind in faults.IN_SCRIPT_KINDS)}
+           "COCKPIT_INJECT": ",".join(in_script), faults.STARTED_ENV: repr(started)}
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         if preset.threads and var not in preset.env:  # the preset's own env wins
             env[var] = str(preset.threads)
@@ -136,5 +150,6 @@ def command_launch(run: RunDir, config: RunConfig, attempt: int, preset: DeviceP
         total_steps=spec.total_steps, resume=resume,
         stop_signals=(signal.SIGINT, signal.SIGTERM, signal.SIGKILL),
         stop_grace_s=spec.stop_grace_s,
-        signal_faults=tuple(s for s in preset.inject if faults.parse(s).kind in faults.SIGNAL_KINDS),
-        device=values["device"], precision=values["precision"])
+        signal_faults=tuple(f.spec for f in inject if f.kind in faults.SIGNAL_KINDS and not f.timed),
+        timed_faults=tuple(f.spec for f in inject if f.kind in faults.SIGNAL_KINDS and f.timed),
+        started=started, device=values["device"], precision=values["precision"])

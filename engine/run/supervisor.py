@@ -176,7 +176,9 @@ class Supervisor:
         # a command's output and progress
         self._output: OutputFollower | None = None
         self._tracker: Tracker | None = None
-        self._faults: list[faults.Fault] = []   # due signal faults (commands)
+        self._faults: list[faults.Fault] = []   # due signal faults at a step (commands)
+        self._timed: list[faults.Fault] = []    # due timed signal faults (commands)
+        self._stepless_told = False             # its step faults were said unable to fire
         self._slowed: bool = False              # the `slow` fault is throttling the command
         self._aborted_at: float | None = None   # when native-crash's SIGABRT was sent (monotonic)
         self._abort_escalated = False           # it survived that, so SIGKILL ended it
@@ -185,7 +187,7 @@ class Supervisor:
         self._lifeline: Lifeline | None = None
         self._first_attempt = 1   # above 1 when this supervisor continues a run
         self._parity_told = False  # the parity check's not-applicable warning, once a run
-        self._fired: set[tuple[str, str]] = set()   # (preset, fault) injected in this run
+        self._fired: set[str] = set()   # the faults injected in this run, whatever the preset
         self._unreadable: set[str] = set()   # a command's checkpoints that it failed to load
 
     # ------------------------------------------------------------ the run
@@ -243,7 +245,7 @@ class Supervisor:
         event_log.end_torn_line(self.run.events_path)
         self.follower.offset = self.run.events_path.stat().st_size
         self._first_attempt, self._started = history.attempts + 1, history.started
-        self._fired = set(history.fired)
+        self._fired = {spec for _, spec in history.fired}
         self._unreadable = set(history.unreadable)
         self._checkpoints.update(history.checkpoints)
         resume = self._resume_point()
@@ -256,14 +258,15 @@ class Supervisor:
         current, fired, results = start, self._fired, []
         while True:
             attempt = self._first_attempt + len(results)
-            # A preset's fault fires once per run (unless it ends in '+'), as a real crash does
-            # not follow the run onto a safer setting.
+            # A fault fires once per run, whatever preset the attempt runs (unless it ends in
+            # '+': then in every attempt), as a real crash does not follow the run onto a safer
+            # setting. --inject sets every preset's faults (engine.runconfig.carry_overrides).
             preset = current.preset
-            inject = tuple(f for f in preset.inject if (current.name, f) not in fired or f.endswith("+"))
+            inject = tuple(f for f in preset.inject if f.strip() not in fired or f.endswith("+"))
             result = self.run_attempt(attempt, current.name, dataclasses.replace(preset, inject=inject),
                                       resume)
             results.append(result)
-            fired.update((current.name, spec) for spec in result.watch.fired)
+            fired.update(result.watch.fired)
             verdict = result.verdict
             if not verdict.crashed:
                 return {"finished": "finished", "stopped": "stopped"}.get(verdict.kind, "failed"), results
@@ -371,6 +374,7 @@ class Supervisor:
                 self._pump()
                 self._read_output()
                 self._sample_memory(attempt)
+                self._deliver_timed_faults()
                 self._throttle()
                 self._escalate_abort()
                 if hung_for is None and (quiet := time.monotonic() - watch.last_progress) > \
@@ -408,6 +412,8 @@ class Supervisor:
         self._output = OutputFollower(log_path, launch.parser())
         self._tracker = Tracker(launch.samples_per_step, launch.total_steps) if launch.is_command else None
         self._faults = [faults.parse(s) for s in launch.signal_faults]
+        self._timed = [faults.parse(s) for s in launch.timed_faults]
+        self._stepless_told = False
         self._newest_file = None
         self._detector = SlowdownDetector(Context(workload=self.config.workload.workload,
                                                   params=self.config.workload.params, preset=preset),
@@ -442,7 +448,7 @@ class Supervisor:
                 memory_percent=self._memory_percent, device=watch.device, slowdown=watch.slowdown,
                 command=launch.is_command, resumed_from=(launch.resume or {}).get("path"),
                 injected_crash=self._abort_escalated))
-        self._unfired_faults(launch)
+        self._unfired_faults(launch, verdict)
         result = AttemptResult(attempt, Step(name, preset), verdict, None if sig else code, sig, tail, watch)
         if verdict.crashed:
             self.events.emit("crash", attempt=attempt, preset=name, kind=verdict.kind,
@@ -481,6 +487,8 @@ class Supervisor:
         attempt = self._watch.attempt
         for kind, fields in produced:
             self.events.emit(kind, attempt=attempt, **fields)
+            if kind == "warning" and fields.get("kind") == "no-step-numbers":
+                self._stepless_faults()
         tracker, watch = self._tracker, self._watch
         if tracker and tracker.non_finite and watch.numerical is None:
             # A NaN loss trains garbage for hours with every monitor green: end the attempt
@@ -492,14 +500,49 @@ class Supervisor:
                 self._stop_stage = 1
                 self._escalate_stop()
 
-    def _unfired_faults(self, launch: Launch) -> None:
-        """A fault that cockpit.report raises inside the script cannot fire in a script that
-        never calls report.step: say so rather than let the rehearsal pass in silence."""
-        if not launch.is_command or self._tracker.reported_steps:
+    def _pending_step_faults(self, launch: Launch) -> list[str]:
+        """A command's step faults not fired yet: the supervisor's signals and cockpit.report's."""
+        specs = [f.spec for f in self._faults] + [
+            s for s in filter(None, launch.env.get("COCKPIT_INJECT", "").split(","))
+            if not faults.parse(s).timed and s not in self._watch.fired]
+        return list(dict.fromkeys(specs))  # native-crash is in both
+
+    def _stepless_faults(self) -> None:
+        """The output turned out to give losses and no step numbers (the no-step-numbers
+        warning): a step fault waits for a step that will not be read, so say now that it
+        cannot fire, not only when the attempt ends."""
+        if self._stepless_told or self._tracker.reported_steps:
+            return
+        pending = self._pending_step_faults(self._launch)
+        if pending:
+            self._stepless_told = True
+            self.events.emit("warning", attempt=self._watch.attempt, kind="fault-cannot-fire",
+                             faults=pending, advice=[], fallback=False,
+                             message=f"{_faults_named(pending)} cannot fire: a step fault waits for "
+                                     "a step number, which this command's output does not give "
+                                     "(unless the script calls cockpit.report.step); a timed fault "
+                                     "(KIND@SECONDSs, e.g. hang@30s) needs none")
+
+    def _unfired_faults(self, launch: Launch, verdict: Verdict) -> None:
+        """Step faults that could not fire, said rather than let the rehearsal pass in silence: a
+        fault that cockpit.report raises inside the script, in a script that never calls
+        report.step; any step fault, in a command that finished with no step number read."""
+        if not launch.is_command or self._tracker.reported_steps or self._stepless_told:
+            return
+        if self._watch.last_step is None and verdict.kind == "finished":
+            if pending := self._pending_step_faults(launch):
+                self.events.emit("warning", attempt=self._watch.attempt, kind="fault-not-fired",
+                                 faults=pending, advice=[], fallback=False,
+                                 message=f"{_faults_named(pending)} "
+                                         f"{'was' if len(pending) == 1 else 'were'} not injected: the command's "
+                                         "output gave no step number and it never called "
+                                         "cockpit.report.step (a timed fault, KIND@SECONDSs, "
+                                         "needs neither)")
             return
         reached = self._watch.last_step or 0
         for spec in filter(None, launch.env.get("COCKPIT_INJECT", "").split(",")):
-            if faults.parse(spec).step <= reached and spec not in self._watch.fired:
+            fault = faults.parse(spec)
+            if not fault.timed and fault.step <= reached and spec not in self._watch.fired:
                 self.events.emit("warning", attempt=self._watch.attempt, kind="fault-not-fired",
                                  message=f"fault {spec} was not injected: cockpit.report.step raises "
                                          "it inside the script, and this command never calls it "
@@ -508,17 +551,30 @@ class Supervisor:
 
     def _deliver_faults(self, step: int) -> None:
         """The signal faults due at this step, delivered for real (engine.run.faults.deliver)."""
-        if self._proc is None:
-            return  # read after it ended: nothing left to deliver to
         for fault in [f for f in self._faults if f.step <= step]:
+            if self._proc is None:
+                return  # read after it ended: nothing left to deliver to
             self._faults.remove(fault)
-            if fault.spec in self._watch.fired:
-                continue  # a script that reports its steps aborted itself at it (cockpit.report)
-            self.events.emit("fault_injected", attempt=self._watch.attempt, spec=fault.spec,
-                             kind=fault.kind, step=step, by="supervisor")
-            self._slowed |= faults.deliver(fault, self._proc.pid)
-            if fault.kind == "native-crash":
-                self._aborted_at = time.monotonic()
+            self._deliver(fault, step=step)
+
+    def _deliver_timed_faults(self) -> None:
+        """A command's timed signal faults whose time has come (called at every poll): counted
+        from the attempt's start, which the script's cockpit.report counts from too."""
+        elapsed = time.time() - self._launch.started
+        for fault in [f for f in self._timed if f.after_s <= elapsed]:
+            if self._proc is None:
+                return
+            self._timed.remove(fault)
+            self._deliver(fault, step=self._watch.last_step, at_s=round(elapsed, 3))
+
+    def _deliver(self, fault: faults.Fault, **where) -> None:
+        if fault.spec in self._watch.fired:
+            return  # a script that reports its steps aborted itself at it (cockpit.report)
+        self.events.emit("fault_injected", attempt=self._watch.attempt, spec=fault.spec,
+                         kind=fault.kind, by="supervisor", **where)
+        self._slowed |= faults.deliver(fault, self._proc.pid)
+        if fault.kind == "native-crash":
+            self._aborted_at = time.monotonic()
 
     def _escalate_abort(self) -> None:
         """A real abort() cannot be survived, but a SIGABRT sent from outside can: a native
@@ -711,6 +767,10 @@ class Supervisor:
             self.on_events(events)
         if self._alerts is not None:
             self._alerts.see(events)
+
+
+def _faults_named(specs: list[str]) -> str:
+    return ("fault " if len(specs) == 1 else "faults ") + ", ".join(specs)
 
 
 def _sigint_preexec(launch: Launch):

@@ -225,6 +225,7 @@ class Trainer:
         probe replaces `micro_batch_hook` to time micro-batches."""
         if self.micro_batch_hook is not None:
             self.micro_batch_hook(done, of)
+        self.faults.check_time()  # a timed fault, mid-group: a long group must not hold it back
         now = time.monotonic()
         if done < of and now - self._last_heartbeat >= self.train.report_every_s:
             self._last_heartbeat = now
