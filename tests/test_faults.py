@@ -121,15 +121,6 @@ def test_a_timed_fault_fires_in_a_command(home, fault, by, kind):
 # ---------------------------------------------------------------- faults that cannot fire
 
 
-def test_a_bad_inject_names_inject(home):
-    done = cockpit("--no-ui", "--device", "cpu", "--inject", "bogus@3")
-    assert done.returncode == 2
-    (line,) = done.stderr.strip().splitlines()
-    assert line.startswith("cockpit: --inject: 'bogus@3' is not a fault; expected KIND@STEP[+] or "
-                           "KIND@SECONDSs[+]")
-    assert not list_runs()
-
-
 def test_a_step_past_the_end_is_refused_in_one_line(home):
     ladder(home)
     sets = [a for o in FAST for a in ("--set", o)]

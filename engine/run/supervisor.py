@@ -179,6 +179,7 @@ class Supervisor:
         self._faults: list[faults.Fault] = []   # due signal faults at a step (commands)
         self._timed: list[faults.Fault] = []    # due timed signal faults (commands)
         self._stepless_told = False             # its step faults were said unable to fire
+        self._overdue_told: set[str] = set()    # in-script faults said due and not fired
         self._slowed: bool = False              # the `slow` fault is throttling the command
         self._aborted_at: float | None = None   # when native-crash's SIGABRT was sent (monotonic)
         self._abort_escalated = False           # it survived that, so SIGKILL ended it
@@ -413,7 +414,7 @@ class Supervisor:
         self._tracker = Tracker(launch.samples_per_step, launch.total_steps) if launch.is_command else None
         self._faults = [faults.parse(s) for s in launch.signal_faults]
         self._timed = [faults.parse(s) for s in launch.timed_faults]
-        self._stepless_told = False
+        self._stepless_told, self._overdue_told = False, set()
         self._newest_file = None
         self._detector = SlowdownDetector(Context(workload=self.config.workload.workload,
                                                   params=self.config.workload.params, preset=preset),
@@ -542,7 +543,8 @@ class Supervisor:
         reached = self._watch.last_step or 0
         for spec in filter(None, launch.env.get("COCKPIT_INJECT", "").split(",")):
             fault = faults.parse(spec)
-            if not fault.timed and fault.step <= reached and spec not in self._watch.fired:
+            if not fault.timed and fault.step <= reached and spec not in self._watch.fired \
+                    and spec not in self._overdue_told:
                 self.events.emit("warning", attempt=self._watch.attempt, kind="fault-not-fired",
                                  message=f"fault {spec} was not injected: cockpit.report.step raises "
                                          "it inside the script, and this command never calls it "
@@ -556,6 +558,27 @@ class Supervisor:
                 return  # read after it ended: nothing left to deliver to
             self._faults.remove(fault)
             self._deliver(fault, step=step)
+        if not self._tracker.reported_steps:
+            self._overdue_faults(step)
+
+    def _overdue_faults(self, step: int) -> None:
+        """A fault cockpit.report raises whose step the output has reached, in a script that has
+        not called report.step yet: said now, not when the attempt ends (hours later, maybe). A
+        script that reports at an interval fires it at its next report; one that never does,
+        never."""
+        due = [s for s in filter(None, self._launch.env.get("COCKPIT_INJECT", "").split(","))
+               if (f := faults.parse(s)).kind in faults.REPORTED_KINDS and not f.timed
+               and f.step <= step and s not in self._watch.fired and s not in self._overdue_told]
+        if due:
+            self._overdue_told.update(due)
+            self.events.emit("warning", attempt=self._watch.attempt, kind="fault-not-fired",
+                             faults=due, advice=[], fallback=False,
+                             message=f"{_faults_named(due)} {'is' if len(due) == 1 else 'are'} due "
+                                     f"(the output is at step {step}) and not injected: "
+                                     "cockpit.report.step raises it inside the script, which has "
+                                     "not called it (a script that never does cannot fire oom, "
+                                     "backend, openmp, nan or user-code; native-crash, hang and "
+                                     "slow work on any command)")
 
     def _deliver_timed_faults(self) -> None:
         """A command's timed signal faults whose time has come (called at every poll): counted
