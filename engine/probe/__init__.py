@@ -29,6 +29,7 @@ TRIAL_S = 1.5              # timed seconds per batch trial
 # How a candidate is timed, by the trainer's worker and a command's alike.
 WARMUP_SHARE = 0.25      # of the time left once it is ready (a command: at its first step)
 TIMING_S = 0.25          # the trainer's: a timing of micro-batches lasts at least this (then a sync)
+MAX_TIMINGS = 240        # ... and at least its time over this many (a long --budget's events stay few)
 WINDOWS = 8              # a command's: timed windows aimed for in the time left after warm-up
 MIN_WINDOW_S = 0.25
 TRIAL_MIN_STEPS = 1      # timed steps per batch trial (at least), after the first step

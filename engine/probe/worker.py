@@ -45,7 +45,7 @@ from engine import presets
 from engine.train import device as devices, parity
 from engine.run.crashes import EXIT_FINISHED
 from engine.run.events import EventWriter
-from engine.probe import TIMING_S, TRIAL_MIN_STEPS, TRIAL_S, WARMUP_SHARE
+from engine.probe import MAX_TIMINGS, TIMING_S, TRIAL_MIN_STEPS, TRIAL_S, WARMUP_SHARE
 from engine.probe.timings import Timing, estimate
 from engine.run.rundir import RunDir
 from engine.train.trainer import NonFiniteLoss, StopRequest, Trainer, report_failure
@@ -64,23 +64,25 @@ class TimeUp(Exception):
 
 class MicroBatchClock:
     """Times the trainer's micro-batches through its `micro_batch_hook`, as `Timing`s
-    (engine.probe.timings): each ends with a device sync, once it has lasted TIMING_S.
+    (engine.probe.timings): each ends with a device sync, once it has lasted `timing_s`
+    (TIMING_S; longer in a long slice, so that there are at most MAX_TIMINGS).
 
     A long micro-batch is timed alone, and so is the optimizer step that follows a group's last
-    one; micro-batches shorter than TIMING_S are timed in runs inside their group, and steps
+    one; micro-batches shorter than `timing_s` are timed in runs inside their group, and steps
     shorter than it whole, several to a timing (a sync per micro-batch would stop a GPU's host
     from queueing ahead, which a run's loop does). Warm-up timings (those before `warm_until`,
     and the ones holding the first micro-batch or the first optimizer step: kernel selection,
     caches, the optimizer's state) are `probe_warmup` events, the others `probe_timing`."""
 
-    def __init__(self, trainer: Trainer, warm_until: float, until: float):
-        self.trainer, self.warm_until, self.until = trainer, warm_until, until
+    def __init__(self, trainer: Trainer, warm_until: float, until: float, timing_s: float = TIMING_S):
+        self.trainer, self.warm_until, self.until, self.timing_s = trainer, warm_until, until, timing_s
         self.micro = self.steps = 0    # in the open timing
         self.inside = False            # it began inside a group (after a micro-batch)
         self.first_micro = self.first_step = True
         self.timings: list[Timing] = []  # after warm-up
         self.warmup: list[Timing] = []
         self.micro_s = 0.0             # the last micro-batch's duration, roughly (no sync)
+        self.done = 0                  # micro-batches so far
         self._last = self.mark = 0.0
 
     def start(self) -> None:
@@ -92,16 +94,22 @@ class MicroBatchClock:
         now = time.monotonic()
         self.micro_s, self._last = now - self._last, now
         self.micro += 1
-        if not self.steps and ((self.inside and done == of) or now - self.mark >= TIMING_S):
+        self.done += 1
+        if not self.steps and ((self.inside and done == of) or now - self.mark >= self.timing_s):
             self._close()
             self.inside = True  # the next timing is the group's rest, or its optimizer step
-        if done < of and time.time() + self.micro_s > self.until:
+        if done < of and self.no_time_left():
             raise TimeUp
+
+    def no_time_left(self) -> bool:
+        """Another micro-batch as long as the last would end after `until`. Not judged by the
+        first, whose one-time costs (a compile: minutes) the next does not pay."""
+        return self.done > 1 and time.time() + self.micro_s > self.until
 
     def after_step(self) -> None:
         self._last = time.monotonic()
         self.steps += 1
-        if not self.micro or (not self.inside and self._last - self.mark >= TIMING_S):
+        if not self.micro or (not self.inside and self._last - self.mark >= self.timing_s):
             self._close()
             self.inside = False
 
@@ -130,14 +138,16 @@ def measure_speed(trainer: Trainer, until: float) -> None:
     """Warm up for a quarter of the time left, then time micro-batches until `until`
     (time.time()): `probe_warmup` and `probe_timing` events (MicroBatchClock)."""
     left = until - time.time()
-    clock = MicroBatchClock(trainer, time.monotonic() + WARMUP_SHARE * left, until)
+    # Timings of at least TIMING_S, and no more than MAX_TIMINGS of them in a long slice.
+    clock = MicroBatchClock(trainer, time.monotonic() + WARMUP_SHARE * left, until,
+                            timing_s=max(TIMING_S, left / MAX_TIMINGS))
     clock.start()
     try:
         while True:
             trainer.train_step()
             clock.after_step()
             trainer.maybe_report()  # the run's loss check (a NaN is a crash here too)
-            if time.time() + clock.micro_s > until:  # no time for another micro-batch
+            if clock.no_time_left():
                 break
     except TimeUp:
         pass  # in the middle of a group: what was timed is the measurement
