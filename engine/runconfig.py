@@ -283,23 +283,21 @@ def check_faults(config: RunConfig, start_where: str) -> None:
     from engine.run import faults
 
     devices = {config.device_preset: config.device, **config.ladder}
-    found = _faults_of(devices)
-    asked: dict[str, tuple[str, bool] | None] = {}
-    for spec, names in found.items():
+    asked: dict[str, tuple[str, bool] | None] = {}   # the command's Python, by preset env
+    for spec, names in _faults_of(devices).items():
         fault = faults.parse(spec)
         blame = _fault_from(spec, names, config.device_preset, start_where, config.overrides)
         last = None if fault.timed else _last_step(config, [devices[n] for n in names])
         if last is not None and fault.step > last[0]:
-            raise ConfigError(*blame, f"step {fault.step} is past the run's last step, {last[0]} ({last[1]}); "
-                                      f"expected a step from 0 to {last[0]}, or a time "
-                                      f"('{fault.kind}@30s')")
+            raise ConfigError(*blame, f"step {fault.step} is past the run's last step, {last[0]} "
+                                      f"({last[1]}); expected a step from 0 to {last[0]}, or a "
+                                      f"time ('{fault.kind}@30s')")
         if config.workload.is_command and fault.kind in faults.REPORTED_KINDS:
-            spec_ = config.workload.params
-            preset = devices[names[0]]
-            key = json.dumps(dict(preset.env), sort_keys=True)
+            command_ = config.workload.params
+            env = {**os.environ, **devices[names[0]].env}
+            key = json.dumps(dict(devices[names[0]].env), sort_keys=True)
             if key not in asked:
-                asked[key] = faults.reporter(list(spec_.command), spec_.cwd or os.getcwd(),
-                                             {**os.environ, **preset.env})
+                asked[key] = faults.reporter(list(command_.command), command_.cwd or os.getcwd(), env)
             if asked[key] is not None and not asked[key][1]:
                 raise ConfigError(*blame, f"{fault.kind} is raised inside the script by "
                                           f"cockpit.report.step, and {asked[key][0]} cannot import "
