@@ -229,7 +229,7 @@ class Trainer:
         now = time.monotonic()
         if done < of and now - self._last_heartbeat >= self.train.report_every_s:
             self._last_heartbeat = now
-            self.emit("heartbeat", step=self.step, micro_batches=done, of=of)
+            self.emit("heartbeat", rank=self.world.rank, step=self.step, micro_batches=done, of=of)
 
     def check_parity(self) -> parity.Parity:
         """The device against the CPU on the next micro-batch (engine.train.parity); a wrong
