@@ -191,7 +191,9 @@ def test_live_run_whole_with_stop_and_detach_offered(home, size):
             dash = await _open(pilot, app, path, live=True)
             _assert_whole(dash)
             for key in ("s Stop", "d Detach", "? Help", "^p palette"):
-                assert on_screen(app, key) or on_screen(app, key.replace(" ", "  ")), key
+                # the footer takes the live run's bindings at its next refresh (later when loaded)
+                await wait_for(pilot, lambda: on_screen(app, key) or on_screen(app, key.replace(" ", "  ")),
+                               what=f"{key!r} in the footer")
 
     run(drive())
 
