@@ -11,8 +11,8 @@ import textwrap
 
 from conftest import TINY, child_env, cockpit_cmd, user_preset
 
-# Each micro-batch sleeps: 32 of them make a step of about 6 s, twice the hang timeout below,
-# while a micro-batch (0.2 s) is far inside it.
+# Each micro-batch sleeps: 64 of them make a step of about 6 s, twice the hang timeout below,
+# while a micro-batch (0.1 s) is far inside it (note 001's CPU fallback is 8 x 64).
 SLOW_MICRO_BATCHES = '''
 import time
 
@@ -21,11 +21,11 @@ from torch import nn
 
 
 class Slow:
-    num_samples = 64
+    num_samples = 128
 
     def __init__(self, params, seed):
         g = torch.Generator().manual_seed(seed)
-        self.x = torch.randn(64, 4, generator=g)
+        self.x = torch.randn(128, 4, generator=g)
         self.y = self.x.sum(1)
 
     def build_model(self, *, grad_checkpointing):
@@ -35,7 +35,7 @@ class Slow:
         return self.x[indices].to(device), self.y[indices].to(device)
 
     def loss(self, model, batch):
-        time.sleep(0.2)  # a slow device's micro-batch
+        time.sleep(0.1)  # a slow device's micro-batch
         x, y = batch
         return ((model(x).squeeze(1) - y) ** 2).mean()
 
@@ -50,7 +50,7 @@ def test_a_step_of_many_micro_batches_longer_than_the_hang_timeout_finishes(home
     user_preset(home, "workloads", "slowmb", f'workload = "{home / "slow_micro_batches.py"}:build"\n'
                                              "[train]\nepochs = 1\nmax_steps = 2\nreport_every_s = 0.05\n")
     done = subprocess.run(cockpit_cmd("--no-ui", "--json", "-w", "slowmb", "-d", "cpu", "--set", "batch_size=1",
-                                      "--set", "accumulation=32", "--set", "hang_timeout_s=3",
+                                      "--set", "accumulation=64", "--set", "hang_timeout_s=3",
                                       "--set", "threads=1"),
                           capture_output=True, text=True, env=child_env(), timeout=300)
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
@@ -58,8 +58,8 @@ def test_a_step_of_many_micro_batches_longer_than_the_hang_timeout_finishes(home
     assert [e["outcome"] for e in events if e["type"] == "attempt_ended"] == ["finished"]
     beats = [e for e in events if e["type"] == "heartbeat"]
     # the groups were seen advancing, micro-batch by micro-batch, in both steps
-    assert {e["step"] for e in beats} == {0, 1} and all(e["of"] == 32 for e in beats)
-    assert all(0 < e["micro_batches"] < 32 for e in beats)
+    assert {e["step"] for e in beats} == {0, 1} and all(e["of"] == 64 for e in beats)
+    assert all(0 < e["micro_batches"] < 64 for e in beats)
 
 
 def test_a_run_that_died_before_its_first_checkpoint_says_so_and_its_total(home):
