@@ -83,7 +83,8 @@ def main() -> int:
         workload = TrmWorkload(params, seed=0)
         model = workload.build_model(grad_checkpointing=False).eval()
         size = sum(p.numel() for p in model.parameters())
-        label = f"{name} ({size / 1e6:.1f}M params, {params.forward_dtype}, window {params.seq_len})"
+        label = (f"{name} ({size / 1e6:.1f}M params, {params.forward_dtype}, "
+                 f"window {params.seq_len})")
         as_sample_does(workload, model, args.prompt, 2)  # first-call costs
         before, now, kept = [], [], []
         fixed = {(n, cached): [] for n in args.threads for cached in (False, True)}

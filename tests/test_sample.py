@@ -154,6 +154,8 @@ def test_sample_streams_the_text_after_naming_the_checkpoint(home):
     ("--temperature", "-1", "expected a finite number >= 0"),
     ("--temperature", "nan", "expected a finite number >= 0"),
     ("--temperature", "inf", "expected a finite number >= 0"),
+    ("--seed", "many", "expected a whole number of at most 64 bits"),
+    ("--seed", str(2**64), "expected a whole number of at most 64 bits"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(home, capsys, flag, value, expected):
     from cockpit.cli import main

@@ -33,6 +33,19 @@ def _temperature(text: str) -> float:
     return value
 
 
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    # torch's generator takes 64 bits, signed or not; past them it raises only once the
+    # checkpoint is loaded, with a traceback
+    if value is None or not -2**63 <= value < 2**64:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a whole number of at most "
+                                         "64 bits (e.g. 0)")
+    return value
+
+
 def add_parser(sub) -> None:
     q = sub.add_parser("sample", help="continue a prompt with a text run's latest checkpoint")
     q.add_argument("run", help="run id, a unique prefix of one, a path, or 'last'")
@@ -41,7 +54,7 @@ def add_parser(sub) -> None:
                    help="bytes to write (default 200)")
     q.add_argument("--temperature", type=_temperature, default=0.8, metavar="T",
                    help="0 = always the likeliest byte; higher = more varied (default 0.8)")
-    q.add_argument("--seed", type=int, default=0, help="sampling seed, for repeatable output")
+    q.add_argument("--seed", type=_seed, default=0, help="sampling seed, for repeatable output")
     q.set_defaults(handler=run)
 
 
