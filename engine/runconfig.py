@@ -221,7 +221,7 @@ def configure(workload: WorkloadPreset, workload_name: str, where: str, device_n
         for spec, names in _faults_of({device_name: device, **ladder}).items():
             for kind, what in (("wrong-grad", "perturbs the gradients of"), ("compile-error", "fails the compile of")):
                 if spec.startswith(kind + "@"):
-                    raise ConfigError(*_fault_from(spec, names, device_name, start_where, overrides),
+                    raise ConfigError(*fault_from(spec, names, device_name, start_where, overrides),
                                       f"{kind} {what} cockpit's own trainer; a command's training "
                                       "loop is its own, expected another fault kind")
     else:  # the first attempt's step vs the data set; the trainer checks every attempt's
@@ -264,7 +264,7 @@ def _faults_of(devices: dict[str, DevicePreset]) -> dict[str, list[str]]:
     return found
 
 
-def _fault_from(spec: str, names: list[str], start: str, start_where: str,
+def fault_from(spec: str, names: list[str], start: str, start_where: str,
                 overrides: list[str] | tuple[str, ...]) -> tuple[str, str]:
     """(where, key) of a fault: --inject when the run's faults were given on the command line
     (they then replace every preset's), else the preset file that has it."""
@@ -286,12 +286,10 @@ def check_faults(config: RunConfig, start_where: str) -> None:
     asked: dict[str, tuple[str, bool] | None] = {}   # the command's Python, by preset env
     for spec, names in _faults_of(devices).items():
         fault = faults.parse(spec)
-        blame = _fault_from(spec, names, config.device_preset, start_where, config.overrides)
+        blame = fault_from(spec, names, config.device_preset, start_where, config.overrides)
         last = None if fault.timed else _last_step(config, [devices[n] for n in names])
         if last is not None and fault.step > last[0]:
-            raise ConfigError(*blame, f"step {fault.step} is past the run's last step, {last[0]} "
-                                      f"({last[1]}); expected a step from 0 to {last[0]}, or a "
-                                      f"time ('{fault.kind}@30s')")
+            raise ConfigError(*blame, past_last_step(fault, *last))
         if config.workload.is_command and fault.kind in faults.REPORTED_KINDS:
             command_ = config.workload.params
             env = {**os.environ, **devices[names[0]].env}
@@ -304,6 +302,13 @@ def check_faults(config: RunConfig, start_where: str) -> None:
                                           "cockpit.report; expected cockpit installed for that "
                                           "interpreter, or native-crash, hang or slow (the "
                                           "supervisor delivers those from outside)")
+
+
+def past_last_step(fault, last: int, why: str) -> str:
+    """What is wrong with a step fault that no attempt can reach: said here before the run, or by
+    the trainer's first attempt where only it knows the run's length (engine.train.trainer)."""
+    return (f"step {fault.step} is past the run's last step, {last} ({why}); expected a step "
+            f"from 0 to {last}, or a time ('{fault.kind}@30s')")
 
 
 def _last_step(config: RunConfig, devices: list[DevicePreset]) -> tuple[int, str] | None:

@@ -137,6 +137,52 @@ def test_a_step_past_the_end_is_refused_in_one_line(home):
     assert "--inject: hang@101: step 101 is past the run's last step, 100 (command.total_steps)" in line
 
 
+# A workload whose size only its build knows (as trm's): runconfig cannot count its steps.
+SIZED_BY_ITS_DATA = """
+import torch
+from torch import nn
+
+
+class Data:
+    num_samples = 64
+
+    def __init__(self, params, seed):
+        self.x = torch.randn(64, 4, generator=torch.Generator().manual_seed(seed))
+
+    def build_model(self, *, grad_checkpointing):
+        return nn.Linear(4, 1)
+
+    def batch(self, indices, device):
+        return self.x[indices].to(device)
+
+    def loss(self, model, batch):
+        return model(batch).pow(2).mean()
+
+
+def build(params, seed):
+    return Data(params, seed)
+"""
+
+
+def test_a_step_past_the_end_of_a_workload_only_the_trainer_can_count_is_refused(home):
+    """trm tells its size only once its data is built: the first attempt refuses the fault, in
+    the line runconfig gives where it can count (the README's trm-tiny ran to its end with an
+    oom@99999 that never fired, and nothing said so)."""
+    (home / "sized.py").write_text(SIZED_BY_ITS_DATA)
+    user_preset(home, "workloads", "sized", f'workload = "{home / "sized.py"}:build"\n[train]\nepochs = 1\n')
+    # 64 samples in steps of 8 x 2: 4 steps
+    sets = [a for o in ("batch_size=8", "accumulation=2", "threads=1") for a in ("--set", o)]
+    done = cockpit("--no-ui", "-w", "sized", "-d", "cpu", *sets, "--inject", "oom@5")
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert ("--inject: oom@5: step 5 is past the run's last step, 4 (64 samples in steps of 16); "
+            "expected a step from 0 to 4, or a time ('oom@30s')") in done.stdout + done.stderr
+    assert not of_type(list_runs()[0], "step")
+    done = cockpit("--no-ui", "-w", "sized", "-d", "cpu", *sets, "--json", "--inject", "oom@4")
+    assert done.returncode != 2 and "past the run's last step" not in done.stdout + done.stderr
+    fired = [json.loads(line) for line in done.stdout.splitlines() if '"fault_injected"' in line]
+    assert [(e["spec"], e["step"]) for e in fired] == [("oom@4", 4)]  # the last step can fire
+
+
 def test_a_reported_fault_in_a_python_that_cannot_import_cockpit_is_refused(home, tmp_path):
     path = script(tmp_path, """\
         import time

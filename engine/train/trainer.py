@@ -127,6 +127,8 @@ class Trainer:
             self.total_samples = min(self.total_samples, self.train.max_steps * self.first_global_batch)
         self.total_steps = self.step + math.ceil(
             max(0, self.total_samples - self.samples_seen) / self.global_batch)
+        if events.attempt == 1 and not self.resumed_from:
+            self._refuse_unreachable_faults(config, preset_name)
         # Warmup counts steps of the first attempt's global batch too: the curve is one of samples.
         self.schedule = optim.Schedule.of(self.train, self.first_global_batch, self.total_samples)
         self._saved_step = self.step if self.resumed_from else None  # the step on disk
@@ -217,6 +219,20 @@ class Trainer:
         self.samples_seen += group
         self._window_samples += group
         self._window_steps += 1
+
+    def _refuse_unreachable_faults(self, config, preset_name: str) -> None:
+        """A step fault past the run's last step would never fire, and the rehearsal would pass
+        in silence. engine.runconfig.check_faults refuses it before the run where a workload
+        tells its size without building its data; for the others (trm) only the trainer knows
+        the run's length, so its first attempt refuses it, with the same line."""
+        from engine import runconfig
+
+        for fault in self.faults.faults:  # step faults (timed ones are in .timed)
+            if fault.step > self.total_steps:
+                raise ConfigError(*runconfig.fault_from(fault.spec, [preset_name], preset_name,
+                                                        f"device preset {preset_name!r}", config.overrides),
+                                  runconfig.past_last_step(fault, self.total_steps, f"{self.total_samples} "
+                                                           f"samples in steps of {self.global_batch}"))
 
     def after_micro_batch(self, done: int, of: int) -> None:
         """A long accumulation group is still a sign of life: the supervisor's hang watch sees a
