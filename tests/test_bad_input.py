@@ -114,8 +114,9 @@ def test_a_batch_larger_than_the_data_set_is_refused_by_the_trainer_too(home):
     _, preset = runconfig.apply_overrides(run.config().workload, run.config().device, ["batch_size=100"])
     with pytest.raises(ConfigError) as err:
         Trainer(run, EventWriter(run.events_path, attempt=1), "cpu", preset)
-    assert err.value.line().startswith("device preset 'cpu': batch_size: 100 x accumulation 4 = 400 "
-                                       "samples per optimizer step, but the data set has 256")
+    # (who is blamed, the preset or a --set, is test_a_step_larger_than_trms_data_set_...'s)
+    assert ": 100 x accumulation 4 = 400 samples per optimizer step, but the data set has 256" \
+        in err.value.line()
 
 
 def test_a_custom_workload_smaller_than_a_step_fails_as_config_exit_2(home):
@@ -126,7 +127,8 @@ def test_a_custom_workload_smaller_than_a_step_fails_as_config_exit_2(home):
                                                     "params.samples=32") for a in ("--set", s)]),
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "device preset 'cpu': batch_size: 64 samples per optimizer step, but the data set " \
+    # the trainer names the --set that sized the step (issue 24), as runconfig does where it can count
+    assert "--set: device.batch_size: 64 samples per optimizer step, but the data set " \
            "has 32" in done.stdout
     assert "run failed: 1 attempt (cpu: config)" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr
@@ -384,6 +386,23 @@ def test_a_step_larger_than_the_data_set_names_the_file_or_the_argument_plainly(
     assert line.startswith(f"cockpit: --set: device.batch_size: {huge} samples per optimizer step")
     for line in (line, bad_input(capsys, "--no-ui", "--device", "huge")):
         assert f"{huge} = {huge}" not in line and "device preset 'huge'" not in line
+
+
+def test_a_step_larger_than_trms_data_set_names_the_set_that_made_it(home):
+    """trm tells its size only once its data is built, so its trainer checks the step: the --set
+    that sized it is named there too, not the preset it was set on."""
+    huge = 99999999999999999
+    done = subprocess.run(cockpit_cmd("--no-ui", "-w", "trm-tiny", "-d", "cpu", "--set", f"batch_size={huge}",
+                                      "--set", "threads=1"),
+                          capture_output=True, text=True, env=child_env(), timeout=300)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"--set: device.batch_size: {huge} x accumulation " in done.stdout
+    assert "device preset 'cpu': batch_size" not in done.stdout
+    # of two --set factors, the one that made the step too large, in whatever order they came
+    done = subprocess.run(cockpit_cmd("--no-ui", "-w", "trm-tiny", "-d", "cpu", "--set", "batch_size=8",
+                                      "--set", "threads=1", "--set", "accumulation=99999"),
+                          capture_output=True, text=True, env=child_env(), timeout=300)
+    assert done.returncode == 2 and "--set: device.accumulation: 8 x accumulation 99999 " in done.stdout
 
 
 @pytest.mark.parametrize("placed, words", [

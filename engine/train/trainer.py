@@ -97,7 +97,7 @@ class Trainer:
         devices.seed_everything(self.train.seed)
         self.name = config.workload.workload
         self.workload = workloads.build(self.name, config.workload.params, self.train.seed)
-        workloads.check_batch(preset, self.workload.num_samples, f"device preset {preset_name!r}")
+        workloads.check_batch(preset, self.workload.num_samples, *_step_set_by(config.overrides, preset, preset_name))
         self.model = self.workload.build_model(grad_checkpointing=preset.grad_checkpointing).to(self.device)
         self.ddp = None
         if self.world.size > 1:
@@ -574,6 +574,20 @@ def checked_loss(loss, name: str, workload) -> torch.Tensor:
 
 def _article(word: str) -> str:
     return "an" if word[:1].lower() in "aeiou" else "a"
+
+
+def _step_set_by(overrides, preset: DevicePreset, preset_name: str) -> tuple[str, str]:
+    """(where, key) to blame for an optimizer step larger than the data set: the --set that sized
+    the step (carried to every preset of the ladder), else the preset. engine.runconfig blames
+    before the run where the data set's size is known without building it; trm's is not."""
+    factors = ("batch_size", "accumulation", "nproc_per_node", "nnodes")
+    keys = {k.strip(): v.strip() for k, _, v in (item.partition("=") for item in overrides)}
+    # a --set whose value this attempt runs (a fallback may have halved it since); of several,
+    # the largest factor of the step
+    set_here = [k for k in factors if str(getattr(preset, k)) in (keys.get(k), keys.get(f"device.{k}"))]
+    if set_here:
+        return "--set", "device." + max(set_here, key=lambda k: getattr(preset, k))
+    return f"device preset {preset_name!r}", "batch_size"
 
 
 def _rank() -> int:
