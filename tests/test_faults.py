@@ -181,6 +181,15 @@ def test_a_step_past_the_end_of_a_workload_only_the_trainer_can_count_is_refused
     assert done.returncode != 2 and "past the run's last step" not in done.stdout + done.stderr
     fired = [json.loads(line) for line in done.stdout.splitlines() if '"fault_injected"' in line]
     assert [(e["spec"], e["step"]) for e in fired] == [("oom@4", 4)]  # the last step can fire
+    # A fallback's smaller step reaches further: a fault for its attempt is no mistake.
+    user_preset(home, "devices", "big", 'device = "cpu"\nbatch_size = 8\naccumulation = 2\nthreads = 1\n'
+                                        'fallback = ["small"]\n')
+    user_preset(home, "devices", "small", 'device = "cpu"\nbatch_size = 4\naccumulation = 1\nthreads = 1\n')
+    done = cockpit("--no-ui", "-w", "sized", "-d", "big", "--inject", "oom@16")
+    assert done.returncode == 0 and "past the run's last step" not in done.stdout + done.stderr
+    done = cockpit("--no-ui", "-w", "sized", "-d", "big", "--inject", "oom@17")
+    assert done.returncode == 2 and "step 17 is past the run's last step, 16 (64 samples in steps " \
+        "of 4)" in done.stdout
 
 
 def test_a_reported_fault_in_a_python_that_cannot_import_cockpit_is_refused(home, tmp_path):
