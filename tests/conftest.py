@@ -53,8 +53,10 @@ def child_env() -> dict[str, str]:
 #   inherited across exec, a handler is not, so pytest gets Python's own handler back;
 # - a test leaves nothing running. Every descendant carries MARK in its environment (a child
 #   that detached into a session of its own, or whose parent died, included); after each test
-#   (and each module and the session, for what their fixtures start) what appeared and did not
-#   end within LEAK_GRACE_S is killed and fails that test, naming the command lines.
+#   (and each module, for what its fixtures start) what appeared and did not end within
+#   LEAK_GRACE_S is killed and fails that test, naming the command lines. There is no session
+#   guard: a session-scoped fixture's process would be killed at the end of the first module
+#   that used it, so such a fixture must not start one.
 
 MARK = "PYTEST_SESSION_OF_COCKPIT"  # not COCKPIT_*: tests strip those for a script run alone
 # a generous cap for a supervisor or lifeline that is already exiting (tests/test_suite_guards.py
