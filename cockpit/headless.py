@@ -25,6 +25,7 @@ import sys
 from typing import TextIO
 
 from engine.run.fallback import describe_change
+from engine.run.rundir import interrupted_next
 from engine.numbers import count, rate
 
 
@@ -178,7 +179,7 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
     if kind == "supervisor_lost":
         return e["message"]
     if kind == "run_interrupted":
-        return f"run interrupted ({e['reason']}); continue it with: {e['resume']}"
+        return f"run interrupted ({e['reason']}); {interrupted_next(e)}"
     if kind == "trainer_ready":
         resumed = e.get("resumed_from")
         line = (f"attempt {e['attempt']}: {e['device']} {e['precision']}"

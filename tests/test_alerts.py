@@ -343,7 +343,8 @@ def test_a_supervisor_that_dies_is_told_by_its_lifeline(alerting):
     run = RunDir.create(runconfig.resolve("matmul", "cpu", FAST + ["train.epochs=1000", "inject=['slow@1+']"]))
     start_detached(run, notify_command=f"cat >> {out}")
     deadline = time.monotonic() + 300   # for a hang only
-    while not any(e["type"] == "step" for e in run.events()) and time.monotonic() < deadline:
+    # past its first checkpoint, so that there is something to continue from
+    while not any(e["type"] == "checkpoint" for e in run.events()) and time.monotonic() < deadline:
         time.sleep(0.1)
     os.kill(ProcessId.parse(run.pid_path.read_text()).pid, signal.SIGKILL)
     while not (out.exists() and out.read_text().endswith("\n")) and time.monotonic() < deadline:

@@ -73,3 +73,25 @@ def test_a_run_that_died_before_its_first_checkpoint_says_so_and_its_total(home)
                             env=child_env(), timeout=60)
     (row,) = [line for line in listed.stdout.splitlines() if "matmul" in line]
     assert re.search(r"\b0/\d+\b", row) and "0/?" not in row, row
+
+
+def test_a_run_interrupted_before_its_first_checkpoint_is_not_offered_a_resume(home):
+    """The lifeline's word when the supervisor dies, as the headless line and the alert say it."""
+    from cockpit.headless import human_line
+    from engine import runconfig
+    from engine.run.events import EventWriter
+    from engine.run.lifeline import stop_orphan
+    from engine.run.rundir import RunDir
+
+    def interrupted(run) -> str:
+        stop_orphan(run.path, None)   # the supervisor died, with no attempt running
+        (event,) = [e for e in run.events() if e["type"] == "run_interrupted"]
+        return human_line(event, None)
+
+    bare = RunDir.create(runconfig.resolve("matmul", "cpu", TINY))
+    said = interrupted(bare)
+    assert "saved no checkpoint" in said and "runs resume" not in said
+    saved = RunDir.create(runconfig.resolve("matmul", "cpu", TINY))
+    with EventWriter(saved.events_path, attempt=1) as events:
+        events.emit("checkpoint", step=4, path="checkpoints/step-000000004.pt")
+    assert interrupted(saved).endswith(f"continue it with: cockpit runs resume {saved.id}")

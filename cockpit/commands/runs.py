@@ -14,7 +14,7 @@ from engine import command, settings
 from engine.errors import ConfigError
 from engine.run import lifeline, resume as resumption, supervisor
 from engine.numbers import count, rate
-from engine.run.rundir import find_run, list_runs, summarize
+from engine.run.rundir import continue_hint, find_run, list_runs, summarize
 
 
 def _rate(value: float | None) -> str:
@@ -116,7 +116,7 @@ def stop(args: argparse.Namespace) -> int:
                 lifeline.stop_orphan(run.path, history.process, by="cockpit runs stop")
             finally:
                 os.close(lock)
-            print(f"stopped; continue it with: cockpit runs resume {run.id}")
+            print(f"stopped; {continue_hint(run)}")
             return 0
         print(f"run {run.id} is not running")
         return 1

@@ -42,6 +42,7 @@ from engine import settings as user_settings
 from engine.errors import ConfigError
 from engine.numbers import count
 from engine.run.identity import ProcessId
+from engine.run.rundir import interrupted_next
 from engine.schema import from_table, to_table
 from engine.settings import AlertSettings
 
@@ -102,8 +103,7 @@ class AlertRules:
                 else:
                     alerts += self.flush()
             elif kind == "run_interrupted":   # the lifeline's word: the supervisor died
-                alerts += self._incident("failure", e, f"{e.get('reason', 'interrupted')}; continue it "
-                                                       f"with: {e.get('resume', 'cockpit runs resume')}")
+                alerts += self._incident("failure", e, f"{e.get('reason', 'interrupted')}; {interrupted_next(e)}")
             elif kind in ("attempt_started", "run_resumed"):
                 alerts += self.flush()
                 self._failed = self._failed and kind != "run_resumed"   # a resumed run may fail anew

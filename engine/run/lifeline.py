@@ -31,7 +31,7 @@ from pathlib import Path
 
 from engine.run.events import EventWriter
 from engine.run.identity import ProcessId
-from engine.run.rundir import RunDir  # imported now: when the supervisor dies, every moment counts
+from engine.run.rundir import RunDir, continue_hint  # imported now: when the supervisor dies, every moment counts
 
 POLL_S = 0.1
 
@@ -121,8 +121,7 @@ def stop_orphan(run_path: Path, current: dict | None, by: str = "the lifeline",
         # Gone before the last word: whoever reads run_interrupted finds no supervisor's pid
         # (a resume checks it), however long the alert below takes.
         run.pid_path.unlink(missing_ok=True)
-        ended = events.emit("run_interrupted", reason="the supervisor died",
-                            resume=f"cockpit runs resume {run.id}")
+        ended = events.emit("run_interrupted", reason="the supervisor died", next=continue_hint(run))
         if alerts is not None:
             _alert(alerts, ended, events)
 

@@ -123,6 +123,20 @@ class RunDir:
 RUN_FILES = "a run directory holds run.toml and events.jsonl"
 
 
+def continue_hint(run: RunDir) -> str:
+    """What to type to continue a run that ended early: 'continue it with: cockpit runs resume
+    ID', or, for a run that saved no checkpoint, that there is nothing to continue from (a
+    resume would only start it over)."""
+    if summarize(run).checkpoints:
+        return f"continue it with: cockpit runs resume {run.id}"
+    return "it saved no checkpoint, so there is nothing to resume from"
+
+
+def interrupted_next(event: dict) -> str:
+    """What a run_interrupted event says to do next (older ones carried only the command)."""
+    return event.get("next") or f"continue it with: {event.get('resume', 'cockpit runs resume')}"
+
+
 def find_run(ref: str, root: Path | None = None) -> RunDir:
     """A run by id, unique id prefix, path, or 'last'. A path (anything with a '/', or a
     directory that is no run's id) is taken as it is, and one that is not a run's directory is
