@@ -266,11 +266,16 @@ def _faults_of(devices: dict[str, DevicePreset]) -> dict[str, list[str]]:
 
 def fault_from(spec: str, names: list[str], start: str, start_where: str,
                 overrides: list[str] | tuple[str, ...]) -> tuple[str, str]:
-    """(where, key) of a fault: --inject when the run's faults were given on the command line
-    (they then replace every preset's), else the preset file that has it."""
-    if any(item.partition("=")[0].strip().removeprefix("device.") == "inject" for item in overrides):
-        return "--inject", spec
-    return (start_where if names[0] == start else f"device preset {names[0]!r}"), "inject"
+    """(where, key) of a fault: --inject (which becomes device.inject) or --set inject when the
+    run's faults were given on the command line (they then replace every preset's; the last one
+    given is what holds), else the preset file that has it."""
+    for item in reversed(overrides):
+        key = item.partition("=")[0].strip()
+        if key == "device.inject":
+            return "--inject", spec
+        if key == "inject":
+            return "--set", f"inject: {spec}"
+    return (start_where if names[0] == start else f"device preset {names[0]!r}"), f"inject: {spec}"
 
 
 def check_faults(config: RunConfig, start_where: str) -> None:

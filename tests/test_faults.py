@@ -130,6 +130,13 @@ def test_a_step_past_the_end_is_refused_in_one_line(home):
     assert done.stderr.strip().splitlines() == [
         "cockpit: --inject: native-crash@13+: step 13 is past the run's last step, 12 (384 samples "
         "in steps of 32); expected a step from 0 to 12, or a time ('native-crash@30s')"]
+    # the same fault given as --set names --set, and a preset file's names the file
+    done = cockpit("--no-ui", "--device", "first", *sets, "--set", "inject=['native-crash@13+']")
+    assert done.returncode == 2 and done.stderr.startswith(
+        "cockpit: --set: inject: native-crash@13+: step 13 is past the run's last step, 12"), done.stderr
+    user_preset(home, "devices", "faulty", 'device = "cpu"\nbatch_size = 32\ninject = ["oom@13"]\n')
+    done = cockpit("--no-ui", "--device", "faulty", *sets)
+    assert done.returncode == 2 and "faulty.toml: inject: oom@13: step 13 is past" in done.stderr, done.stderr
     done = cockpit("run", "-d", "cpu", "--set", "command.total_steps=100", "--inject", "hang@101",
                    "--", PY, TRAIN)
     assert done.returncode == 2 and not list_runs()
