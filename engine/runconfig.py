@@ -292,7 +292,7 @@ def check_faults(config: RunConfig, start_where: str) -> None:
     for spec, names in _faults_of(devices).items():
         fault = faults.parse(spec)
         blame = fault_from(spec, names, config.device_preset, start_where, config.overrides)
-        last = None if fault.timed else _last_step(config, [devices[n] for n in names])
+        last = None if fault.timed else last_step(config, [devices[n] for n in names])
         if last is not None and fault.step > last[0]:
             raise ConfigError(*blame, past_last_step(fault, *last))
         if config.workload.is_command and fault.kind in faults.REPORTED_KINDS:
@@ -316,14 +316,17 @@ def past_last_step(fault, last: int, why: str) -> str:
             f"from 0 to {last}, or a time ('{fault.kind}@30s')")
 
 
-def _last_step(config: RunConfig, devices: list[DevicePreset]) -> tuple[int, str] | None:
+def last_step(config: RunConfig, devices: list[DevicePreset],
+              samples: int | None = None) -> tuple[int, str] | None:
     """The last optimizer step any of these presets can reach in this run, and why; None when
-    it is not known (a command without total_steps, a workload that does not say its size)."""
+    it is not known (a command without total_steps, a workload that does not say its size
+    without building its data). `samples`: the data set's size where the caller built it (the
+    trainer, for trm)."""
     workload = config.workload
     if workload.is_command:
         total = workload.params.total_steps
         return (total, "command.total_steps") if total else None
-    samples = workloads.num_samples(workload.workload, workload.params)
+    samples = samples or workloads.num_samples(workload.workload, workload.params)
     if samples is None:
         return None
     total = max(1, round(workload.train.epochs * samples))

@@ -227,16 +227,15 @@ class Trainer:
         the run's length, so its first attempt refuses it, with the same line."""
         from engine import runconfig
 
-        # A later attempt counts its steps in its own batch: the smallest of the ladder's reaches
-        # furthest (a fault may be meant for a fallback's attempt), as runconfig counts.
-        batch = min(d.effective_batch * d.world_size for d in (config.device, *config.ladder.values()))
-        last = math.ceil(self.total_samples / batch)
+        # counted as runconfig counts, on the ladder's smallest step (a fault may be meant for a
+        # fallback's attempt), with the data set's size this process has built
+        last, why = runconfig.last_step(config, [config.device, *config.ladder.values()],
+                                        samples=self.workload.num_samples)
         for fault in self.faults.faults:  # step faults (timed ones are in .timed)
             if fault.step > last:
                 raise ConfigError(*runconfig.fault_from(fault.spec, [preset_name], preset_name,
                                                         f"device preset {preset_name!r}", config.overrides),
-                                  runconfig.past_last_step(fault, last, f"{self.total_samples} samples "
-                                                                        f"in steps of {batch}"))
+                                  runconfig.past_last_step(fault, last, why))
 
     def after_micro_batch(self, done: int, of: int) -> None:
         """A long accumulation group is still a sign of life: the supervisor's hang watch sees a
