@@ -178,6 +178,7 @@ class Supervisor:
         self._tracker: Tracker | None = None
         self._faults: list[faults.Fault] = []   # due signal faults at a step (commands)
         self._timed: list[faults.Fault] = []    # due timed signal faults (commands)
+        self._in_script: list[faults.Fault] = []  # a command's step faults, cockpit.report's
         self._stepless_told = False             # its step faults were said unable to fire
         self._overdue_told: set[str] = set()    # in-script faults said due and not fired
         self._slowed: bool = False              # the `slow` fault is throttling the command
@@ -414,6 +415,9 @@ class Supervisor:
         self._tracker = Tracker(launch.samples_per_step, launch.total_steps) if launch.is_command else None
         self._faults = [faults.parse(s) for s in launch.signal_faults]
         self._timed = [faults.parse(s) for s in launch.timed_faults]
+        # the step faults cockpit.report raises inside a command, parsed once for the attempt
+        specs = filter(None, launch.env.get("COCKPIT_INJECT", "").split(",")) if launch.is_command else ()
+        self._in_script = [f for f in map(faults.parse, specs) if not f.timed]
         self._stepless_told, self._overdue_told = False, set()
         self._newest_file = None
         self._detector = SlowdownDetector(Context(workload=self.config.workload.workload,
@@ -504,8 +508,7 @@ class Supervisor:
     def _pending_step_faults(self, launch: Launch) -> list[str]:
         """A command's step faults not fired yet: the supervisor's signals and cockpit.report's."""
         specs = [f.spec for f in self._faults] + [
-            s for s in filter(None, launch.env.get("COCKPIT_INJECT", "").split(","))
-            if not faults.parse(s).timed and s not in self._watch.fired]
+            f.spec for f in self._in_script if f.spec not in self._watch.fired]
         return list(dict.fromkeys(specs))  # native-crash is in both
 
     def _stepless_faults(self) -> None:
@@ -541,10 +544,9 @@ class Supervisor:
                                          "needs neither)")
             return
         reached = self._watch.last_step or 0
-        for spec in filter(None, launch.env.get("COCKPIT_INJECT", "").split(",")):
-            fault = faults.parse(spec)
-            if not fault.timed and fault.step <= reached and spec not in self._watch.fired \
-                    and spec not in self._overdue_told:
+        for fault in self._in_script:
+            spec = fault.spec
+            if fault.step <= reached and spec not in self._watch.fired and spec not in self._overdue_told:
                 self.events.emit("warning", attempt=self._watch.attempt, kind="fault-not-fired",
                                  message=f"fault {spec} was not injected: cockpit.report.step raises "
                                          "it inside the script, and this command never calls it "
@@ -566,9 +568,8 @@ class Supervisor:
         not called report.step yet: said now, not when the attempt ends (hours later, maybe). A
         script that reports at an interval fires it at its next report; one that never does,
         never."""
-        due = [s for s in filter(None, self._launch.env.get("COCKPIT_INJECT", "").split(","))
-               if (f := faults.parse(s)).kind in faults.REPORTED_KINDS and not f.timed
-               and f.step <= step and s not in self._watch.fired and s not in self._overdue_told]
+        due = [f.spec for f in self._in_script if f.kind in faults.REPORTED_KINDS and f.step <= step
+               and f.spec not in self._watch.fired and f.spec not in self._overdue_told]
         if due:
             self._overdue_told.update(due)
             self.events.emit("warning", attempt=self._watch.attempt, kind="fault-not-fired",
