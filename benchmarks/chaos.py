@@ -15,7 +15,7 @@ run is then continued with `cockpit runs resume`. Every draw is checked:
                  a checkpoint and announcing it resumes from the file), earlier is a failure
     finished     the run ended `finished`
     events       every line of events.jsonl parses (a torn line is a failure)
-    checkpoints  every checkpoint left loads, checksums verified (engine.train.checkpoint)
+    checkpoints  every checkpoint left loads, checksums verified (engine.record.checkpoint)
 
     python benchmarks/chaos.py                 # 12 draws, seed 0
     python benchmarks/chaos.py --draws 30 --seed 7
@@ -39,8 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.run.identity import ProcessId  # noqa: E402
-from engine.run.rundir import RunDir, summarize  # noqa: E402
+from engine.record.identity import ProcessId  # noqa: E402
+from engine.record.rundir import RunDir, summarize  # noqa: E402
 
 SIGNALS = (signal.SIGKILL, signal.SIGSEGV, signal.SIGABRT)
 TARGETS = ("trainer", "supervisor")
@@ -134,8 +134,8 @@ def draw_once(rng: random.Random, runs: Path) -> dict:
 
 
 def checkpoints_load(run: RunDir) -> bool:
-    """Every checkpoint left loads, checksums verified (engine.train.checkpoint.load)."""
-    from engine.train import checkpoint
+    """Every checkpoint left loads, checksums verified (engine.record.checkpoint.load)."""
+    from engine.record import checkpoint
 
     for path in run.checkpoints.glob("*.pt"):
         try:

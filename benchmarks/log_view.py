@@ -67,7 +67,7 @@ async def measure(run: Path, size: tuple[int, int], seconds: float) -> None:
     from cockpit.app import make_app
     from cockpit.ui.logs import LogScreen
     from cockpit.ui.widgets.log_pane import LogPane
-    from engine.run.rundir import RunDir
+    from engine.record.rundir import RunDir
 
     app = make_app(attach=False)
     async with app.run_test(size=size):

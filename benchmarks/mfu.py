@@ -48,8 +48,8 @@ def kind_of(name: str) -> str:
 
 def build_trainer(workload: str, preset: str, overrides: list[str]):
     from engine import runconfig
-    from engine.run.events import EventWriter
-    from engine.run.rundir import RunDir
+    from engine.record.events import EventWriter
+    from engine.record.rundir import RunDir
     from engine.train.trainer import Trainer
 
     config = runconfig.resolve(workload, preset, overrides + ["train.max_steps=100000"])
@@ -61,7 +61,7 @@ def profile_step(trainer) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from engine.train import device as devices
+    from engine.monitor import device as devices
 
     devices.synchronize(trainer.device)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -98,7 +98,7 @@ def main() -> int:
     os.environ.setdefault("COCKPIT_RUNS_DIR", tempfile.mkdtemp(prefix="cockpit-mfu-"))
     import torch
 
-    from engine.train import device as devices
+    from engine.monitor import device as devices
 
     trainer = build_trainer(args.workload, args.device, args.set)
     p = trainer.preset

@@ -30,10 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from engine import runconfig, workloads  # noqa: E402
-from engine.train import device as devices, optim  # noqa: E402
+from engine.monitor import device as devices  # noqa: E402
+from engine.train import optim  # noqa: E402
 from engine.train.data import SampleOrder  # noqa: E402
-from engine.run.events import EventWriter  # noqa: E402
-from engine.run.rundir import RunDir  # noqa: E402
+from engine.record.events import EventWriter  # noqa: E402
+from engine.record.rundir import RunDir  # noqa: E402
 from engine.train.trainer import Trainer  # noqa: E402
 
 

@@ -34,8 +34,8 @@ WORKLOADS = {
 
 def measure(workload: str, overrides: list[str], device: str, precision: str, perturb: bool):
     from engine import runconfig
-    from engine.run.events import EventWriter
-    from engine.run.rundir import RunDir
+    from engine.record.events import EventWriter
+    from engine.record.rundir import RunDir
     from engine.train import parity
     from engine.train.trainer import Trainer
 

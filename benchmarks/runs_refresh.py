@@ -31,8 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.run.digest import RunDigests  # noqa: E402
-from engine.run.rundir import RunDir, list_runs, summarize  # noqa: E402
+from engine.record.digest import RunDigests  # noqa: E402
+from engine.record.rundir import RunDir, list_runs, summarize  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "runs" / "finished"
 

@@ -64,7 +64,7 @@ def _prepare(root: Path, name: str) -> Path:
 def _alive(run: Path) -> None:
     """This process as the run's supervisor (pid and start time: a bare pid is not trusted),
     so the dashboard follows the run as live."""
-    from engine.run.rundir import RunDir
+    from engine.record.rundir import RunDir
 
     RunDir(run).write_supervisor_pid(os.getpid())
 
@@ -92,7 +92,7 @@ def _writer(path: Path, body: list[dict], rate: float, seconds: float, written: 
 
 async def _measure_rate(root: Path, rate: float, seconds: float) -> dict:
     from cockpit.app import make_app
-    from engine.run.rundir import RunDir
+    from engine.record.rundir import RunDir
 
     run = _prepare(root, f"rate-{int(rate)}")
     app = make_app(attach=False)
@@ -216,7 +216,7 @@ def _leave_out(dash, part: str) -> None:
 async def _measure_cpu(root: Path, size: tuple[int, int], args, profile: bool = False,
                        leave_out: str | None = None) -> dict:
     from cockpit.app import make_app
-    from engine.run.rundir import RunDir
+    from engine.record.rundir import RunDir
 
     normal = NormalRun(args.step_every, args.memory_every)
     run, history = _prepare_normal(root, f"normal-{size[0]}x{size[1]}-{leave_out or 'all'}", normal,

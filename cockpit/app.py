@@ -19,7 +19,7 @@ from cockpit.ui.launch import LaunchScreen
 from cockpit.ui.quit import QuitScreen
 from cockpit.ui.runs import RunsScreen, live_runs
 from engine.run import supervisor
-from engine.run.rundir import RunDir
+from engine.record.rundir import RunDir
 
 
 class CockpitApp(App):

@@ -11,10 +11,10 @@ from cockpit.headless import duration
 from engine.errors import ConfigError
 from engine.numbers import count, rate
 from engine.presets import read_toml
-from engine.run.curves import RunCurves
-from engine.run.digest import RunDigest
-from engine.run.rundir import RunDir, RunSummary
-from engine.run.stats import Averages
+from engine.record.curves import RunCurves
+from engine.record.digest import RunDigest
+from engine.record.rundir import RunDir, RunSummary
+from engine.record.stats import Averages
 
 # Settings that name or describe rather than decide how the run trains: never a difference
 # worth a row (overrides are already in the values they set).

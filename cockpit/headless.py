@@ -25,7 +25,7 @@ import sys
 from typing import TextIO
 
 from engine.run.fallback import describe_change
-from engine.run.rundir import interrupted_next
+from engine.record.rundir import interrupted_next
 from engine.numbers import count, rate
 
 

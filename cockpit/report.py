@@ -56,7 +56,7 @@ import time
 
 __all__ = ["step", "eval", "checkpoint", "active", "resumed_from"]
 
-SCHEMA_VERSION = 1  # engine.run.events.SCHEMA_VERSION; not imported, to keep this module light
+SCHEMA_VERSION = 1  # engine.record.events.SCHEMA_VERSION; not imported, to keep this module light
 
 # The kinds raised from inside the process (engine.run.faults.IN_SCRIPT_KINDS); hang and slow
 # are delivered by the supervisor with real signals, from outside, and so is native-crash to
@@ -221,7 +221,7 @@ def _integer(name: str, value) -> int:
 
 
 def _emit(type: str, **fields) -> None:
-    """One line, one write() to an O_APPEND descriptor: engine.run.events.EventWriter's format,
+    """One line, one write() to an O_APPEND descriptor: engine.record.events.EventWriter's format,
     so lines never interleave with the supervisor's."""
     global _fd, _quiet
     if _quiet or _path is None:

@@ -5,10 +5,12 @@ It never imports a UI; the TUI and the headless CLI are front ends over it. By c
                        presets read and checked; a run's resolved configuration
     engine.settings    the user's settings.toml ([alerts])
     engine.run         the supervisor, an attempt's launch, crashes, fallback rules, fault
-                       injection, events and the run directory (the reader API)
-    engine.train       one attempt of the built-in trainer: loop, checkpoints, data order, device
+                       injection, alerts, the slowdown detector
+    engine.record      the run record: run directory (the reader API), events, checkpoints,
+                       the attempt logs, a run's figures
+    engine.train       one attempt of the built-in trainer: loop, data order, optimizer
     engine.command     the user's own command: placeholders, progress from its output, tracker
-    engine.monitor     the system sampler and the slowdown detector
+    engine.monitor     the machine: its devices, the system sampler, GPU figures
     engine.probe       which device is fastest here; the largest batch that fits
     engine.workloads   the built-in workloads and the protocol for your own
 

@@ -49,7 +49,7 @@ def prepare(home: Path) -> None:
         lines = (live / "events.jsonl").read_text().splitlines(keepends=True)
         steps = [i for i, line in enumerate(lines) if '"type":"step"' in line]
         (live / "events.jsonl").write_text("".join(lines[: steps[len(steps) // 2] + 1]))
-    from engine.run.rundir import RunDir  # after sys.path has the project
+    from engine.record.rundir import RunDir  # after sys.path has the project
 
     RunDir(live).write_supervisor_pid(os.getpid())
     # The probe screen shows the probe recorded on the H100 machine, as measured five minutes ago.
@@ -84,7 +84,7 @@ async def editor_error(app, pilot) -> None:
 
 
 async def open_run(app, pilot, name: str) -> None:
-    from engine.run.rundir import find_run
+    from engine.record.rundir import find_run
 
     dash = app.open_run(find_run(name))
     while not dash.model.samples_series.points()[0] and not dash.ended:

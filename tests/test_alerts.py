@@ -17,8 +17,8 @@ import pytest
 from conftest import TINY, child_env, cockpit_cmd, user_preset
 from engine import runconfig
 from engine.run.alerts import Alert, AlertRules, Alerts, Commands, Terminal, desktop_argv, escape
-from engine.run.identity import ProcessId
-from engine.run.rundir import RunDir, list_runs, summarize
+from engine.record.identity import ProcessId
+from engine.record.rundir import RunDir, list_runs, summarize
 from engine.settings import AlertSettings
 
 ALL = frozenset({"crash", "fallback", "finish", "failure", "slowdown", "hang"})

@@ -15,7 +15,7 @@ from cockpit.ui.launch import LaunchScreen
 from cockpit.ui.quit import QuitScreen
 from cockpit.ui.runs import RunsScreen
 from conftest import user_preset
-from engine.run.rundir import list_runs
+from engine.record.rundir import list_runs
 from ui_support import copy_run, fake_live, run, wait_for
 
 

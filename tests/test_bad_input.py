@@ -15,9 +15,9 @@ from conftest import ROOT, TINY, child_env, cockpit_cmd, user_preset
 from cockpit.cli import main
 from engine import runconfig
 from engine.errors import ConfigError
-from engine.run.events import EventWriter
-from engine.run.digest import RunDigests
-from engine.run.rundir import RunDir, list_runs, summarize
+from engine.record.events import EventWriter
+from engine.record.digest import RunDigests
+from engine.record.rundir import RunDir, list_runs, summarize
 from engine.train.data import SampleOrder
 
 

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from conftest import TINY, child_env, cockpit_cmd, user_preset
-from engine.train.checkpoint import checkpoint_files
-from engine.run.rundir import list_runs, summarize
+from engine.record.checkpoint import checkpoint_files
+from engine.record.rundir import list_runs, summarize
 
 
 def sets(*overrides: str) -> list[str]:
@@ -154,7 +154,7 @@ def test_bare_cockpit_without_a_terminal_says_so(home):
 
 
 def test_a_slow_run_shows_its_rate_not_zero():
-    from cockpit.headless import human_line
+    from cockpit.present.lines import human_line
 
     step = {"type": "step", "step": 3, "total": 10, "loss": 1.5, "samples_per_s": 0.4237}
     assert "0.424 samples/s" in human_line(step)
@@ -166,8 +166,8 @@ def test_runs_list_columns(home, capsys):
     100 columns."""
     from cockpit.cli import main
     from engine import runconfig
-    from engine.run.events import EventWriter
-    from engine.run.rundir import RunDir
+    from engine.record.events import EventWriter
+    from engine.record.rundir import RunDir
 
     run = RunDir.create(runconfig.resolve("matmul", "cpu", TINY))
     with EventWriter(run.events_path, attempt=1) as events:

@@ -8,8 +8,8 @@ import torch
 
 from engine import presets, runconfig
 from engine.errors import ConfigError
-from engine.run.events import EventWriter
-from engine.run.rundir import RunDir
+from engine.record.events import EventWriter
+from engine.record.rundir import RunDir
 from engine.train.trainer import Trainer
 from engine.workloads import build
 from engine.workloads.clip import COLOURS, SHAPES

@@ -21,7 +21,7 @@ from conftest import ROOT, child_env, cockpit_cmd, user_preset
 from engine import command, runconfig
 from engine.run import launch
 from engine.run.crashes import AttemptEnd, classify
-from engine.run.rundir import RunDir, list_runs
+from engine.record.rundir import RunDir, list_runs
 
 TRAIN = str(ROOT / "examples" / "command" / "train.py")
 REPORTED = str(ROOT / "examples" / "command" / "train_reported.py")

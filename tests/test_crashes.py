@@ -101,7 +101,7 @@ def test_a_checkpoint_that_cannot_be_loaded_is_never_user_code(end):
 
 
 @pytest.mark.parametrize("end", [
-    # The trainer's own load errors are engine.train.checkpoint.Unreadable; any other is the
+    # The trainer's own load errors are engine.record.checkpoint.Unreadable; any other is the
     # workload's (its data, its pretrained weights).
     AttemptEnd(1, None, exception={"error": "RuntimeError", "message": TORN}),
     # A command that was not resuming, or that trained past the load: its own file.

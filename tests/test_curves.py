@@ -1,4 +1,4 @@
-"""A run's curves (engine.run.curves) and its digest (engine.run.digest): what the runs screen
+"""A run's curves (engine.record.curves) and its digest (engine.record.digest): what the runs screen
 and the comparison read, from the recorded fixture runs and small hand-written event lists."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import dataclasses
 import shutil
 
-from engine.run.curves import CurveFold, curves
-from engine.run.digest import RunDigest, RunDigests
-from engine.run.rundir import RunDir, summarize
-from engine.run.stats import averages
+from engine.record.curves import CurveFold, curves
+from engine.record.digest import RunDigest, RunDigests
+from engine.record.rundir import RunDir, summarize
+from engine.record.stats import averages
 from ui_support import RUNS
 
 

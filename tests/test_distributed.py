@@ -13,9 +13,9 @@ import torch
 
 from conftest import TINY, user_preset
 from engine import runconfig
-from engine.train import checkpoint
+from engine.record import checkpoint
 from engine.errors import ConfigError
-from engine.run.rundir import RunDir
+from engine.record.rundir import RunDir
 from engine.run.supervisor import Supervisor
 
 RUN = TINY + ["params.n=32", "params.samples=256", "train.epochs=3", "train.checkpoint_every_steps=2"]

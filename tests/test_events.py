@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from engine.run.events import SCHEMA_VERSION, EventFollower, EventWriter, read_events
+from engine.record.events import SCHEMA_VERSION, EventFollower, EventWriter, read_events
 
 
 def test_events_carry_version_time_type_and_attempt(tmp_path):

@@ -13,8 +13,8 @@ import torch
 
 from conftest import TINY, child_env, cockpit_cmd, user_preset
 from engine import runconfig
-from engine.train import checkpoint
-from engine.run.rundir import RunDir, list_runs
+from engine.record import checkpoint
+from engine.record.rundir import RunDir, list_runs
 from engine.run.supervisor import Supervisor
 
 # Checkpoint every step, so a resume loses nothing and weights can be compared exactly.

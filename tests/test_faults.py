@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT, TINY, child_env, cockpit_cmd, user_preset
 from engine import runconfig
 from engine.run import faults
-from engine.run.rundir import RunDir, list_runs
+from engine.record.rundir import RunDir, list_runs
 from engine.run.supervisor import Supervisor
 
 TRAIN = str(ROOT / "examples" / "command" / "train.py")

@@ -19,7 +19,8 @@ import psutil
 import pytest
 from textual.app import App, ComposeResult
 
-from cockpit.headless import human_line, memory_text
+from cockpit.present.lines import human_line
+from cockpit.present.words import memory_text
 from cockpit.ui.model import RunModel
 from cockpit.ui.widgets import hardware as panel_module
 from cockpit.ui.widgets.hardware import HardwarePanel, hardware_text
@@ -505,7 +506,7 @@ def hardware_run(home, gpus: int):
 def test_dashboard_shows_the_hardware_of_a_recorded_run(home, size):
     from cockpit.app import make_app
     from cockpit.ui.dashboard import DashboardScreen
-    from engine.run.rundir import RunDir
+    from engine.record.rundir import RunDir
 
     path = hardware_run(home, gpus=2)
 

@@ -12,8 +12,9 @@ import subprocess
 import pytest
 
 from conftest import TINY, child_env, cockpit_cmd
-from cockpit.headless import SETTLE_WINDOWS, HeadlessPrinter
-from engine.run.rundir import list_runs
+from cockpit.headless import HeadlessPrinter
+from cockpit.present.words import SETTLE_WINDOWS
+from engine.record.rundir import list_runs
 
 
 def steps(start_t: float, n: int, every_s: float, total: int = 1000) -> list[dict]:
@@ -149,7 +150,7 @@ def test_a_bad_log_every_is_one_line_and_exit_2(home, capsys):
 def test_a_stopped_run_says_how_to_resume_it(home):
     from cockpit.commands.train import _print_where
     from engine import runconfig
-    from engine.run.rundir import RunDir, RunSummary
+    from engine.record.rundir import RunDir, RunSummary
     import contextlib
 
     run = RunDir.create(runconfig.resolve("matmul", "cpu", TINY))
@@ -161,7 +162,7 @@ def test_a_stopped_run_says_how_to_resume_it(home):
 
 
 def test_the_live_line_keeps_pressure_at_80_columns_and_puts_trouble_first():
-    from cockpit.headless import status_line
+    from cockpit.present.lines import status_line
 
     e = {"step": 140, "total": 400, "eta_s": 130, "loss": 0.41, "samples_per_s": 1234.5}
     line = status_line(e, {"pressure": {"level": "normal"}}, 10, width=79)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import io
 
-from cockpit.headless import HeadlessPrinter, status_line
+from cockpit.headless import HeadlessPrinter
+from cockpit.present.lines import status_line
 
 
 def step(t: float, n: int, **extra) -> dict:
@@ -69,7 +70,7 @@ def test_the_rate_shown_is_the_smoothed_one_not_a_fragments():
 
 
 def test_gflop_and_mfu_are_given_at_the_rate_shown():
-    from cockpit.headless import step_line
+    from cockpit.present.lines import step_line
 
     fragment = step(9.0, 100, samples_per_s=6990.0, smoothed_samples_per_s=349.5, window_s=0.05,
                     gflop_s=20.0, mfu=0.4)
@@ -90,7 +91,7 @@ def test_an_eval_under_way_is_said_too():
 
 def test_an_attempts_first_line_says_what_it_trains_with():
     """Which optimizer and learning-rate curve, and whether it compiles: never silently."""
-    from cockpit.headless import human_line
+    from cockpit.present.lines import human_line
 
     ready = {"type": "trainer_ready", "attempt": 1, "device": "cuda:0", "precision": "bf16",
              "compile": True, "batch_size": 32, "accumulation": 16, "parameters": 29_884_416,

@@ -16,7 +16,7 @@ def _modules_after(code: str) -> set[str]:
 
 
 def test_engine_does_not_import_textual():
-    mods = _modules_after("import engine, engine.run.supervisor, engine.run.rundir, engine.train.trainer, "
+    mods = _modules_after("import engine, engine.run.supervisor, engine.record.rundir, engine.train.trainer, "
                           "engine.probe.worker, engine.probe.speed, engine.probe.batch")
     assert "torch" in mods  # the trainer really was imported
     assert not any(m == "textual" or m.startswith(("textual.", "cockpit", "rich")) for m in mods)

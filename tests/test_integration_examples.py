@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ROOT, child_env, cockpit_cmd, user_preset
 from engine import command, runconfig
-from engine.run.rundir import list_runs
+from engine.record.rundir import list_runs
 
 pytest.importorskip("transformers")
 pytest.importorskip("lightning")

@@ -17,9 +17,9 @@ from conftest import TINY, cockpit_cmd, child_env, user_preset
 from engine import runconfig
 from engine.errors import ConfigError
 from engine.run import supervisor as supervisor_module
-from engine.run.identity import ProcessId
+from engine.record.identity import ProcessId
 from engine.run.resume import History
-from engine.run.rundir import RunDir, find_run, summarize
+from engine.record.rundir import RunDir, find_run, summarize
 from engine.run.supervisor import Supervisor
 
 # 320 steps, a checkpoint every 4: long enough that a stop asked for at the first checkpoint

@@ -77,11 +77,11 @@ def test_a_run_that_died_before_its_first_checkpoint_says_so_and_its_total(home)
 
 def test_a_run_interrupted_before_its_first_checkpoint_is_not_offered_a_resume(home):
     """The lifeline's word when the supervisor dies, as the headless line and the alert say it."""
-    from cockpit.headless import human_line
+    from cockpit.present.lines import human_line
     from engine import runconfig
-    from engine.run.events import EventWriter
+    from engine.record.events import EventWriter
     from engine.run.lifeline import stop_orphan
-    from engine.run.rundir import RunDir
+    from engine.record.rundir import RunDir
 
     def interrupted(run) -> str:
         stop_orphan(run.path, None)   # the supervisor died, with no attempt running

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, cockpit_cmd
-from engine.run.rundir import list_runs
+from engine.record.rundir import list_runs
 
 EXAMPLES = ROOT / "examples"
 SMALL = ["params.n_layer=2", "params.n_embd=64", "params.n_head=4", "params.block_size=64",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 from cockpit.cli import main
-from engine.run.attempt_log import LogLines
+from engine.record.attempt_log import LogLines
 from ui_support import copy_run, fake_live
 
 TRACEBACK = 'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\nValueError: bad batch\n'

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from engine import runconfig
-from engine.train import checkpoint
+from engine.record import checkpoint
 from engine.errors import ConfigError
-from engine.run.rundir import RunDir
+from engine.record.rundir import RunDir
 from engine.train.sampling import continue_prompt
 from test_trm import CPU, TRM_TINY, trained_run, trainer_for
 

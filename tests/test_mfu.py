@@ -4,10 +4,10 @@ device's peak is known, and the headless lines that show it."""
 from __future__ import annotations
 
 from conftest import TINY
-from cockpit import headless
+from cockpit.present import lines
 from engine import runconfig
-from engine.run.events import EventWriter
-from engine.run.rundir import RunDir
+from engine.record.events import EventWriter
+from engine.record.rundir import RunDir
 from engine.train import peaks, trainer as trainer_module
 
 
@@ -46,9 +46,9 @@ def test_no_peak_no_mfu(home, monkeypatch):
 def test_the_headless_lines_show_it():
     step = {"type": "step", "step": 40, "total": 400, "loss": 0.41, "samples_per_s": 1234.0,
             "gflop_s": 412_000.0, "mfu": 0.4163, "eta_s": 130.0}
-    assert "412,000.0 GFLOP/s (MFU 42%)" in headless.step_line(step)
-    assert "MFU 42%" in headless.status_line(step, None, windows=5, width=120)
-    assert "MFU" not in headless.step_line({k: v for k, v in step.items() if k != "mfu"})
+    assert "412,000.0 GFLOP/s (MFU 42%)" in lines.step_line(step)
+    assert "MFU 42%" in lines.status_line(step, None, windows=5, width=120)
+    assert "MFU" not in lines.step_line({k: v for k, v in step.items() if k != "mfu"})
 
 
 def test_the_dashboard_model_keeps_the_newest_full_windows_mfu():

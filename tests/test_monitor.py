@@ -11,8 +11,8 @@ from types import SimpleNamespace
 from conftest import TINY, user_preset
 from engine import runconfig
 from engine.run import supervisor as supervisor_module
-from engine.run.events import EventWriter
-from engine.run.rundir import RunDir
+from engine.record.events import EventWriter
+from engine.record.rundir import RunDir
 from engine.run.supervisor import Supervisor
 from engine.monitor.sysmon import SystemSampler
 from engine.train import trainer as trainer_module

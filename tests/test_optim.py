@@ -16,9 +16,10 @@ from torch import nn
 from conftest import TINY, user_preset
 from engine import runconfig
 from engine.errors import ConfigError, ProtocolError
-from engine.run.events import EventWriter
-from engine.run.rundir import RunDir
-from engine.train import checkpoint, optim
+from engine.record.events import EventWriter
+from engine.record.rundir import RunDir
+from engine.record import checkpoint
+from engine.train import optim
 from engine.train.trainer import Trainer
 
 # matmul at TINY: 256 samples, 8 x 4 = 32 a step; two epochs are 16 steps, 512 samples.

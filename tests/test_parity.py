@@ -10,8 +10,8 @@ import torch
 from conftest import TINY, child_env, cockpit_cmd, user_preset
 from engine import runconfig
 from engine.run import crashes, fallback
-from engine.run.events import EventWriter
-from engine.run.rundir import RunDir
+from engine.record.events import EventWriter
+from engine.record.rundir import RunDir
 from engine.run.supervisor import Supervisor
 from engine.train import parity
 from engine.train.trainer import Trainer

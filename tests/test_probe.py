@@ -18,7 +18,7 @@ from engine.probe import batch as finder, cache, candidates, measure, speed
 from engine.probe.measure import MemoryReading
 from engine.probe.speed import CandidateResult, probe, recommend, settle_budget
 from engine.probe.timings import Timing, estimate
-from engine.run.rundir import RunDir
+from engine.record.rundir import RunDir
 from engine.run.supervisor import Supervisor
 
 MATMUL = ["params.n=64", "params.products=8", "params.samples=4096", "params.eval_samples=64"]

@@ -13,8 +13,8 @@ import pytest
 from conftest import ROOT, cockpit_cmd, user_preset
 from engine import runconfig
 from engine.errors import ProtocolError
-from engine.run.events import EventWriter
-from engine.run.rundir import RunDir, list_runs
+from engine.record.events import EventWriter
+from engine.record.rundir import RunDir, list_runs
 from engine.train.trainer import Trainer
 
 SOURCE = '''

@@ -1,4 +1,4 @@
-"""A run's figures over its whole life (engine.run.stats) and where they are shown: the
+"""A run's figures over its whole life (engine.record.stats) and where they are shown: the
 summary behind `cockpit runs list` / `runs show` (and their --json)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import argparse
 import json
 
 from cockpit.commands import runs as runs_command
-from engine.run.events import read_events
-from engine.run.rundir import RunDir, summarize
-from engine.run.stats import averages
+from engine.record.events import read_events
+from engine.record.rundir import RunDir, summarize
+from engine.record.stats import averages
 from ui_support import RUNS, copy_run
 
 

@@ -1,4 +1,4 @@
-"""The system sampler (engine.monitor.sysmon) and the slowdown detector (engine.monitor.slowdown).
+"""The system sampler (engine.monitor.sysmon) and the slowdown detector (engine.run.slowdown).
 
 Pressure readers run against fixture trees in tests/fixtures/sysmon (a fake / with proc/ and
 sys/fs/cgroup/), the macOS sysctl path through a monkeypatched reader and a ctypes stand-in
@@ -24,7 +24,7 @@ from engine.monitor import sysmon
 from engine.errors import ConfigError
 from engine.presets import DevicePreset, device_from_table
 from engine.schema import setting
-from engine.monitor.slowdown import Context, SlowdownDetector, advice
+from engine.run.slowdown import Context, SlowdownDetector, advice
 
 SYSMON = FIXTURES / "sysmon"
 

@@ -14,9 +14,9 @@ from engine import runconfig
 from engine.command.progress import Observation
 from engine.command.tracker import Tracker
 from engine.monitor.throughput import RateMeter
-from engine.run.events import EventWriter
-from engine.run.rundir import RunDir
-from engine.run.stats import averages
+from engine.record.events import EventWriter
+from engine.record.rundir import RunDir
+from engine.record.stats import averages
 from engine.train import trainer as trainer_module
 
 # 8 epochs of 32 steps of 64 samples, a report every 0.2 s of the fake clock (about 4 steps),
@@ -190,7 +190,7 @@ def test_losses_without_step_numbers_are_said_once():
     warnings = [fields for kind, fields in produced if kind == "warning"]
     assert len(warnings) == 1 and warnings[0]["kind"] == "no-step-numbers"
     assert "CockpitCallback" in warnings[0]["advice"][0]["text"] and tracker.loss == 2.5
-    from cockpit.headless import human_line
+    from cockpit.present.lines import human_line
 
     said = human_line({"type": "warning", **warnings[0]})
     assert said.startswith("warning: the output gave 3 losses and no step number") and "CockpitCallback" in said

@@ -7,11 +7,12 @@ import torch
 
 from conftest import TINY
 from engine import runconfig
-from engine.train import checkpoint, device
+from engine.monitor import device
+from engine.record import checkpoint
 from engine.train.data import SampleOrder
 from engine.errors import ConfigError
-from engine.run.events import EventWriter
-from engine.run.rundir import RunDir
+from engine.record.events import EventWriter
+from engine.record.rundir import RunDir
 from engine.train.trainer import Trainer
 
 

@@ -12,8 +12,8 @@ import torch
 from conftest import ROOT, child_env, cockpit_cmd
 from engine import runconfig
 from engine.errors import ConfigError
-from engine.run.events import EventWriter
-from engine.run.rundir import RunDir
+from engine.record.events import EventWriter
+from engine.record.rundir import RunDir
 from engine.train.sampling import continue_prompt
 from engine.train.trainer import Trainer
 from engine.workloads.trm import corpus

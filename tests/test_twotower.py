@@ -12,8 +12,8 @@ import torch
 from conftest import user_preset
 from engine import presets, runconfig
 from engine.errors import ConfigError
-from engine.run.events import EventWriter
-from engine.run.rundir import RunDir
+from engine.record.events import EventWriter
+from engine.record.rundir import RunDir
 from engine.schema import FieldError
 from engine.train.trainer import Trainer
 from engine.workloads.twotower import Params, negatives_at, parse_schedule, data, mining

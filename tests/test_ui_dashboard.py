@@ -21,8 +21,8 @@ from cockpit.ui.model import LOG_LINES, MAX_POINTS, rate_text
 from cockpit.ui.widgets.attempts import AttemptsPanel
 from cockpit.ui.widgets.plots import CRASH_STYLE, LogTicks, PlotCard
 from conftest import TINY
-from engine.run.events import read_events
-from engine.run.rundir import RunDir, list_runs
+from engine.record.events import read_events
+from engine.record.rundir import RunDir, list_runs
 from ui_support import copy_run, fake_live, run, wait_for
 
 SIZES = [(80, 24), (100, 30), (200, 50)]

@@ -12,8 +12,8 @@ from textual.widgets import Static
 
 from cockpit.app import make_app
 from cockpit.ui.widgets.attempts import AttemptsPanel
-from engine.run.events import read_events
-from engine.run.rundir import RunDir
+from engine.record.events import read_events
+from engine.record.rundir import RunDir
 from ui_support import copy_run, fake_live, run, wait_for
 
 

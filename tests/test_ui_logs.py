@@ -1,6 +1,6 @@
 """The log view (cockpit.ui.logs) on recorded runs: a crash's traceback one key away, search,
 following a log as it grows, switching between events and an attempt's output, attempts chosen
-by key, and big logs read from their tail; and the reader under it (engine.run.attempt_log)."""
+by key, and big logs read from their tail; and the reader under it (engine.record.attempt_log)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from cockpit.ui.dashboard import DashboardScreen
 from cockpit.ui.help import help_markdown
 from cockpit.ui.logs import WIDE, LogScreen
 from cockpit.ui.widgets.log_pane import LogPane
-from engine.run.attempt_log import LogLines, display_line, last_traceback
-from engine.run.rundir import RunDir
+from engine.record.attempt_log import LogLines, display_line, last_traceback
+from engine.record.rundir import RunDir
 from ui_support import copy_run, run, wait_for
 
 SMALL, LARGE = (80, 24), (200, 50)

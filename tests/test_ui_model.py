@@ -8,7 +8,7 @@ import tracemalloc
 from cockpit.ui.model import LOG_LINES, MAX_POINTS, RunModel, Series
 from cockpit.ui.widgets.attempts import attempts_text
 from cockpit.ui.widgets.memory import device_line, memory_text
-from engine.run.events import read_events
+from engine.record.events import read_events
 from ui_support import RUNS
 
 

@@ -15,7 +15,7 @@ from cockpit.ui.widgets.attempts import attempts_layout
 from cockpit.ui.widgets.memory import memory_text
 from cockpit.ui.widgets.plots import LogTicks, PlotCard, TimeTicks, fit, short_number, time_text, title_line
 from conftest import FIXTURES
-from engine.run.events import read_events
+from engine.record.events import read_events
 from ui_support import run
 
 

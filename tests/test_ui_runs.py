@@ -15,8 +15,8 @@ from cockpit.ui import runs as runs_screen
 from cockpit.ui.logs import LogScreen
 from cockpit.ui.runs import MARK, RunsScreen, live_runs
 from engine.numbers import rate
-from engine.run.rundir import RunDir
-from engine.run.stats import averages
+from engine.record.rundir import RunDir
+from engine.record.stats import averages
 from ui_support import copy_run, fake_live, run, wait_for
 
 SIZES = [(80, 24), (200, 50)]

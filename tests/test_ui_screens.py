@@ -25,7 +25,7 @@ from cockpit.ui.probe_screen import ProbeScreen
 from cockpit.ui.quit import QuitScreen
 from cockpit.ui.runs import RunsScreen
 from conftest import FIXTURES
-from engine.run.rundir import RunDir
+from engine.record.rundir import RunDir
 from ui_support import copy_run, fake_live, run, wait_for
 
 

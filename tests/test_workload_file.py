@@ -16,7 +16,7 @@ import pytest
 from conftest import ROOT, cockpit_cmd, user_preset
 from engine import presets, runconfig, workloads
 from engine.errors import ConfigError
-from engine.run.rundir import list_runs
+from engine.record.rundir import list_runs
 
 WORKLOAD = '''
 from dataclasses import dataclass

@@ -11,7 +11,7 @@ from pathlib import Path
 from textual.css.query import NoMatches
 
 from conftest import FIXTURES
-from engine.run.rundir import RunDir
+from engine.record.rundir import RunDir
 
 RUNS = FIXTURES / "runs"
 

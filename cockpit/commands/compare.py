@@ -10,8 +10,8 @@ import json
 
 from cockpit.comparison import as_json, compared, loss_rows, table
 from engine.errors import ConfigError
-from engine.run.digest import RunDigest
-from engine.run.rundir import find_run
+from engine.record.digest import RunDigest
+from engine.record.rundir import find_run
 
 
 def add_parser(runs_sub) -> None:

@@ -10,8 +10,8 @@ import argparse
 import time
 
 from engine.errors import ConfigError
-from engine.run.attempt_log import LogLines, last_traceback, logged_attempts
-from engine.run.rundir import RunDir, find_run, summarize
+from engine.record.attempt_log import LogLines, last_traceback, logged_attempts
+from engine.record.rundir import RunDir, find_run, summarize
 
 POLL_S = 0.25
 TAIL = 40

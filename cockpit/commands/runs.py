@@ -14,7 +14,7 @@ from engine import command, settings
 from engine.errors import ConfigError
 from engine.run import lifeline, resume as resumption, supervisor
 from engine.numbers import count, rate
-from engine.run.rundir import continue_hint, find_run, list_runs, summarize
+from engine.record.rundir import continue_hint, find_run, list_runs, summarize
 
 
 def _rate(value: float | None) -> str:

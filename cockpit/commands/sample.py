@@ -59,7 +59,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.run.rundir import find_run
+    from engine.record.rundir import find_run
     from engine.train.sampling import continue_prompt
 
     found = find_run(args.run)

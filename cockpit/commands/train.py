@@ -12,9 +12,9 @@ from engine import command, presets, runconfig, settings
 from engine.errors import ConfigError
 from engine.numbers import rate
 from engine.run.alerts import Terminal
-from engine.run.events import EventFollower, run_end
+from engine.record.events import EventFollower, run_end
 from engine.run.resume import at_work
-from engine.run.rundir import RunDir, RunSummary, summarize
+from engine.record.rundir import RunDir, RunSummary, summarize
 
 EXIT_BY_STATUS = {"finished": 0, "stopped": 130}
 EXIT_BAD_INPUT = 2
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     # Everything the user gave is checked before anything is written.
     config = runconfig.resolve(args.workload, args.device, _overrides(args))
     if not config.workload.is_command:  # a command resolves its own device
-        from engine.train import device
+        from engine.monitor import device
 
         device.resolve(config.device, where=f"device preset {config.device_preset!r}")
     return start(config, args)

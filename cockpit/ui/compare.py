@@ -2,7 +2,7 @@
 time), and a table of each run's results beside the settings in which they differ
 (cockpit.comparison, which `cockpit runs compare` prints too).
 
-Each run is a digest (engine.run.digest) with its curves: read once, and while one of them is
+Each run is a digest (engine.record.digest) with its curves: read once, and while one of them is
 still running, followed every REFRESH_S by reading only what it appended.
 """
 
@@ -22,9 +22,9 @@ from textual.widgets import DataTable, Footer, Static
 from cockpit.comparison import Compared, compared, metrics, table
 from cockpit.ui.runs import STATUS_STYLE
 from cockpit.ui.widgets.overlay import OverlayPlot
-from engine.run.curves import AXES, Curve
-from engine.run.digest import RunDigest
-from engine.run.rundir import RunDir
+from engine.record.curves import AXES, Curve
+from engine.record.digest import RunDigest
+from engine.record.rundir import RunDir
 
 REFRESH_S = 5.0
 # One colour per run; none of them red, the crash colour everywhere else.

@@ -43,7 +43,7 @@ from cockpit.ui.widgets.plots import fit
 from engine import presets
 from engine.errors import ConfigError
 from engine.run import supervisor
-from engine.run.rundir import RunDir
+from engine.record.rundir import RunDir
 
 FRAME_S = 0.1
 SHORT = 32     # rows below which panels and log shrink so the plots keep their height

@@ -15,9 +15,9 @@ from typing import Callable
 from textual.message import Message
 
 from engine.run import supervisor
-from engine.run.events import EventFollower, run_end
+from engine.record.events import EventFollower, run_end
 from engine.run.resume import at_work
-from engine.run.rundir import RunDir
+from engine.record.rundir import RunDir
 
 POLL_S = 0.1
 

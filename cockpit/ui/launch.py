@@ -23,7 +23,7 @@ from engine import command, presets, runconfig
 from engine.errors import ConfigError
 from engine.numbers import count
 from engine.probe import cache
-from engine.run.rundir import RunDir
+from engine.record.rundir import RunDir
 from engine.runconfig import RunConfig
 
 

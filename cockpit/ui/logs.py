@@ -3,8 +3,8 @@
 side at WIDE columns; it fills the terminal, scrolls, follows a live run, jumps to a crash's
 traceback and searches.
 
-Threading: two worker threads read the files (engine.run.attempt_log.LogLines reads only a log's
-tail, then only what was appended; events go through engine.run.events.EventFollower) and only
+Threading: two worker threads read the files (engine.record.attempt_log.LogLines reads only a log's
+tail, then only what was appended; events go through engine.record.events.EventFollower) and only
 post_message what they read. Switching attempts restarts the output reader; a generation number
 tells its messages from those a cancelled reader may still post.
 """
@@ -27,9 +27,9 @@ from textual.worker import get_current_worker
 
 from cockpit.headless import HeadlessPrinter
 from cockpit.ui.widgets.log_pane import LogPane
-from engine.run.attempt_log import LogLines, last_traceback, logged_attempts
-from engine.run.events import EventFollower
-from engine.run.rundir import RunDir
+from engine.record.attempt_log import LogLines, last_traceback, logged_attempts
+from engine.record.events import EventFollower
+from engine.record.rundir import RunDir
 
 POLL_S = 0.25      # how often the files are looked at: a log view need not be faster
 WIDE = 160         # columns from which events and output are shown side by side

@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from cockpit.headless import duration, human_line as _human_line
-from engine.run.stats import RunStats
+from engine.record.stats import RunStats
 
 MAX_POINTS = 256
 RECENT_POINTS = 1024   # ~8 minutes of step events at 2 a second
@@ -89,7 +89,7 @@ class RunModel:
     run_id: str = ""
     workload: str = "?"
     device_preset: str = "?"
-    status: str = "created"           # engine.run.rundir.RunSummary's statuses
+    status: str = "created"           # engine.record.rundir.RunSummary's statuses
     live: bool | None = None          # the supervisor's process is alive (None: not known yet)
     started_t: float | None = None
     ended_t: float | None = None
@@ -106,7 +106,7 @@ class RunModel:
     smoothed_samples_per_s: float | None = None  # recent windows, by time (engine.monitor.throughput)
     avg_samples_per_s: float | None = None  # the run's average over time spent training
     avg_steps_per_s: float | None = None
-    steps_lost: int = 0               # steps trained again after crashes (engine.run.stats)
+    steps_lost: int = 0               # steps trained again after crashes (engine.record.stats)
     gflop_s: float | None = None
     avg_gflop_s: float | None = None  # over the same training time as avg_samples_per_s
     mfu: float | None = None          # model FLOP utilisation, where the GPU's peak is known

@@ -9,7 +9,7 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from engine.run.rundir import RunDir
+from engine.record.rundir import RunDir
 
 
 class QuitScreen(ModalScreen[str | None]):

@@ -2,7 +2,7 @@
 id; open a past one (replayed from its events) or attach to a live one, read its logs, mark
 two or more (space) and compare them (c).
 
-It refreshes itself every REFRESH_S while shown. Each run is a digest (engine.run.digest): a
+It refreshes itself every REFRESH_S while shown. Each run is a digest (engine.record.digest): a
 finished run's events are read once, a live run's only as they are appended."""
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from cockpit.headless import duration
 from engine.run import resume as resumption, supervisor
 from engine.errors import ConfigError
 from engine.numbers import count, rate
-from engine.run.digest import RunDigest, RunDigests
-from engine.run.rundir import RunDir, RunSummary, list_runs
-from engine.run.stats import Averages
+from engine.record.digest import RunDigest, RunDigests
+from engine.record.rundir import RunDir, RunSummary, list_runs
+from engine.record.stats import Averages
 
 REFRESH_S = 3.0
 MARK = "●"

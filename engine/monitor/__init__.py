@@ -1,5 +1,7 @@
-"""Watching the machine while a run trains.
+"""The machine: its devices, and watching them while a run trains.
 
-    sysmon    the system sampler: RSS of the process tree, memory, swap, pressure
-    slowdown  throughput far below its best while memory is the reason: a warning with advice
+    device      device, precision and autocast resolved once; device memory figures
+    hardware    per-GPU figures (NVML) and the machine's memory
+    sysmon      the system sampler: RSS of the process tree, memory, swap, pressure
+    throughput  samples/s over a window of steps
 """

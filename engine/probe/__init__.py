@@ -19,12 +19,20 @@ Everything here but worker.py is torch-free, so `cockpit probe` answers a cached
 the launch screen shows one without loading torch.
 """
 
+from engine.errors import ConfigError
+
 # Defaults both front ends show and use (kept here, where `cockpit --help` can read them
 # without importing the probe's machinery).
 PROBE_BUDGET_S = 60.0      # the whole probe, wall time
 FINDER_BUDGET_S = 90.0     # the whole batch search
 MAX_BATCH = 4096           # the largest micro-batch the finder tries
 TRIAL_S = 1.5              # timed seconds per batch trial
+
+
+def check_budget(seconds: float, argument: str = "budget") -> None:
+    """A budget (the probe's or the finder's) the user gave: ConfigError outside 5 s to a day."""
+    if not 5 <= seconds <= 24 * 3600:
+        raise ConfigError(argument, None, f"got {seconds:g}; expected seconds, 5 to 86400")
 
 # How a candidate is timed, by the trainer's worker and a command's alike.
 WARMUP_SHARE = 0.25      # of the time left once it is ready (a command: at its first step)

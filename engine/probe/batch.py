@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tempfile
 import threading
 import time
@@ -44,6 +45,7 @@ from engine.presets import DevicePreset
 from engine.probe import FINDER_BUDGET_S, MAX_BATCH, TRIAL_S
 from engine.probe.measure import POLL_S, PRESSURE_RANK, SAMPLE_EVERY_S, Worker, start_worker
 from engine.runconfig import RunConfig
+from engine.schema import to_table
 from engine.monitor.sysmon import SystemSampler
 
 SWAP_FLAT_BYTES = 64 * 2**20
@@ -55,6 +57,7 @@ TOO_BIG = ("oom", "native-crash", "backend", "killed", "hang")
 SETTLE_S = 20.0   # at most this long for pressure to fall back after a trial that raised it
 # A compiled model recompiles for each new batch shape: a trial's allowance grows by this.
 COMPILE_ALLOWANCE_S = 120.0
+SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt])i?b?\s*$", re.I)   # a memory limit: 6G, 800M, 1.5GiB
 
 
 @dataclass
@@ -175,6 +178,30 @@ def suggest(found: int, effective: int) -> tuple[int, int]:
         return effective, 1
     micro = max(d for d in range(1, found + 1) if effective % d == 0)
     return micro, effective // micro
+
+
+def preset_table(config: RunConfig, result: BatchResult) -> dict:
+    """The device preset the batch finder suggests: the sized preset with the found
+    micro-batch and the accumulation that keeps its effective batch."""
+    table = to_table(config.device)
+    table.update(batch_size=result.micro_batch, accumulation=result.accumulation,
+                 description=f"found by cockpit probe --find-batch for {config.workload_preset}: "
+                             f"micro-batch {result.micro_batch} x {result.accumulation} "
+                             f"(largest that fits: {result.found})")
+    return table
+
+
+def parse_size_mb(text: str, argument: str = "--memory-limit") -> float:
+    """A memory limit the user typed ('6G', '800M', '1.5GiB') in MB (2**20 bytes)."""
+    match = SIZE.match(text)
+    if not match:
+        raise ConfigError(argument, None, f"got {text!r}; expected a size with its unit, such as 6G, "
+                                          "800M or 1.5GiB")
+    scale = {"k": 2**-10, "m": 1, "g": 2**10, "t": 2**20}[match.group(2).lower()]
+    value = float(match.group(1)) * scale
+    if value <= 0:
+        raise ConfigError(argument, None, f"got {text!r}; expected a size above zero")
+    return value
 
 
 def find_batch(config: RunConfig, preset_name: str, preset: DevicePreset, *,

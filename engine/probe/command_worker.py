@@ -35,7 +35,7 @@ import time
 
 from engine import command as commands
 from engine.run import faults
-from engine.run.attempt_log import OutputFollower, log_tail
+from engine.record.attempt_log import OutputFollower, log_tail
 from engine.run.crashes import AttemptEnd, Verdict
 from engine.run.launch import command_launch
 from engine.presets import DevicePreset

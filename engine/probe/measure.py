@@ -23,13 +23,13 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from engine.run.attempt_log import log_tail
+from engine.record.attempt_log import log_tail
 from engine.run.crashes import AttemptEnd, Verdict, classify
-from engine.run.events import EventFollower
+from engine.record.events import EventFollower
 from engine.run.launch import child_env
 from engine.presets import DevicePreset
 from engine.probe import TRIAL_S
-from engine.run.rundir import RunDir
+from engine.record.rundir import RunDir
 from engine.runconfig import RunConfig
 from engine.schema import to_table
 from engine.monitor.sysmon import LEVELS, SystemSampler

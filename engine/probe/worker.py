@@ -42,12 +42,13 @@ import psutil
 import torch
 
 from engine import presets
-from engine.train import device as devices, parity
+from engine.monitor import device as devices
+from engine.train import parity
 from engine.run.crashes import EXIT_FINISHED
-from engine.run.events import EventWriter
+from engine.record.events import EventWriter
 from engine.probe import MAX_TIMINGS, TIMING_S, TRIAL_MIN_STEPS, TRIAL_S, WARMUP_SHARE
 from engine.probe.timings import Timing, estimate
-from engine.run.rundir import RunDir
+from engine.record.rundir import RunDir
 from engine.train.trainer import NonFiniteLoss, StopRequest, Trainer, report_failure
 
 

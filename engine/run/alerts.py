@@ -41,8 +41,8 @@ from typing import Callable, Iterable
 from engine import settings as user_settings
 from engine.errors import ConfigError
 from engine.numbers import count
-from engine.run.identity import ProcessId
-from engine.run.rundir import interrupted_next
+from engine.record.identity import ProcessId
+from engine.record.rundir import interrupted_next
 from engine.schema import from_table, to_table
 from engine.settings import AlertSettings
 

@@ -30,7 +30,7 @@ _BACKEND = re.compile(r"Placeholder storage has not been allocated on MPS device
                       r"failed assertion|not currently implemented for the MPS device|"
                       r"MPSGraph|MPSNDArray|CUDA error|CUBLAS_STATUS_\w+|cuDNN error|"
                       r"NCCL error|device-side assert")
-# A checkpoint that cannot be loaded (a torn write, bit rot): engine.train.checkpoint's
+# A checkpoint that cannot be loaded (a torn write, bit rot): engine.record.checkpoint's
 # Unreadable, from the trainer; torch.load's zip and unpickling errors, from a command -- but
 # only about the checkpoint it was given to resume from (the same errors about the user's own
 # data file or pretrained weights are a bug or a bad file of theirs: user-code).

@@ -30,7 +30,7 @@ from engine.run import faults
 from engine.train.distributed import launch_prefix
 from engine.presets import DevicePreset
 from engine.command.progress import OutputParser
-from engine.run.rundir import RunDir
+from engine.record.rundir import RunDir
 from engine.runconfig import RunConfig
 from engine.schema import to_table
 

@@ -29,9 +29,9 @@ import sys
 import time
 from pathlib import Path
 
-from engine.run.events import EventWriter
-from engine.run.identity import ProcessId
-from engine.run.rundir import RunDir, continue_hint  # imported now: when the supervisor dies, every moment counts
+from engine.record.events import EventWriter
+from engine.record.identity import ProcessId
+from engine.record.rundir import RunDir, continue_hint  # imported now: when the supervisor dies, every moment counts
 
 POLL_S = 0.1
 

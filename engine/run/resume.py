@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 from engine import presets, runconfig
 from engine.errors import ConfigError
-from engine.run.identity import ProcessId
-from engine.run.rundir import RunDir, summarize
+from engine.record.identity import ProcessId
+from engine.record.rundir import RunDir, summarize
 from engine.runconfig import RunConfig
 
 RESUMABLE = ("stopped", "failed", "interrupted", "lost", "created")
@@ -115,7 +115,7 @@ def plan(run: RunDir, history: History, device: str | None = None,
     resumed = runconfig.configure(config.workload, config.workload_preset, str(run.config_path),
                                   name, start, start_where, overrides, known=known)
     if not resumed.workload.is_command:
-        from engine.train import device as devices
+        from engine.monitor import device as devices
 
         devices.resolve(resumed.device, where=f"device preset {name!r}")
     return dataclasses.replace(resumed, overrides=config.overrides + tuple(overrides))

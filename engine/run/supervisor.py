@@ -50,18 +50,18 @@ from typing import Callable
 import psutil
 
 from engine import command
-from engine.run import alerts, events as event_log, fallback, faults, launch as launches
-from engine.train import checkpoint
-from engine.run.attempt_log import TAIL_LINES, OutputFollower, log_tail
+from engine.record import checkpoint, events as event_log
+from engine.run import alerts, fallback, faults, launch as launches
+from engine.record.attempt_log import TAIL_LINES, OutputFollower, log_tail
 from engine.run.crashes import AttemptEnd, Verdict, classify, last_line, torchrun_root_cause
-from engine.run.events import EventFollower, EventWriter
-from engine.run.identity import ProcessId
+from engine.record.events import EventFollower, EventWriter
+from engine.record.identity import ProcessId
 from engine.run.fallback import Decision, Ladder, Step
 from engine.run.launch import Launch, child_env
 from engine.run.lifeline import Lifeline
 from engine.run.resume import History
-from engine.run.rundir import RunDir
-from engine.monitor.slowdown import Context, SlowdownDetector
+from engine.record.rundir import RunDir
+from engine.run.slowdown import Context, SlowdownDetector
 from engine.monitor.hardware import ContentionDetector
 from engine.monitor.sysmon import SystemSampler
 from engine.errors import ConfigError

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Callable
 
 from engine import workloads
-from engine.train import checkpoint
+from engine.record import checkpoint
 from engine.errors import ConfigError
-from engine.run.rundir import RunDir
+from engine.record.rundir import RunDir
 
 
 @dataclass(frozen=True)

@@ -35,17 +35,19 @@ from pathlib import Path
 import torch
 
 from engine import presets, workloads
-from engine.train import checkpoint, device as devices, optim, parity, peaks
+from engine.monitor import device as devices
+from engine.record import checkpoint
+from engine.train import optim, parity, peaks
 from engine.run.crashes import (EXIT_CONFIG, EXIT_FAILED, EXIT_FINISHED, EXIT_NUMERICAL, EXIT_PARITY,
                                 EXIT_STOPPED)
 from engine.train.data import SampleOrder
 from engine.train.distributed import World
 from engine.errors import ConfigError, ProtocolError
-from engine.run.events import EventWriter
+from engine.record.events import EventWriter
 from engine.monitor.throughput import RateMeter
 from engine.run.faults import Injector
 from engine.presets import DevicePreset
-from engine.run.rundir import RunDir
+from engine.record.rundir import RunDir
 from engine.schema import to_table
 
 

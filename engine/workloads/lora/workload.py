@@ -7,9 +7,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from engine.train import checkpoint
+from engine.record import checkpoint
 from engine.errors import ConfigError
-from engine.run.rundir import RunDir, find_run
+from engine.record.rundir import RunDir, find_run
 from engine.workloads.lora import Params
 from engine.workloads.trm.model import Arch, RecursiveLM
 from engine.workloads.trm.workload import ByteLM

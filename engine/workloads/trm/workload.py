@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from engine.train import device as devices
+from engine.monitor import device as devices
 from engine.workloads.trm import Params, corpus
 from engine.workloads.trm.decoding import FasterThreads, stream
 from engine.workloads.trm.model import VOCAB, Arch, RecursiveLM

@@ -17,10 +17,10 @@ import os
 import threading
 from pathlib import Path
 
-from engine.run.curves import CurveFold, RunCurves
-from engine.run.events import EventFollower
-from engine.run.rundir import UNREADABLE, RunDir, RunSummary, broken, list_runs, summarize
-from engine.run.stats import Averages, RunStats
+from engine.record.curves import CurveFold, RunCurves
+from engine.record.events import EventFollower
+from engine.record.rundir import UNREADABLE, RunDir, RunSummary, broken, list_runs, summarize
+from engine.record.stats import Averages, RunStats
 
 
 class _SoFar(RunDir):

@@ -167,7 +167,7 @@ class RunStats:
 
 
 def averages(events: Iterable[dict]) -> Averages:
-    """The run's averages from its events (engine.run.rundir.RunDir.events())."""
+    """The run's averages from its events (engine.record.rundir.RunDir.events())."""
     stats = RunStats()
     for e in events:
         stats.add(e)

@@ -138,7 +138,7 @@ def _is_number(value) -> bool:
 
 
 def curves(events: Iterable[dict]) -> RunCurves:
-    """The run's curves from its events (engine.run.rundir.RunDir.events())."""
+    """The run's curves from its events (engine.record.rundir.RunDir.events())."""
     fold = CurveFold()
     for e in events:
         fold.add(e)

@@ -2,7 +2,7 @@
 
     <runs>/<run id>/
         run.toml          resolved configuration (workload, device, ladder, overrides)
-        events.jsonl      append-only events (engine.run.events)
+        events.jsonl      append-only events (engine.record.events)
         checkpoints/      step-<n>.pt, the last K kept
         attempt-<n>.log   the trainer's stdout and stderr, one file per attempt
         supervisor.pid    pid and start time of the supervising process while it runs
@@ -24,9 +24,9 @@ from pathlib import Path
 
 from engine import paths, presets
 from engine.errors import ConfigError
-from engine.run.events import read_events
-from engine.run.identity import ProcessId
-from engine.run.stats import RunStats
+from engine.record.events import read_events
+from engine.record.identity import ProcessId
+from engine.record.stats import RunStats
 from engine.runconfig import RunConfig
 
 
@@ -201,7 +201,7 @@ class RunSummary:
     total_steps: int = 0
     samples_seen: int = 0
     loss: float | None = None
-    # The run's averages over time spent training, all attempts (engine.run.stats): a
+    # The run's averages over time spent training, all attempts (engine.record.stats): a
     # window's own figure can be a 0.05 s fragment's.
     samples_per_s: float | None = None
     steps_per_s: float | None = None
@@ -231,7 +231,7 @@ class RunSummary:
 
 
 # What reading a run dir that is not as cockpit writes it raises: summarize() and the digest
-# (engine.run.digest) turn these into a 'broken' summary rather than let one run hide the others.
+# (engine.record.digest) turn these into a 'broken' summary rather than let one run hide the others.
 UNREADABLE = (ConfigError, OSError, KeyError, TypeError, ValueError, AttributeError)
 
 
