@@ -21,7 +21,7 @@ from typing import Literal
 
 from engine import paths
 from engine.errors import ConfigError
-from engine.presets import read_toml
+from engine.files import read_toml
 from engine.schema import FieldError, from_table, setting, unknown_key
 
 ALERT_EVENTS = ("crash", "fallback", "finish", "failure", "slowdown", "hang")

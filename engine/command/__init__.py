@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from engine.errors import ConfigError
+from engine.monitor import machine
 from engine.schema import FieldError, setting
 
 if TYPE_CHECKING:
@@ -166,9 +167,7 @@ def resolve_device(device: str) -> str:
     lists a GPU, MPS on Apple Silicon, else the CPU (the probe's default list, first)."""
     if device != "auto":
         return device
-    from engine.probe.candidates import available_devices
-
-    return available_devices()[0]
+    return machine.available_devices()[0]
 
 
 def values(preset: "DevicePreset", run_dir: Path, attempt: int,

@@ -11,16 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import platform
-import re
-import subprocess
-import sys
-from importlib import metadata
 from pathlib import Path
 
-import psutil
-
-from engine import paths, presets
+from engine import files, paths
+from engine.monitor.machine import machine
+from engine.presets import WorkloadPreset
 from engine.schema import to_table
 
 
@@ -32,53 +27,16 @@ def probes_dir() -> Path:
     return paths.cache_dir() / "probes"
 
 
-def _cpu_model() -> str:
-    try:
-        if sys.platform == "darwin":
-            return subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True,
-                                  text=True, timeout=5).stdout.strip()
-        text = Path("/proc/cpuinfo").read_text()
-        match = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
-        return match.group(1).strip() if match else platform.processor()
-    except (OSError, subprocess.SubprocessError):
-        return platform.processor()
-
-
-def nvidia_gpus() -> list[str]:
-    """GPU models from the NVIDIA driver's /proc files (Linux), without initialising CUDA."""
-    out = []
-    for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
-        try:
-            match = re.search(r"^Model:\s*(.+)$", info.read_text(), re.M)
-        except OSError:
-            continue
-        if match:
-            out.append(match.group(1).strip())
-    return out
-
-
-def machine() -> dict:
-    """What a measurement depends on, about the machine."""
-    try:
-        torch_version = metadata.version("torch")
-    except metadata.PackageNotFoundError:
-        torch_version = None
-    return {"host": platform.node(), "system": platform.system(), "arch": platform.machine(),
-            "cpu": _cpu_model(), "cores": [psutil.cpu_count(logical=False), psutil.cpu_count()],
-            "memory_gib": round(psutil.virtual_memory().total / 2**30),
-            "gpus": nvidia_gpus(), "torch": torch_version}
-
-
 def _digest(value) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def workload_key(workload: presets.WorkloadPreset) -> str:
+def workload_key(workload: WorkloadPreset) -> str:
     """The workload configuration that decides speed: which workload and its parameters."""
     return _digest({"workload": workload.workload, "params": to_table(workload.params)})
 
 
-def key(machine_info: dict, workload: presets.WorkloadPreset, candidates, budget_s: float,
+def key(machine_info: dict, workload: WorkloadPreset, candidates, budget_s: float,
         mode: str = "speed") -> str:
     return _digest({"schema": SCHEMA, "mode": mode, "machine": machine_info,
                     "workload": workload_key(workload),
@@ -99,7 +57,7 @@ def _read(path: Path) -> dict | None:
     return data
 
 
-def identify(workload: presets.WorkloadPreset, candidates, budget_s: float) -> dict:
+def identify(workload: WorkloadPreset, candidates, budget_s: float) -> dict:
     """What a speed probe's result is filed under: the machine, the key, the workload's key."""
     machine_info = machine()
     return {"machine": machine_info, "key": key(machine_info, workload, candidates, budget_s),
@@ -113,7 +71,7 @@ def load(result_key: str) -> dict | None:
 def save(result: dict) -> Path:
     """Write a result; raises OSError when the cache dir is not writable (callers warn)."""
     path = probes_dir() / f"{result['key']}.json"
-    presets.atomic_write(path, json.dumps({"schema": SCHEMA, **result}, indent=1).encode())
+    files.atomic_write(path, json.dumps({"schema": SCHEMA, **result}, indent=1).encode())
     return path
 
 

@@ -11,8 +11,6 @@ OMP_NUM_THREADS and its {threads}).
 from __future__ import annotations
 
 import dataclasses
-import platform
-import sys
 from dataclasses import dataclass
 
 import psutil
@@ -21,7 +19,7 @@ from engine import runconfig
 from engine.errors import ConfigError
 from engine.numbers import count
 from engine.presets import DevicePreset, WorkloadPreset
-from engine.probe import cache
+from engine.monitor.machine import available_devices
 
 DEVICES = ("cuda", "mps", "cpu")
 
@@ -39,19 +37,6 @@ def thread_counts() -> list[int]:
     logical = psutil.cpu_count(logical=True) or 1
     physical = psutil.cpu_count(logical=False) or logical
     return sorted({1, physical, logical})
-
-
-def available_devices() -> list[str]:
-    """The devices this machine has, fastest kind first, read without loading torch (a cached
-    probe answers at once): CUDA where the NVIDIA driver lists a GPU, MPS on Apple Silicon.
-    A torch built without that backend makes the candidate `unavailable` in the table, which
-    is worth knowing (a CPU-only torch on a GPU machine)."""
-    found = []
-    if cache.nvidia_gpus():
-        found.append("cuda")
-    if sys.platform == "darwin" and platform.machine() == "arm64":
-        found.append("mps")
-    return found + ["cpu"]
 
 
 def parse_list(text: str | None, argument: str) -> list[str]:

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine import paths, presets
+from engine import files, paths
 from engine.errors import ConfigError
 from engine.record.events import read_events
 from engine.record.identity import ProcessId
@@ -62,7 +62,7 @@ class RunDir:
         return self.path / f"attempt-{attempt}.log"
 
     def config(self) -> RunConfig:
-        return RunConfig.from_table(presets.read_toml(self.config_path), str(self.config_path))
+        return RunConfig.from_table(files.read_toml(self.config_path), str(self.config_path))
 
     def events(self) -> list[dict]:
         return read_events(self.events_path)
@@ -78,7 +78,7 @@ class RunDir:
 
     def write_supervisor_pid(self, pid: int) -> None:
         if (supervisor := ProcessId.of(pid)) is not None:
-            presets.atomic_write(self.pid_path, f"{supervisor}\n".encode())
+            files.atomic_write(self.pid_path, f"{supervisor}\n".encode())
 
     def try_lock(self) -> int | None:
         """The run's exclusive lock (run.lock, flock: macOS and Linux alike), so that no two
@@ -115,7 +115,7 @@ class RunDir:
             raise ConfigError(f"runs directory {root}", None,
                               f"is not writable ({e.strerror}); set --runs-dir or COCKPIT_RUNS_DIR") from None
         run = cls(path)
-        presets.atomic_write(run.config_path, presets.dump_toml(config.to_table()))
+        files.atomic_write(run.config_path, files.dump_toml(config.to_table()))
         return run
 
 
@@ -258,7 +258,7 @@ def broken(run: RunDir, e: Exception) -> RunSummary:
         problem = f"{run.path}: cannot be summarized ({type(e).__name__}: {e})"
     summary = RunSummary(id=run.id, workload="?", device_preset="?", status="broken", error=problem)
     try:
-        config = presets.read_toml(run.config_path)
+        config = files.read_toml(run.config_path)
     except ConfigError:
         return summary
     for name, key in (("workload", "workload_preset"), ("device_preset", "device_preset")):
@@ -270,7 +270,7 @@ def broken(run: RunDir, e: Exception) -> RunSummary:
 def _fold(run: RunDir) -> RunSummary:
     """Fold the events into a RunSummary. A run whose supervisor died is 'interrupted' once
     its lifeline has stopped the attempt, 'lost' until then (or if the lifeline died too)."""
-    config = presets.read_toml(run.config_path)
+    config = files.read_toml(run.config_path)
     summary = RunSummary(id=run.id, workload=config.get("workload_preset", "?"),
                          device_preset=config.get("device_preset", "?"),
                          command=(config.get("workload") or {}).get("command"))

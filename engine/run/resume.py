@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from engine import presets, runconfig
+from engine import files, presets, runconfig
 from engine.errors import ConfigError
 from engine.record.identity import ProcessId
 from engine.record.rundir import RunDir, summarize
@@ -138,12 +138,12 @@ def _where_it_was(run: RunDir, last: dict | None, config: RunConfig) -> tuple[st
 
 def save(run: RunDir, config: RunConfig, next_attempt: int) -> None:
     """Write the continuation's run.toml, keeping the previous one when it changes."""
-    new = presets.dump_toml(config.to_table())
+    new = files.dump_toml(config.to_table())
     old = run.config_path.read_bytes()
     if new == old:
         return
-    presets.atomic_write(run.path / f"run.before-attempt-{next_attempt}.toml", old)
-    presets.atomic_write(run.config_path, new)
+    files.atomic_write(run.path / f"run.before-attempt-{next_attempt}.toml", old)
+    files.atomic_write(run.config_path, new)
 
 
 def prepare(run: RunDir, device: str | None = None, overrides: list[str] | None = None) -> RunConfig:
