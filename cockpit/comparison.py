@@ -7,7 +7,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 
-from cockpit.headless import duration
+from cockpit.present.words import duration
 from engine.errors import ConfigError
 from engine.numbers import count, rate
 from engine.presets import read_toml

@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shlex
 import sys
 import time
 
 from engine.errors import ConfigError
 from engine.numbers import rate
+from engine.probe import check_budget
 
 COMPILE_EXTRA_S = 120.0  # the default budget's addition per compiled candidate
-SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt])i?b?\s*$", re.I)
 
 
 def add_parser(sub) -> None:
@@ -64,23 +63,6 @@ def add_parser(sub) -> None:
                    help=f"timed seconds per batch trial ({TRIAL_S:g})")
     b.add_argument("--save", metavar="NAME", help="write the suggestion as a new device preset NAME")
     q.set_defaults(handler=run)
-
-
-def check_budget(seconds: float, argument: str = "budget") -> None:
-    if not 5 <= seconds <= 24 * 3600:
-        raise ConfigError(argument, None, f"got {seconds:g}; expected seconds, 5 to 86400")
-
-
-def parse_size_mb(text: str, argument: str = "--memory-limit") -> float:
-    match = SIZE.match(text)
-    if not match:
-        raise ConfigError(argument, None, f"got {text!r}; expected a size with its unit, such as 6G, "
-                                          "800M or 1.5GiB")
-    scale = {"k": 2**-10, "m": 1, "g": 2**10, "t": 2**20}[match.group(2).lower()]
-    value = float(match.group(1)) * scale
-    if value <= 0:
-        raise ConfigError(argument, None, f"got {text!r}; expected a size above zero")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -254,7 +236,7 @@ def run_command(config, candidate, base: str, presets_mode: bool) -> str:
 def _find_batch(args, config, as_json: bool) -> int:
     from engine import presets
     from engine.probe import FINDER_BUDGET_S
-    from engine.probe.batch import check, find_batch
+    from engine.probe.batch import check, find_batch, parse_size_mb, preset_table
 
     if args.max_batch < 1:
         raise ConfigError("--max-batch", None, f"got {args.max_batch}; expected 1 or more")
@@ -291,16 +273,3 @@ def _find_batch(args, config, as_json: bool) -> int:
         elif args.save:
             print("nothing saved: no micro-batch fits, so there is no preset to write")
     return 0 if result.found is not None else 1
-
-
-def preset_table(config, result) -> dict:
-    """The device preset the batch finder suggests: the sized preset with the found
-    micro-batch and the accumulation that keeps its effective batch."""
-    from engine.schema import to_table
-
-    table = to_table(config.device)
-    table.update(batch_size=result.micro_batch, accumulation=result.accumulation,
-                 description=f"found by cockpit probe --find-batch for {config.workload_preset}: "
-                             f"micro-batch {result.micro_batch} x {result.accumulation} "
-                             f"(largest that fits: {result.found})")
-    return table

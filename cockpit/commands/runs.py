@@ -9,7 +9,7 @@ import json
 
 from cockpit.commands import train
 from cockpit.commands.train import follow as follow_run
-from cockpit.headless import duration
+from cockpit.present.words import duration
 from engine import command, settings
 from engine.errors import ConfigError
 from engine.run import lifeline, resume as resumption, supervisor

@@ -30,7 +30,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
-from cockpit.headless import duration, eta_text
+from cockpit.present.words import duration, eta_text
 from cockpit.ui.alerts import ScreenAlerts
 from cockpit.ui.follow import RunEvents, follow
 from cockpit.ui.logs import LogScreen

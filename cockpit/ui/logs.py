@@ -1,7 +1,7 @@
-"""The log view: a run's events as the headless printer words them, and an attempt's own output
-(attempt-N.log: the trainer's or the user's command's stdout and stderr), switchable, or side by
-side at WIDE columns; it fills the terminal, scrolls, follows a live run, jumps to a crash's
-traceback and searches.
+"""The log view: a run's events as the headless printer words them (cockpit.present), and an
+attempt's own output (attempt-N.log: the trainer's or the user's command's stdout and stderr),
+switchable, or side by side at WIDE columns; it fills the terminal, scrolls, follows a live run,
+jumps to a crash's traceback and searches.
 
 Threading: two worker threads read the files (engine.record.attempt_log.LogLines reads only a log's
 tail, then only what was appended; events go through engine.record.events.EventFollower) and only
@@ -11,7 +11,6 @@ tells its messages from those a cancelled reader may still post.
 
 from __future__ import annotations
 
-import io
 import time
 from dataclasses import dataclass, field
 
@@ -25,7 +24,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input
 from textual.worker import get_current_worker
 
-from cockpit.headless import HeadlessPrinter
+from cockpit.present.transcript import Transcript
 from cockpit.ui.widgets.log_pane import LogPane
 from engine.record.attempt_log import LogLines, last_traceback, logged_attempts
 from engine.record.events import EventFollower
@@ -45,23 +44,20 @@ class AttemptInfo:
 
 
 class EventLines:
-    """Events folded into the events pane's lines (the headless printer's wording, a log file's
-    rhythm: a progress line per LOG_EVERY_S of the run, every crash, fallback, eval and warning),
-    each stamped with its local time, and what the attempts did."""
+    """Events folded into the events pane's lines (the headless printer's transcript, a log
+    file's rhythm: a progress line per LOG_EVERY_S of the run, every crash, fallback, eval and
+    warning), each stamped with its local time, and what the attempts did."""
 
     def __init__(self):
-        self._out = io.StringIO()
-        self._printer = HeadlessPrinter(stream=self._out, live=False)
+        self._transcript = Transcript()
         self.count = 0
         self.attempts: dict[int, AttemptInfo] = {}
 
     def add(self, events: list[dict]) -> list[str]:
         lines: list[str] = []
         for e in events:
-            self._printer([e])   # one event at a time, to stamp each event's lines with its time
-            text = self._out.getvalue()
-            self._out.seek(0)
-            self._out.truncate()
+            # one event at a time, to stamp each event's lines with its time
+            text = "".join(line + "\n" for line in self._transcript.see(e))
             kind, n = e.get("type"), e.get("attempt")
             if kind == "attempt_started" and n is not None:
                 self.attempts[n] = AttemptInfo(preset=e.get("preset", "?"))

@@ -12,7 +12,8 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from cockpit.headless import duration, human_line as _human_line
+from cockpit.present.lines import human_line as _human_line
+from cockpit.present.words import duration
 from engine.record.stats import RunStats
 
 MAX_POINTS = 256

@@ -25,8 +25,8 @@ from cockpit.ui.probe import batch_note
 from engine.errors import ConfigError
 from engine.numbers import rate
 from engine.probe import cache
-from engine.probe import FINDER_BUDGET_S, MAX_BATCH, PROBE_BUDGET_S, TRIAL_S
-from engine.probe.batch import BatchResult, Trial
+from engine.probe import FINDER_BUDGET_S, MAX_BATCH, PROBE_BUDGET_S, TRIAL_S, check_budget
+from engine.probe.batch import BatchResult, Trial, parse_size_mb, preset_table
 from engine.probe.speed import CandidateResult, ProbeResult, interval_text
 from engine.runconfig import RunConfig
 
@@ -356,7 +356,6 @@ memory pressure normal and swap flat (asks an optional memory limit such as 6G).
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         """The answer to the ask row's question; a bad one is said and the row stays."""
-        from cockpit.commands.probe import check_budget, parse_size_mb, preset_table
         from engine import presets
 
         text = event.value.strip()

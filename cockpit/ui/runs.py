@@ -21,7 +21,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from cockpit.comparison import devices
-from cockpit.headless import duration
+from cockpit.present.words import duration
 from engine.run import resume as resumption, supervisor
 from engine.errors import ConfigError
 from engine.numbers import count, rate

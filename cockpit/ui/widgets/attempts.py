@@ -15,7 +15,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from cockpit.headless import resume_text
+from cockpit.present.words import resume_text
 from cockpit.ui.model import Attempt, RunModel
 from engine.numbers import count
 

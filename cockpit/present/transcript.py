@@ -1,0 +1,130 @@
+"""A run's events folded into the lines a person reads, in a log file's rhythm: every event worth
+a line (eval, checkpoint, crash, fallback, warnings), a progress line at most every
+`log_every_s` seconds of the run's own clock (the events' times), the first and last of each
+attempt. A five-hour run is a few hundred lines, not tens of thousands.
+
+Live (a terminal), there are no progress lines: `status()` is the line redrawn in place, and an
+attempt's end keeps it as a line. While a mining pass or an eval runs (minutes on a big bank, no
+step at all) the progress says so instead of only "no step". Before an attempt's first step (a
+model loading, a first step compiling for minutes) it says how long it has been waiting:
+'attempt 2: no step yet (1m30s)'.
+
+The headless printer writes a transcript to its stream; the TUI's log view shows one.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from cockpit.present.lines import human_line, status_line, step_line
+from cockpit.present.words import activity_text, duration
+
+LOG_EVERY_S = 30.0
+
+
+def _quiet(step: dict, t: float) -> float | None:
+    """How long there has been no step as of `t`, when that is unusual for this run (longer than
+    10 s and three of its windows)."""
+    gap = t - step["t"]
+    return gap if gap > max(10.0, 3 * (step.get("window_s") or 0.0)) else None
+
+
+class Transcript:
+    """`see(event)` gives the event's lines. `live`: no progress lines, the status line instead,
+    laid out in `width()` columns (asked at each status: a terminal can be resized)."""
+
+    def __init__(self, *, live: bool = False, log_every_s: float = LOG_EVERY_S,
+                 width: Callable[[], int] = lambda: 80):
+        self.live = live
+        self.log_every_s = log_every_s
+        self.width = width
+        self.memory: dict | None = None  # the latest memory event, shown with the step
+        self.step: dict | None = None    # the attempt's latest step event
+        self.windows = 0                 # its step windows so far (the ETA settles)
+        self.activity: dict | None = None  # the mining_started or eval_started under way
+        self.started: dict | None = None     # the attempt's attempt_started (its wait for a first step)
+        self.group: dict | None = None       # the last heartbeat inside a long accumulation group
+        self.logged_t: float | None = None   # the event time of the last progress line written
+        self.logged: dict | None = None      # the step it showed
+
+    def see(self, e: dict) -> list[str]:
+        kind = e["type"]
+        if kind == "memory":
+            self.memory = e
+            return self._progress(e["t"], stalled=True) if not self.live else []
+        if kind == "step":
+            self.step, self.windows, self.activity, self.group = e, self.windows + 1, None, None
+            return self._progress(e["t"]) if not self.live else []
+        if kind == "heartbeat":
+            self.group = e if e.get("micro_batches") is not None else self.group
+            return []
+        if kind in ("mining_started", "eval_started"):
+            self.activity = e
+            return []
+        if kind in ("mining", "eval", "crash", "attempt_ended"):
+            self.activity = None
+        lines = []
+        if kind in ("crash", "attempt_started", "attempt_ended", "run_finished"):
+            lines += self._end_attempt()
+        if kind == "attempt_started":
+            self.started = e
+        line = human_line(e, self.memory)
+        return lines + ([line] if line is not None else [])
+
+    def _progress(self, t: float, stalled: bool = False) -> list[str]:
+        """Not live: the attempt's first step, then one line per log_every_s of event time;
+        before the first step, one per log_every_s saying how long the attempt has waited."""
+        step = self.step
+        if step is None:
+            return self._waiting(t) if stalled else []
+        if self.logged is not None and t - self.logged_t < self.log_every_s:
+            return []
+        line = step_line(step, self.memory, self.windows)
+        if stalled and self.activity is not None:
+            line += f"  ({activity_text(self.activity, t)})"
+        elif stalled and (quiet := _quiet(step, t)) is not None:
+            line += f"  (no step for {duration(quiet)}{self._group_text('; ')})"
+        self.logged_t, self.logged = t, step
+        return [line]
+
+    def _waiting(self, t: float) -> list[str]:
+        """Not live, no step yet: a line once the attempt (or its mining pass) has waited
+        log_every_s since it began or since the last such line."""
+        begun = self.activity or self.started
+        if begun is None or t - (self.logged_t if self.logged_t is not None else begun["t"]) < self.log_every_s:
+            return []
+        self.logged_t = t
+        return [self._before_first_step(t)]
+
+    def _before_first_step(self, now: float | None) -> str:
+        """'mining hard negatives for epoch 0 (40s)', 'attempt 1: no step yet (1m30s)', or ''."""
+        if self.activity is not None:
+            return activity_text(self.activity, now)
+        if self.started is None or now is None or now - self.started["t"] < 1:
+            return ""
+        waiting = f"first step, {self._group_text()}" if self.group else "no step yet"
+        return f"attempt {self.started.get('attempt', '?')}: {waiting} ({duration(now - self.started['t'])})"
+
+    def _group_text(self, before: str = "") -> str:
+        """'12/64 micro-batches': how far a long accumulation group is, from its heartbeats."""
+        g = self.group
+        return f"{before}{g['micro_batches']}/{g.get('of', '?')} micro-batches" if g else ""
+
+    def _end_attempt(self) -> list[str]:
+        """Where the attempt got to: the live line kept, or its last step written."""
+        step = self.step
+        line = None if step is None else self.status() if self.live else \
+            None if step is self.logged else step_line(step, self.memory, self.windows)
+        self.step, self.windows, self.logged_t, self.logged = None, 0, None, None
+        self.started = self.group = None
+        return [line] if line else []
+
+    def status(self) -> str:
+        """The live line: the step's progress, or before the first step how long it has waited."""
+        now = self.memory["t"] if self.memory is not None else None
+        if self.step is None:  # loading, compiling, or a schedule that mines from epoch 0
+            return self._before_first_step(now)
+        quiet = _quiet(self.step, now) if now is not None else None
+        activity = activity_text(self.activity, now) if self.activity is not None else \
+            f"no step for {duration(quiet)}{self._group_text('; ')}" if quiet is not None and self.group else None
+        return status_line(self.step, self.memory, self.windows, quiet, self.width(), activity)

@@ -1,0 +1,94 @@
+"""The words and figures of a run that both front ends write: durations, ETAs, rates as
+shown, what an attempt resumed from, a run's summary, a memory sample in one line. No Textual
+and no terminal here (the headless printer and the TUI both import this).
+"""
+
+from __future__ import annotations
+
+from engine.numbers import count
+
+SETTLE_WINDOWS = 5   # an attempt's first step windows measure warm-up: its ETA says "settling"
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+def memory_text(m: dict) -> str:
+    """'rss 1.2 GB, mem 71%, swap-in 0 MB/s, cpu 190%, gpu 97%, pressure normal' from a memory
+    event."""
+    parts = []
+    if m.get("rss") is not None:
+        parts.append(f"rss {m['rss'] / 1e9:.1f} GB")
+    if m.get("system_total"):
+        parts.append(f"mem {100 * m['system_used'] / m['system_total']:.0f}%")
+    if m.get("swap_in_per_s") is not None:
+        parts.append(f"swap-in {m['swap_in_per_s'] / 1e6:.1f} MB/s")
+    if m.get("cpu_percent") is not None:  # the hardware panel's figures, short
+        parts.append(f"cpu {m['cpu_percent']:.0f}%")
+    if utils := [g["util_percent"] for g in m.get("gpus") or [] if g.get("util_percent") is not None]:
+        parts.append("gpu " + ("/".join(f"{u}%" for u in utils) if len(utils) <= 2 else f"{min(utils)}-{max(utils)}%"))
+    level = (m.get("pressure") or {}).get("level")
+    parts.append(f"pressure {level or 'n/a'}")
+    return ", ".join(parts)
+
+
+def eta_text(eta_s: float | None, windows: int | None = None) -> str | None:
+    """'ETA 3m10s', 'ETA settling' while the attempt has fewer than SETTLE_WINDOWS step windows
+    (`windows` None: no count kept, the figure as it is), or None with no ETA."""
+    if eta_s is None:
+        return None
+    return "ETA settling" if windows is not None and windows < SETTLE_WINDOWS else f"ETA {duration(eta_s)}"
+
+
+def shown_rate(e: dict) -> float | None:
+    """The step event's smoothed samples/s, or its window's from a writer that has none."""
+    smoothed = e.get("smoothed_samples_per_s")
+    return smoothed if smoothed is not None else e.get("samples_per_s")
+
+
+def shown_per_sample(e: dict, key: str) -> float | None:
+    """A figure proportional to the window's samples/s (GFLOP/s, MFU) at the shown rate, so
+    the line's figures agree with each other."""
+    value, window, speed = e.get(key), e.get("samples_per_s"), shown_rate(e)
+    if value is None or not window or speed is None:
+        return value
+    return value * speed / window
+
+
+def activity_text(started: dict, now: float | None) -> str:
+    """'mining hard negatives for epoch 6 (35s)' from a mining_started event, 'evaluating at
+    step 600 (12s)' from an eval_started one."""
+    spent = f" ({duration(now - started['t'])})" if now is not None and now - started["t"] >= 1 else ""
+    if started["type"] == "eval_started":
+        return f"evaluating at step {started.get('step', '?')}{spent}"
+    return f"mining hard negatives for epoch {started.get('epoch', '?')}{spent}"
+
+
+def resume_text(resume: dict) -> str:
+    """'step 40, sample 1,280', or a command's checkpoint file when its step is not known."""
+    parts = []
+    if resume.get("step") is not None:
+        parts.append(f"step {resume['step']}")
+    if resume.get("samples_seen") is not None:
+        parts.append(f"sample {resume['samples_seen']:,}")
+    if not parts and resume.get("path"):
+        parts.append(str(resume["path"]).rsplit("/", 1)[-1])
+    return ", ".join(parts) or "the last checkpoint"
+
+
+def summary_text(summary: dict) -> str:
+    """'3 attempts (mps: native-crash at step 117; cpu: finished), 17 steps lost to crashes'."""
+    parts = [f"{a['preset']}: {a['outcome']}" + (f" after step {a['last_step']}" if a["outcome"] not in
+                                                  ("finished", "stopped") and a.get("last_step") else "")
+             for a in summary.get("attempts", [])]
+    n = len(parts)
+    text = f"{count(n, 'attempt')} ({'; '.join(parts)})"
+    if summary.get("steps_lost"):
+        text += f", {count(summary['steps_lost'], 'step')} lost to crashes"
+    return text
