@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from engine.errors import ConfigError
-from engine.presets import DevicePreset
+
+if TYPE_CHECKING:  # a device preset is only read here: no import of the presets' layer
+    from engine.presets import DevicePreset
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
