@@ -7,6 +7,9 @@ import argparse
 import os
 import sys
 
+from cockpit.commands import check as check_cmd, compare as compare_cmd, log as log_cmd
+from cockpit.commands import presets as presets_cmd, probe as probe_cmd, runs as runs_cmd
+from cockpit.commands import sample as sample_cmd, train
 from engine import __version__
 from engine.errors import ConfigError
 
@@ -64,11 +67,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from cockpit.commands import presets as presets_cmd, runs as runs_cmd
-    from cockpit.commands import check as check_cmd, probe as probe_cmd, sample as sample_cmd
-    from cockpit.commands import compare as compare_cmd
-    from cockpit.commands import log as log_cmd
-
     parser = _Parser(prog="cockpit", description="A terminal cockpit for PyTorch training.",
                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"cockpit {__version__}")
@@ -154,8 +152,6 @@ examples:
 
 
 def _add_run_parser(sub) -> None:
-    from cockpit.commands import train
-
     q = sub.add_parser("run", help="supervise your own training command: cockpit run -- python train.py ...",
                        description="Run your own training command under cockpit's supervisor, headless, "
                                    "exactly like cockpit --no-ui: progress read from its output, crash "
@@ -187,7 +183,7 @@ def _open_tui() -> int:
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         print("cockpit: the TUI needs a terminal; use cockpit --no-ui (see cockpit --help)", file=sys.stderr)
         return EXIT_BAD_INPUT
-    from cockpit.app import make_app
+    from cockpit.app import make_app  # Textual loads only when the TUI opens: --help stays quick
 
     app = make_app()
     app.run()
@@ -217,8 +213,6 @@ def _main(argv: list[str] | None) -> int:
         if args.command:
             return args.handler(args)
         if args.no_ui:
-            from cockpit.commands import train
-
             return train.run(args)
         return _open_tui()
     except ConfigError as e:
