@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import tracemalloc
 
-from cockpit.ui.model import LOG_LINES, MAX_POINTS, RunModel, Series
+from cockpit.ui.dashboard import regions
+from cockpit.ui.model import LOG_LINES, MAX_POINTS, Change, RunModel, Series
 from cockpit.ui.widgets.attempts import attempts_text
 from cockpit.ui.widgets.memory import device_line, memory_text
 from engine.record.events import read_events
@@ -129,7 +130,7 @@ def test_mining_is_folded_with_a_log_line_and_active_while_it_runs():
     m.fold([{"type": "mining_started", "t": 2.0, "attempt": 1, "epoch": 6, "negatives": 64}])
     assert m.mining_active
     changed = m.fold([mined])
-    assert not m.mining_active and m.mining == mined and "log" in changed
+    assert not m.mining_active and m.mining == mined and Change.LOG in changed
     assert "recall 0.973 vs exact" in m.log[-1] and "28.4 s" in m.log[-1]
 
 
@@ -138,7 +139,8 @@ def test_the_running_attempt_last_step_follows_every_step():
     m.fold(read_events(RUNS / "crash-fallback" / "events.jsonl")[:3])
     for step in (5, 10):
         changed = m.fold([_step(float(step), step, 64 * step, 0.5)])
-        assert m.attempts[-1].last_step == step and "attempts" in changed  # the panel redraws
+        assert m.attempts[-1].last_step == step and Change.ATTEMPTS in changed
+        assert "attempts" in regions(changed)  # the panel redraws
 
 
 def test_steps_lost_to_a_crash_are_counted_when_the_next_attempt_resumes():

@@ -15,6 +15,7 @@ at most ten repaints a second; the plots, the costly part, less often (widgets/p
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import textwrap
@@ -34,7 +35,7 @@ from cockpit.present.words import duration, eta_text
 from cockpit.ui.alerts import ScreenAlerts
 from cockpit.ui.follow import RunEvents, follow
 from cockpit.ui.logs import LogScreen
-from cockpit.ui.model import RunModel
+from cockpit.ui.model import Change, RunModel
 from cockpit.ui.widgets.attempts import AttemptsPanel
 from cockpit.ui.widgets.hardware import HardwarePanel
 from cockpit.ui.widgets.memory import MemoryPanel
@@ -53,6 +54,19 @@ STATUS_STYLE = {"running": "bold cyan", "finished": "bold green", "stopped": "bo
                 "failed": "bold red", "lost": "bold red", "interrupted": "yellow", "created": "dim"}
 # (hex or basic names: Textual fails to parse Rich's bright_blue or grey35 at every paint)
 BAR_STYLE, BAR_DONE_STYLE, BAR_EMPTY_STYLE = "#5f87ff", "green", "#4e4e4e"
+# The screen's regions that show each part of the model: the status line, the progress line,
+# the plots' lines and their titles (titles at every frame, lines at their interval), the
+# memory and hardware panels (one memory event carries both panels' figures; a warning shows
+# in the memory panel), the attempts panel and the log.
+REGIONS = {
+    Change.RUN: ("status",),
+    Change.ATTEMPTS: ("attempts",),
+    Change.PROGRESS: ("progress",),
+    Change.SERIES: ("plots", "plot-titles"),
+    Change.MEMORY: ("memory", "hardware"),
+    Change.WARNINGS: ("memory", "hardware"),
+    Change.LOG: ("log",),
+}
 
 
 class DashboardScreen(Screen):
@@ -190,15 +204,11 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         for alert in self._alerts.see(message.events):
             self._alerts.ring(self.app, alert)
         if self.model.set_live(message.live):
-            changed.add("status")
+            changed |= Change.RUN
         if message.ended:
             self.ended = True
-            changed.add("status")
-        if "memory" in changed:
-            changed.add("hardware")   # the same memory event carries the CPU and GPU figures
-        if "plots" in changed:
-            changed.add("plot-titles")  # at every frame (cheap); "plots", the lines, at their interval
-        self._dirty |= changed
+            changed |= Change.RUN
+        self._dirty |= regions(changed)
         self._schedule_paint()
 
     # ------------------------------------------------------------ painting
@@ -409,6 +419,12 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         self.plots.force()
         self._dirty |= {"plots", "plot-titles"}
         self._schedule_paint()
+
+
+@functools.cache
+def regions(changed: Change) -> frozenset[str]:
+    """The regions that show what changed (REGIONS)."""
+    return frozenset(region for part, names in REGIONS.items() if part in changed for region in names)
 
 
 def progress_bar(fraction: float, *, cells: int = BAR_CELLS, finished: bool = False) -> Text:

@@ -1,6 +1,7 @@
 """What the dashboard shows, folded from a run's events.
 
-No Textual here: the dashboard, the replay test and benchmarks/ui_events.py share it. Memory
+No Textual here: the dashboard, the replay test and benchmarks/ui_events.py share it. A fold
+says what changed in the model's own terms (Change); the dashboard decides what to repaint. Memory
 stays bounded however long the run: each plotted series keeps at most MAX_POINTS points
 (when full it drops every other one and from then on keeps every second new point, so the
 plot still spans the whole run), the log keeps LOG_LINES lines, warnings WARNINGS.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from enum import Flag, auto
 
 from cockpit.present.lines import human_line as _human_line
 from cockpit.present.words import duration
@@ -20,6 +22,21 @@ MAX_POINTS = 256
 RECENT_POINTS = 1024   # ~8 minutes of step events at 2 a second
 LOG_LINES = 200
 WARNINGS = 20
+
+
+class Change(Flag):
+    """What a fold changed, in the model's terms."""
+
+    RUN = auto()        # the run's status, names, start or end, or which attempt runs where
+    ATTEMPTS = auto()   # the attempts: one began, learned its device, stepped, crashed, ended, fell back
+    PROGRESS = auto()   # step, loss, rates, ETA, eval metrics, a mining pass or an eval under way
+    SERIES = auto()     # a plotted series got a point, or a crash its mark
+    MEMORY = auto()     # a memory sample, or the device's memory with a step
+    WARNINGS = auto()   # a warning
+    LOG = auto()        # log lines
+
+
+NOTHING = Change(0)
 
 
 class Series:
@@ -134,9 +151,9 @@ class RunModel:
 
     # ------------------------------------------------------------ folding
 
-    def fold(self, events: list[dict]) -> set[str]:
-        """Apply events in order; returns which parts of the screen changed."""
-        changed: set[str] = set()
+    def fold(self, events: list[dict]) -> Change:
+        """Apply events in order; returns what changed."""
+        changed = NOTHING
         for e in events:
             self.events_seen += 1
             t = e.get("t")
@@ -228,33 +245,33 @@ def warning_text(e: dict) -> str:
 # ---------------------------------------------------------------- one function per event type
 
 
-def _run_started(m: RunModel, e: dict) -> set[str]:
+def _run_started(m: RunModel, e: dict) -> Change:
     m.run_id = e.get("run", m.run_id)
     m.workload, m.device_preset = e.get("workload", m.workload), e.get("device_preset", m.device_preset)
     m.started_t, m.status = e.get("t"), "running"
     m._say(e, human_line(e))
-    return {"status", "log"}
+    return Change.RUN | Change.LOG
 
 
-def _run_resumed(m: RunModel, e: dict) -> set[str]:
+def _run_resumed(m: RunModel, e: dict) -> Change:
     m.status, m.ended_t = "running", None
     m._say(e, human_line(e))
-    return {"status", "log"}
+    return Change.RUN | Change.LOG
 
 
-def _supervisor_lost(m: RunModel, e: dict) -> set[str]:
+def _supervisor_lost(m: RunModel, e: dict) -> Change:
     m._say(e, human_line(e))
-    return {"log"}
+    return Change.LOG
 
 
-def _run_interrupted(m: RunModel, e: dict) -> set[str]:
+def _run_interrupted(m: RunModel, e: dict) -> Change:
     m.status, m.ended_t = "interrupted", e.get("t")
     m.eta_s = None
     m._say(e, human_line(e))
-    return {"status", "progress", "log"}
+    return Change.RUN | Change.PROGRESS | Change.LOG
 
 
-def _attempt_started(m: RunModel, e: dict) -> set[str]:
+def _attempt_started(m: RunModel, e: dict) -> Change:
     config = e.get("config") or {}
     m.attempts.append(Attempt(attempt=e.get("attempt", len(m.attempts) + 1), preset=e.get("preset", "?"),
                               batch=f"{config.get('batch_size', '?')} x {config.get('accumulation', '?')}"))
@@ -265,10 +282,10 @@ def _attempt_started(m: RunModel, e: dict) -> set[str]:
         m._say(e, human_line(e))
     else:
         m._say(e, f"attempt {e.get('attempt')} starts on preset {e.get('preset')}")
-    return {"status", "attempts", "log"}
+    return Change.RUN | Change.ATTEMPTS | Change.LOG
 
 
-def _trainer_ready(m: RunModel, e: dict) -> set[str]:
+def _trainer_ready(m: RunModel, e: dict) -> Change:
     a = m._current()
     if a is not None:
         a.device, a.precision = e.get("device"), e.get("precision")
@@ -277,15 +294,15 @@ def _trainer_ready(m: RunModel, e: dict) -> set[str]:
     m.total = e.get("total_steps", m.total)
     m.steps_lost = m.stats.steps_lost  # it resumed: the steps past its checkpoint are lost
     m._say(e, human_line(e))
-    return {"status", "attempts", "progress", "log"}
+    return Change.RUN | Change.ATTEMPTS | Change.PROGRESS | Change.LOG
 
 
-# "attempts": the running attempt's "last step" moves with every step
-_STEP_CHANGES = frozenset({"progress", "plots", "attempts"})
-_STEP_CHANGES_DEVICE = frozenset({"progress", "plots", "attempts", "memory"})
+# ATTEMPTS: the running attempt's last step moves with every step
+_STEP_CHANGES = Change.PROGRESS | Change.SERIES | Change.ATTEMPTS
+_STEP_CHANGES_DEVICE = _STEP_CHANGES | Change.MEMORY
 
 
-def _step(m: RunModel, e: dict) -> set[str]:
+def _step(m: RunModel, e: dict) -> Change:
     # The hot path of a replay: plain lookups, one series append each.
     get = e.get
     m.step, m.total = get("step", m.step), get("total") or m.total  # a command may not say
@@ -322,12 +339,12 @@ def _step(m: RunModel, e: dict) -> set[str]:
     return _STEP_CHANGES_DEVICE if m.device_memory else _STEP_CHANGES
 
 
-def _eval_started(m: RunModel, e: dict) -> set[str]:
+def _eval_started(m: RunModel, e: dict) -> Change:
     m.eval_active = True
-    return {"progress"}
+    return Change.PROGRESS
 
 
-def _eval(m: RunModel, e: dict) -> set[str]:
+def _eval(m: RunModel, e: dict) -> Change:
     m.eval_active = False
     m.metrics, m.eval_step = e.get("metrics") or {}, e.get("step")
     x = m.elapsed(e.get("t"))
@@ -335,52 +352,52 @@ def _eval(m: RunModel, e: dict) -> set[str]:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             m.eval_series.setdefault(name, Series()).add(x, float(value))
     m._say(e, human_line(e))
-    return {"progress", "plots", "log"}
+    return Change.PROGRESS | Change.SERIES | Change.LOG
 
 
-def _mining_started(m: RunModel, e: dict) -> set[str]:
+def _mining_started(m: RunModel, e: dict) -> Change:
     # No log line: the mining event that ends the pass says what it did, and how long it took.
     m.mining_active = True
-    return {"progress"}
+    return Change.PROGRESS
 
 
-def _mining(m: RunModel, e: dict) -> set[str]:
+def _mining(m: RunModel, e: dict) -> Change:
     m.mining_active = False
     if e.get("mode", "none") == "none":
-        return {"progress"}  # an epoch the schedule does not mine
+        return Change.PROGRESS  # an epoch the schedule does not mine
     m.mining = e
     m._say(e, human_line(e))
-    return {"progress", "log"}
+    return Change.PROGRESS | Change.LOG
 
 
-def _checkpoint(m: RunModel, e: dict) -> set[str]:
+def _checkpoint(m: RunModel, e: dict) -> Change:
     at = f" at step {e['step']}" if e.get("step") is not None else ""
     m._say(e, f"checkpoint{at} ({e.get('path', '')})")
-    return {"log"}
+    return Change.LOG
 
 
-def _memory(m: RunModel, e: dict) -> set[str]:
+def _memory(m: RunModel, e: dict) -> Change:
     m.memory = e
-    return {"memory"}
+    return Change.MEMORY
 
 
-def _warning(m: RunModel, e: dict) -> set[str]:
+def _warning(m: RunModel, e: dict) -> Change:
     m.warnings.append(e)
     m._say(e, warning_text(e))
-    return {"memory", "log"}
+    return Change.WARNINGS | Change.LOG
 
 
-def _crash(m: RunModel, e: dict) -> set[str]:
+def _crash(m: RunModel, e: dict) -> Change:
     m.mining_active = m.eval_active = False
     a = m._current()
     if a is not None:
         a.crash = e
     m.marks.append((m.elapsed(e.get("t")), e.get("kind", "crash")))
     m._say(e, human_line(e))
-    return {"attempts", "plots", "log"}
+    return Change.ATTEMPTS | Change.SERIES | Change.LOG
 
 
-def _attempt_ended(m: RunModel, e: dict) -> set[str]:
+def _attempt_ended(m: RunModel, e: dict) -> Change:
     a = next((a for a in reversed(m.attempts) if a.attempt == e.get("attempt")), None)
     if a is not None:
         a.outcome, a.exit = e.get("outcome", "?"), e.get("exit", "")
@@ -388,37 +405,37 @@ def _attempt_ended(m: RunModel, e: dict) -> set[str]:
     m.mining_active = m.eval_active = False
     m.steps_lost = m.stats.steps_lost
     m._say(e, human_line(e) or f"attempt {e.get('attempt')} ended: {e.get('outcome')} ({e.get('exit', '')})")
-    return {"attempts", "status", "log"}
+    return Change.RUN | Change.ATTEMPTS | Change.LOG
 
 
-def _fallback(m: RunModel, e: dict) -> set[str]:
+def _fallback(m: RunModel, e: dict) -> Change:
     a = next((a for a in reversed(m.attempts) if a.attempt == e.get("attempt")), None)
     if a is not None:
         a.fallback = e
     m._say(e, human_line(e))
-    return {"attempts", "log"}
+    return Change.ATTEMPTS | Change.LOG
 
 
-def _run_failed(m: RunModel, e: dict) -> set[str]:
+def _run_failed(m: RunModel, e: dict) -> Change:
     a = m._current()
     if a is not None:
         a.failed_why = e.get("why") or e.get("reason")
     m._say(e, f"no further attempt: {e.get('why') or e.get('reason')}")
-    return {"attempts", "log"}
+    return Change.ATTEMPTS | Change.LOG
 
 
-def _run_finished(m: RunModel, e: dict) -> set[str]:
+def _run_finished(m: RunModel, e: dict) -> Change:
     m.status, m.ended_t = e.get("status", "?"), e.get("t")
     m.eta_s = None
     m.mining_active = m.eval_active = False
     m.steps_lost = m.stats.steps_lost
     m._say(e, human_line(e))
-    return {"status", "progress", "log"}
+    return Change.RUN | Change.PROGRESS | Change.LOG
 
 
-def _fault_injected(m: RunModel, e: dict) -> set[str]:
+def _fault_injected(m: RunModel, e: dict) -> Change:
     m._say(e, human_line(e))
-    return {"log"}
+    return Change.LOG
 
 
 _HANDLERS = {
@@ -438,4 +455,4 @@ def rate_text(value: float | None, unit: str) -> str:
     return f"{value:,.0f} {unit}" if value >= 100 else f"{value:.3g} {unit}"
 
 
-__all__ = ["RunModel", "Attempt", "Series", "bytes_text", "rate_text", "warning_text", "duration"]
+__all__ = ["RunModel", "Change", "Attempt", "Series", "bytes_text", "rate_text", "warning_text", "duration"]
