@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from engine.record.attempt_log import log_tail
 from engine.run.crashes import AttemptEnd, Verdict, classify
 from engine.record.events import EventFollower
 from engine.run.launch import child_env
+from engine.run.process import signal_group, spawn
 from engine.presets import DevicePreset
 from engine.probe import TRIAL_S
 from engine.record.rundir import RunDir
@@ -154,9 +154,8 @@ class Worker:
         """Start the process in its own session (so the whole group can be ended), its
         output into the log; memory is sampled from its process tree."""
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(argv, cwd=cwd, stdin=stdin, stdout=log,
-                                         stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True, text=True)
+            self.proc = spawn(argv, cwd=cwd, stdin=stdin, stdout=log, stderr=subprocess.STDOUT,
+                              env=env, text=True)
         self._sampler = SystemSampler(self.proc.pid)
         self._sampled = 0.0
 
@@ -216,10 +215,8 @@ class Worker:
             self._signal_group(signal.SIGKILL)
 
     def _signal_group(self, sig: signal.Signals) -> None:
-        try:
-            os.killpg(self.proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        """Its process group, and what left it (engine.run.process, as for any attempt)."""
+        signal_group(self.proc.pid, sig, strays=self.proc.returncode is None)
 
     def wait(self, deadline: float, on_events=None, cancel: threading.Event | None = None) -> WorkerEnd:
         """Watch until the worker exits, `deadline` (time.time()) passes or `cancel` is set,

@@ -43,6 +43,7 @@ from engine.errors import ConfigError
 from engine.numbers import count
 from engine.record.identity import ProcessId
 from engine.record.rundir import interrupted_next
+from engine.run.process import AttemptProcess, spawn
 from engine.schema import from_table, to_table
 from engine.settings import AlertSettings
 
@@ -281,9 +282,8 @@ class Commands:
             data.seek(0)
             err = tempfile.TemporaryFile()
             try:
-                proc = subprocess.Popen(argv, shell=isinstance(argv, str), stdin=data,
-                                        stdout=subprocess.DEVNULL, stderr=err, env=env,
-                                        start_new_session=True)
+                proc = spawn(argv, shell=isinstance(argv, str), stdin=data,
+                             stdout=subprocess.DEVNULL, stderr=err, env=env)
             except OSError as e:
                 err.close()
                 if label:
@@ -299,7 +299,8 @@ class Commands:
                 continue
             self.running.remove(job)
             if code is None:
-                _kill_group(job.proc)
+                AttemptProcess(job.proc).kill()   # the shell and whatever it started
+                job.proc.wait()
                 problem = f"did not finish in {self.timeout_s:g} s; killed"
             elif code != 0:
                 problem = f"exited {code}" if code > 0 else f"died of {_signal_name(-code)}"
@@ -324,14 +325,6 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
 
 
 def _last_line(f) -> str:

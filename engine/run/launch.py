@@ -46,6 +46,7 @@ class Launch:
     cwd: str | None = None
     is_command: bool = False        # exit codes are the command's own, not engine.run.crashes'
     distributed: bool = False       # torchrun: stop signals go to its workers
+    group: bool = False             # stop signals go to its process group, as Ctrl-C's (commands)
     progress: str = "none"          # "auto": parse the output for progress (commands)
     progress_regex: str = ""
     samples_per_step: int = 1       # for a command's samples/s (engine.command.samples_per_step)
@@ -148,7 +149,7 @@ def command_launch(run: RunDir, config: RunConfig, attempt: int, preset: DeviceP
         argv=argv, env=env, cwd=spec.cwd or None, is_command=True, progress=spec.progress,
         progress_regex=spec.progress_regex, samples_per_step=commands.samples_per_step(spec, preset),
         total_steps=spec.total_steps, resume=resume,
-        stop_signals=(signal.SIGINT, signal.SIGTERM, signal.SIGKILL),
+        group=True, stop_signals=(signal.SIGINT, signal.SIGTERM, signal.SIGKILL),
         stop_grace_s=spec.stop_grace_s,
         signal_faults=tuple(f.spec for f in inject if f.kind in faults.SIGNAL_KINDS and not f.timed),
         timed_faults=tuple(f.spec for f in inject if f.kind in faults.SIGNAL_KINDS and f.timed),

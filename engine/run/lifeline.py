@@ -22,16 +22,15 @@ continues it:
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from engine.record.events import EventWriter
 from engine.record.identity import ProcessId
 from engine.record.rundir import RunDir, continue_hint  # imported now: when the supervisor dies, every moment counts
+from engine.run.process import AttemptProcess
 
 POLL_S = 0.1
 
@@ -141,28 +140,13 @@ def _alert(description: dict, ended: dict, events: EventWriter) -> None:
 
 
 def _stop(current: dict) -> str:
-    """Stop the orphaned attempt as its supervisor would have; returns what it took."""
-    process = ProcessId(current["pid"], current["start"])
-    if process.alive():  # a command paused by the `slow` fault must run to hear its stop
-        _send(process.pid, signal.SIGCONT, group=True)
-    sent = "nothing"
-    for name in current["signals"]:
-        if not process.alive():
-            break
-        _send(process.pid, signal.Signals[name], current["group"])
-        sent = name
-        deadline = time.monotonic() + current["grace_s"]
-        while process.alive() and time.monotonic() < deadline:
-            time.sleep(POLL_S)
-    _send(process.pid, signal.SIGKILL, group=True)  # what it left behind (DataLoader workers)
-    return f"{sent}, exited" if sent != "SIGKILL" else "SIGKILL"
-
-
-def _send(pid: int, sig: signal.Signals, group: bool) -> None:
-    try:
-        os.killpg(pid, sig) if group else os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+    """Stop the orphaned attempt as its supervisor would have (engine.run.process); returns what
+    it took."""
+    process = AttemptProcess.adopt(ProcessId(current["pid"], current["start"]),
+                                   tuple(signal.Signals[name] for name in current["signals"]),
+                                   current["grace_s"], group=current["group"])
+    sent = process.stop(POLL_S)
+    return "SIGKILL" if sent == signal.SIGKILL else f"{sent.name if sent else 'nothing'}, exited"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,201 @@
+"""A process cockpit starts in a session of its own, and every way it signals or ends one.
+
+An attempt, a probe's worker and a notify command each run in a session of their own: a Ctrl-C in
+the terminal reaches only cockpit, which decides what to forward, and the whole process group (a
+script and its DataLoader workers) can be signalled at once. torchrun starts every worker with
+start_new_session, so its workers leave the group: `signal_group` finds them as the leader's
+descendants. This is the one place a group is signalled; the supervisor, the lifeline, the probe
+and the notify command all come here.
+
+Stopping an attempt is an escalation through its launch's stop signals (engine.run.launch). The
+built-in trainer gets SIGTERM (finish the step, checkpoint, exit), a second SIGTERM (now), then
+SIGKILL; a command gets what Ctrl-C in a terminal gives it (SIGINT to its process group), then
+SIGTERM and SIGKILL, each after its preset's grace period. The supervisor steps through it from
+its loop, a request at a time (`send_stop`, `stop_overdue`); the lifeline, whose supervisor is
+gone, all at once (`stop`). A hang gets SIGTERM, then SIGKILL (`end_hung`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from typing import TYPE_CHECKING
+
+import psutil
+
+from engine.record.identity import ProcessId
+
+if TYPE_CHECKING:
+    from engine.run.launch import Launch
+
+TRAINER_STOP = (signal.SIGTERM, signal.SIGTERM, signal.SIGKILL)
+
+
+def spawn(argv: list[str] | str, *, restore_sigint: bool = False, **popen) -> subprocess.Popen:
+    """Start `argv` in a session of its own (`popen`: subprocess.Popen's other keywords).
+
+    `restore_sigint`: the process is stopped with SIGINT, which Python turns into
+    KeyboardInterrupt only if it was not ignored when the script started; a supervisor started
+    from a shell's `&` inherits it ignored and would pass that on. Only then is a preexec
+    needed (it is unsafe beside threads, so it is not used otherwise)."""
+    preexec = None
+    if restore_sigint and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        preexec = _default_sigint
+    return subprocess.Popen(argv, start_new_session=True, preexec_fn=preexec, **popen)
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def signal_group(leader: int, sig: signal.Signals, *, strays: bool = True) -> None:
+    """The process group `leader` leads, and its descendants that left it for a session of
+    their own (torchrun starts every worker with start_new_session). `strays`: False once the
+    leader was reaped, when its pid may be another process's."""
+    found = []
+    try:
+        found = [c for c in psutil.Process(leader).children(recursive=True)
+                 if os.getpgid(c.pid) != leader] if strays else []
+    except (psutil.Error, ProcessLookupError):
+        pass  # the leader is gone; its group is still signalled below
+    for target in [None, *found]:
+        try:
+            if target is None:
+                os.killpg(leader, sig)
+            else:
+                target.send_signal(sig)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            pass
+
+
+class AttemptProcess:
+    """One process in a session of its own: an attempt's, a probe worker's, a notify command's.
+
+    Started here (`start`), wrapped (`AttemptProcess(popen)`), or, by the lifeline whose
+    supervisor started it, adopted by identity (`adopt`). `group`: stop signals go to the whole
+    process group, as a terminal's Ctrl-C does (a command); otherwise to the process itself,
+    under torchrun to its workers (`distributed`), so that every rank checkpoints through the
+    same stop agreement. SIGKILL always goes to the whole group."""
+
+    def __init__(self, popen: subprocess.Popen | None = None, *, identity: ProcessId | None = None,
+                 stop_signals: tuple[signal.Signals, ...] = TRAINER_STOP,
+                 grace_s: float | None = None, group: bool = True, distributed: bool = False):
+        self.popen = popen
+        self.identity = identity
+        self.pid = popen.pid if popen is not None else identity.pid
+        self.stop_signals = tuple(stop_signals)
+        self.grace_s = grace_s          # each stop signal escalates to the next after this long
+        self.group = group
+        self.distributed = distributed
+        self.stops_sent = 0             # how many of the stop signals were sent...
+        self.stop_sent_at = 0.0         # ...and when the last one was (monotonic)
+
+    @classmethod
+    def start(cls, launch: Launch, log) -> AttemptProcess:
+        """An attempt's process, its output into `log` (an open file). A launch stopped with
+        SIGINT gets SIGINT back where this process ignores it. OSError if it cannot start."""
+        popen = spawn(launch.argv, cwd=launch.cwd, stdin=subprocess.DEVNULL, stdout=log,
+                      stderr=subprocess.STDOUT, env=launch.env,
+                      restore_sigint=signal.SIGINT in launch.stop_signals)
+        return cls(popen, stop_signals=launch.stop_signals, grace_s=launch.stop_grace_s,
+                   group=launch.group, distributed=launch.distributed)
+
+    @classmethod
+    def adopt(cls, identity: ProcessId, stop_signals: tuple[signal.Signals, ...], grace_s: float,
+              group: bool) -> AttemptProcess:
+        """A process this one did not start (the lifeline's orphaned attempt): by identity, so
+        that a later process given the same pid is never signalled."""
+        return cls(identity=identity, stop_signals=stop_signals, grace_s=grace_s, group=group)
+
+    # ------------------------------------------------------------ state
+
+    def poll(self) -> int | None:
+        """Its exit status once it has ended (a negative signal number), else None."""
+        return self.popen.poll()
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode
+
+    @property
+    def running(self) -> bool:
+        """Not seen to have ended (as of the last poll)."""
+        return self.popen.returncode is None if self.popen is not None else self.identity.alive()
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None if self.popen is not None else self.identity.alive()
+
+    # ------------------------------------------------------------ signals
+
+    def signal(self, sig: signal.Signals) -> None:
+        """A stop signal, where it goes (the class says where); SIGKILL to the whole group."""
+        try:
+            if sig == signal.SIGKILL or self.group:
+                self.signal_group(sig)
+            elif self.distributed:
+                for worker in psutil.Process(self.pid).children(recursive=True):
+                    worker.send_signal(sig)
+            elif self.popen is not None:
+                self.popen.send_signal(sig)
+            else:
+                os.kill(self.pid, sig)
+        except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
+            pass
+
+    def signal_group(self, sig: signal.Signals) -> None:
+        """Its process group and torchrun's stray workers; once it has ended, SIGKILL alone (for
+        what it left behind)."""
+        running = self.running
+        if sig != signal.SIGKILL and not running:
+            return
+        signal_group(self.pid, sig, strays=running)
+
+    def kill(self) -> None:
+        """SIGKILL to the group: a wedged process, or what an ended one left behind."""
+        self.signal_group(signal.SIGKILL)
+
+    # ------------------------------------------------------------ stopping
+
+    def send_stop(self, *, skip_graceful: bool = False) -> None:
+        """The next stop signal; `skip_graceful`: not the first, graceful one (a script that
+        saves on Ctrl-C would save what must not be kept)."""
+        if skip_graceful:
+            self.stops_sent = 1
+        self.signal(self.stop_signals[self.stops_sent])
+        self.stops_sent += 1
+        self.stop_sent_at = time.monotonic()
+
+    def stop_overdue(self) -> bool:
+        """A stop signal went unanswered for its grace period, and a further one is left."""
+        return bool(self.grace_s) and 0 < self.stops_sent < len(self.stop_signals) and \
+            time.monotonic() - self.stop_sent_at > self.grace_s
+
+    def stop(self, poll_s: float) -> signal.Signals | None:
+        """The whole stop sequence at once, each signal given its grace to work, then SIGKILL to
+        the group for what it left behind (DataLoader workers); returns the last stop signal
+        sent (None: it was gone already)."""
+        if self.alive():  # a command paused by the `slow` fault must run to hear its stop
+            self.signal_group(signal.SIGCONT)
+        sent = self._escalate(self.stop_signals, self.grace_s or 0.0, poll_s)
+        self.kill()
+        return sent
+
+    def end_hung(self, grace_s: float, poll_s: float) -> None:
+        """SIGTERM first (a slow step can still checkpoint and exit), then SIGKILL: a wedged
+        kernel answers nothing else."""
+        if self._escalate((signal.SIGTERM, signal.SIGKILL), grace_s, poll_s) == signal.SIGKILL:
+            self.popen.wait()
+
+    def _escalate(self, signals, grace_s: float, poll_s: float) -> signal.Signals | None:
+        sent = None
+        for sig in signals:
+            if not self.alive():
+                break
+            self.signal(sig)
+            sent = sig
+            deadline = time.monotonic() + grace_s
+            while self.alive() and time.monotonic() < deadline:
+                time.sleep(poll_s)
+        return sent
