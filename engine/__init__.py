@@ -1,6 +1,8 @@
 """cockpit's engine: presets, training, supervision and the run directory.
 
 It never imports a UI; the TUI and the headless CLI are front ends over it. By concern:
+    engine.vocabulary  the shared words, importing nothing of engine: crash kinds, fallback
+                       actions and env fixes, the trainer's exit codes, the fault grammar
     engine.presets, engine.schema, engine.runconfig
                        presets read and checked; a run's resolved configuration
     engine.settings    the user's settings.toml ([alerts])

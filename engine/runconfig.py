@@ -13,7 +13,8 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from engine import command, presets, workloads
+from engine import command, presets, vocabulary, workloads
+from engine.command import interpreter
 from engine.errors import ConfigError
 from engine.presets import DevicePreset, TrainSettings, WorkloadPreset
 from engine.schema import fields, from_table, nearest, parse_value, to_table, unknown_key
@@ -245,11 +246,9 @@ def configure(workload: WorkloadPreset, workload_name: str, where: str, device_n
 def inject_override(specs: list[str]) -> str:
     """`--inject` as the override it is (device.inject, carried down the ladder), each spec
     checked first so that a bad one names --inject, not the --set it becomes."""
-    from engine.run import faults
-
     for spec in specs:
         try:
-            faults.parse(spec)
+            vocabulary.parse(spec)
         except ValueError as e:
             raise ConfigError("--inject", None, str(e)) from None
     return "device.inject=" + json.dumps(list(specs))
@@ -285,22 +284,20 @@ def check_faults(config: RunConfig, start_where: str) -> None:
     must raise inside the script when the command's Python cannot import cockpit.report. What
     only the running command can show (output with no step numbers, a script that never calls
     report.step) the supervisor says as it happens."""
-    from engine.run import faults
-
     devices = {config.device_preset: config.device, **config.ladder}
     asked: dict[str, tuple[str, bool] | None] = {}   # the command's Python, by preset env
     for spec, names in _faults_of(devices).items():
-        fault = faults.parse(spec)
+        fault = vocabulary.parse(spec)
         blame = fault_from(spec, names, config.device_preset, start_where, config.overrides)
         last = None if fault.timed else last_step(config, [devices[n] for n in names])
         if last is not None and fault.step > last[0]:
             raise ConfigError(*blame, past_last_step(fault, *last))
-        if config.workload.is_command and fault.kind in faults.REPORTED_KINDS:
+        if config.workload.is_command and fault.kind in vocabulary.REPORTED_KINDS:
             command_ = config.workload.params
             env = {**os.environ, **devices[names[0]].env}
             key = json.dumps(dict(devices[names[0]].env), sort_keys=True)
             if key not in asked:
-                asked[key] = faults.reporter(list(command_.command), command_.cwd or os.getcwd(), env)
+                asked[key] = interpreter.reporter(list(command_.command), command_.cwd or os.getcwd(), env)
             if asked[key] is not None and not asked[key][1]:
                 raise ConfigError(*blame, f"{fault.kind} is raised inside the script by "
                                           f"cockpit.report.step, and {asked[key][0]} cannot import "

@@ -44,7 +44,7 @@ import torch
 from engine import presets
 from engine.monitor import device as devices
 from engine.train import parity
-from engine.run.crashes import EXIT_FINISHED
+from engine.vocabulary import EXIT_FINISHED
 from engine.record.events import EventWriter
 from engine.probe import MAX_TIMINGS, TIMING_S, TRIAL_MIN_STEPS, TRIAL_S, WARMUP_SHARE
 from engine.probe.timings import Timing, estimate

@@ -3,8 +3,8 @@
 The supervisor gathers an `AttemptEnd` when a trainer process is gone and `classify` turns it
 into a `Verdict`: a kind, the evidence, and one sentence a user understands. Message patterns
 come first (an MPS out-of-memory is a plain RuntimeError; a Metal command-buffer failure is a
-SIGABRT with a message), then what the process died of. Torch-free: presets validate their
-rules against CRASH_KINDS.
+SIGABRT with a message), then what the process died of. Torch-free; the crash kinds
+themselves are engine.vocabulary's CrashKind.
 """
 
 from __future__ import annotations
@@ -12,14 +12,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-# The ends that are not crashes.
-CLEAN = ("finished", "stopped", "config")
-# Every crash kind a device preset's [rules] can name.
-CRASH_KINDS = ("oom", "backend", "native-crash", "openmp", "numerical", "numerical-parity", "compile",
-               "hang", "killed", "user-code", "checkpoint", "slowdown", "unknown")
-
-# Exit codes the trainer uses on purpose (engine.train.trainer).
-EXIT_FINISHED, EXIT_FAILED, EXIT_CONFIG, EXIT_STOPPED, EXIT_NUMERICAL, EXIT_PARITY = 0, 1, 2, 3, 4, 5
+# The words (crash kinds, the clean ends, the trainer's exit codes) are engine.vocabulary's,
+# named here too for the readers of a verdict.
+from engine.vocabulary import (CLEAN, CRASH_KINDS, EXIT_CONFIG, EXIT_FAILED,  # noqa: F401
+                               EXIT_FINISHED, EXIT_NUMERICAL, EXIT_PARITY, EXIT_STOPPED)
 
 _OOM = re.compile(r"MPS backend out of memory|CUDA out of memory|OutOfMemoryError|"
                   r"DefaultCPUAllocator: (?:not enough memory|can't allocate memory)|std::bad_alloc|"

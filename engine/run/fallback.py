@@ -30,12 +30,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from engine.run.crashes import Verdict
+# The actions and the environment fixes are engine.vocabulary's (presets check rules against
+# them without importing this floor), named here too.
+from engine.vocabulary import ACTIONS, ENV_FIXES  # noqa: F401
 
 if TYPE_CHECKING:
     from engine.presets import DevicePreset
 
-ACTIONS = ("next", "retry", "retry-progress", "retry-env", "fp32", "eager", "halve-batch", "stop")
-DEFAULT_RULES = {
+DEFAULT_RULES: dict[str, str] = {
     "oom": "halve-batch",
     "backend": "next",
     "native-crash": "retry-progress",
@@ -53,7 +55,6 @@ DEFAULT_RULES = {
     "slowdown": "next",
     "unknown": "next",
 }
-ENV_FIXES = {"openmp": {"KMP_DUPLICATE_LIB_OK": "TRUE"}}
 # Fields a rule may change; what `changed` reports.
 _COMPARED = ("device", "nproc_per_node", "nnodes", "batch_size", "accumulation", "precision", "env",
              "grad_checkpointing",

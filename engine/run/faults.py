@@ -22,31 +22,27 @@ as the real duplicate-runtime check does.
 In a command (the user's own script) the supervisor delivers native-crash, hang and slow as
 real signals, at the step it reads from the output or at their time; cockpit.report raises the
 others inside the script when it calls report.step (and a native-crash at its step, as a real
-abort()). `reporter` says whether a command's Python can import cockpit.report at all.
+abort()). engine.command.interpreter.reporter says whether a command's Python can import
+cockpit.report at all.
 
-This module is torch-free at import: presets validate specs with `parse`.
+How a fault is written (KIND@STEP[+], KIND@SECONDSs[+]) and read (`parse`) is
+engine.vocabulary's: presets validate specs there. This module fires them; torch-free at import.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import shutil
 import signal
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from typing import Callable
 
-KINDS = ("native-crash", "oom", "backend", "openmp", "nan", "hang", "user-code", "slow", "wrong-grad",
-         "compile-error")
-# What a supervisor delivers to a command from outside, as real signals (`deliver`); the
-# other kinds are raised inside a command by cockpit.report, inside the trainer by Injector.
-SIGNAL_KINDS = ("native-crash", "hang", "slow")
-# What cockpit.report raises inside a command that reports its steps: native-crash as both, the
-# script's own abort at its step, else the supervisor's SIGABRT at the step it reads.
-IN_SCRIPT_KINDS = ("native-crash", "oom", "backend", "openmp", "nan", "user-code")
+# The grammar (the kinds, which are delivered from outside a command and which are raised in
+# it, Fault and parse) is engine.vocabulary's, where presets check specs without this floor;
+# named here too for the callers that fire what it reads.
+from engine.vocabulary import (FAULT_KINDS as KINDS, GRAMMAR, IN_SCRIPT_KINDS,  # noqa: F401
+                               REPORTED_KINDS, SIGNAL_KINDS, Fault, parse)
+
 SLOW_PERIOD_S = 0.4  # `slow` from outside: the process stopped three quarters of each period
 
 MPS_OOM = ("MPS backend out of memory (MPS allocated: 17.80 GB, other allocations: 1.23 GB, max "
@@ -81,37 +77,6 @@ COMPILE_ERROR = ("backend='inductor' raised:\nRuntimeError: Cannot find a workin
 
 class BackendCompilerFailed(RuntimeError):
     """Named as torch._dynamo.exc's, whose constructor differs between torch versions."""
-
-
-@dataclass(frozen=True)
-class Fault:
-    kind: str
-    step: int | None         # fires at the start of this optimizer step; None for a timed fault
-    repeat: bool             # '+': in every attempt, not once per run
-    spec: str
-    after_s: float | None = None   # a timed fault: seconds after the attempt started
-
-    @property
-    def timed(self) -> bool:
-        return self.after_s is not None
-
-
-_SPEC = re.compile(r"(?P<kind>[a-z-]+)@(?:(?P<step>\d+)|(?P<seconds>\d+(?:\.\d+)?)s)(?P<repeat>\+?)")
-GRAMMAR = ("KIND@STEP[+] or KIND@SECONDSs[+] (an optimizer step, 0 = start-up, or seconds after "
-           "the attempt's start; + for every attempt) with KIND one of " + ", ".join(KINDS)
-           + " (e.g. 'native-crash@117', 'oom@120+', 'hang@30s', 'nan@1.5s+')")
-
-
-def parse(spec: str) -> Fault:
-    """'native-crash@117' or 'hang@30s+' -> Fault; ValueError with a message that says what was
-    expected."""
-    text = spec.strip()
-    found = _SPEC.fullmatch(text)
-    if found is None or found["kind"] not in KINDS:
-        raise ValueError(f"{spec!r} is not a fault; expected {GRAMMAR}")
-    step, seconds = found["step"], found["seconds"]
-    return Fault(found["kind"], None if step is None else int(step), bool(found["repeat"]), text,
-                 None if seconds is None else float(seconds))
 
 
 def openmp_duplicate_allowed(env: dict[str, str] | None = None) -> bool:
@@ -231,91 +196,6 @@ class Injector:
     def _user_code(self) -> None:
         raise ValueError("too many values to unpack (expected 2, got 3) "
                          "[injected user-code fault]")
-
-
-# Raised inside a command by cockpit.report alone: native-crash, hang and slow need no report.
-REPORTED_KINDS = tuple(k for k in IN_SCRIPT_KINDS if k not in SIGNAL_KINDS)
-_PYTHON = re.compile(r"(python|pypy)[0-9.]*(\.exe)?", re.IGNORECASE)
-# Run by the command's own interpreter: the script's sys.path[0] in place of -c's working
-# directory (unless -P or -I keep it out), then where a top-level `cockpit` with a report.py is;
-# find_spec of a top-level name imports nothing.
-_FINDS_REPORT = """\
-import importlib.util, os, sys
-if not (getattr(sys.flags, "safe_path", False) or sys.flags.isolated) and sys.path[:1] == [""]:
-    sys.path[0] = sys.argv[1]
-spec = importlib.util.find_spec("cockpit")
-places = (spec.submodule_search_locations or []) if spec else []
-sys.exit(0 if any(os.path.isfile(os.path.join(p, "report.py")) for p in places) else 3)
-"""
-
-
-def reporter(argv: list[str], cwd: str, env: dict[str, str]) -> tuple[str, bool] | None:
-    """(the interpreter with its flags, whether it can import cockpit.report) for a command: the
-    program itself when it is a Python interpreter (asked with its own flags and the sys.path its
-    script would get), or the interpreter a #! line names (torchrun, accelerate: their workers
-    run the script with it). None when that cannot be known: a shell script or a binary may
-    start any Python, and an interpreter that does not answer says nothing."""
-    program = _program(argv[0], cwd, env)
-    if program is None:
-        return None
-    if _PYTHON.fullmatch(os.path.basename(program)):
-        python, flags, first = program, *_interpreter_args(argv[1:], cwd)
-    elif (python := _shebang_python(program, env)) is not None:
-        script = next((a for a in argv[1:] if a.endswith(".py") and not a.startswith("-")), None)
-        flags, first = [], os.path.dirname(os.path.abspath(os.path.join(cwd, script))) if script else cwd
-    else:
-        return None
-    try:
-        done = subprocess.run([python, *flags, "-c", _FINDS_REPORT, first], cwd=cwd, env=env,
-                              stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    shown = " ".join([python, *flags])
-    return {0: (shown, True), 3: (shown, False)}.get(done.returncode)
-
-
-def _program(name: str, cwd: str, env: dict[str, str]) -> str | None:
-    if os.sep in name or (os.altsep and os.altsep in name):
-        path = os.path.join(cwd, os.path.expanduser(name))
-        return path if os.path.isfile(path) else None
-    return shutil.which(name, path=env.get("PATH", os.defpath))
-
-
-def _interpreter_args(args: list[str], cwd: str) -> tuple[list[str], str]:
-    """A Python command line's own options (up to the script, -m or -c) and the directory its
-    sys.path[0] would be: the script's, or the working directory for -m and -c."""
-    flags, value = [], False
-    for i, arg in enumerate(args):
-        if value:  # the value of -X or -W
-            value = False
-        elif arg in ("-X", "-W"):
-            flags += args[i:i + 2]
-            value = True
-        elif arg == "-" or arg.startswith(("-m", "-c")) and not arg.startswith("--"):
-            return flags, cwd
-        elif arg.startswith("-"):
-            flags.append(arg)
-        else:
-            return flags, os.path.dirname(os.path.abspath(os.path.join(cwd, arg)))
-    return flags, cwd
-
-
-def _shebang_python(path: str, env: dict[str, str]) -> str | None:
-    """The Python interpreter a script's #! line names (`#!/usr/bin/env python3` included)."""
-    try:
-        with open(path, "rb") as f:
-            line = f.readline(512).decode(errors="replace")
-    except OSError:
-        return None
-    words = line[2:].split() if line.startswith("#!") else []
-    if words and os.path.basename(words[0]) == "env":
-        words = [w for w in words[1:] if not w.startswith("-")]
-        if not words:
-            return None
-        words[0] = shutil.which(words[0], path=env.get("PATH", os.defpath)) or words[0]
-    if words and _PYTHON.fullmatch(os.path.basename(words[0])) and os.path.isfile(words[0]):
-        return words[0]
-    return None
 
 
 # How long a command may outlive native-crash's SIGABRT before the supervisor ends it with SIGKILL.

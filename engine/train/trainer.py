@@ -38,8 +38,8 @@ from engine import presets, workloads
 from engine.monitor import device as devices
 from engine.record import checkpoint
 from engine.train import optim, parity, peaks
-from engine.run.crashes import (EXIT_CONFIG, EXIT_FAILED, EXIT_FINISHED, EXIT_NUMERICAL, EXIT_PARITY,
-                                EXIT_STOPPED)
+from engine.vocabulary import (EXIT_CONFIG, EXIT_FAILED, EXIT_FINISHED, EXIT_NUMERICAL, EXIT_PARITY,
+                               EXIT_STOPPED)
 from engine.train.data import SampleOrder
 from engine.train.distributed import World
 from engine.errors import ConfigError, ProtocolError
