@@ -12,7 +12,7 @@ from engine.record.events import EventWriter
 from engine.record.rundir import RunDir
 from engine.train.trainer import Trainer
 from engine.workloads import build
-from engine.workloads.clip import COLOURS, SHAPES
+from engine.workloads.clip.params import COLOURS, SHAPES
 from engine.workloads.clip.workload import COLS, RGB, ROWS
 
 # 3 shapes x 3 colours x 4 places x 1 size = 36 captions: chance top-1 is 1/36.

@@ -16,7 +16,8 @@ from engine.record.events import EventWriter
 from engine.record.rundir import RunDir
 from engine.schema import FieldError
 from engine.train.trainer import Trainer
-from engine.workloads.twotower import Params, negatives_at, parse_schedule, data, mining
+from engine.workloads.twotower import data, mining
+from engine.workloads.twotower.params import Params, negatives_at, parse_schedule
 from engine.workloads.twotower.workload import TwoTowerWorkload
 
 # A 4,000-vector bank of 32-d chunks; Recall@20 by chance is 20 / 4000 = 0.005.

@@ -7,7 +7,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
-from engine.workloads.clip import COLOURS, SHAPES, SIZES, Params
+from engine.workloads.clip.params import COLOURS, SHAPES, SIZES, Params
 
 RGB = {"red": (0.90, 0.15, 0.15), "green": (0.15, 0.80, 0.20), "blue": (0.20, 0.35, 0.95),
        "yellow": (0.95, 0.90, 0.15), "magenta": (0.90, 0.20, 0.85), "cyan": (0.15, 0.85, 0.90),

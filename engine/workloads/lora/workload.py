@@ -10,7 +10,7 @@ from torch.nn import functional as F
 from engine.record import checkpoint
 from engine.errors import ConfigError
 from engine.record.rundir import RunDir, find_run
-from engine.workloads.lora import Params
+from engine.workloads.lora.params import Params
 from engine.workloads.trm.model import Arch, RecursiveLM
 from engine.workloads.trm.workload import ByteLM
 

@@ -4,7 +4,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from engine.workloads.matmul import Params
+from engine.workloads.matmul.params import Params
 
 
 def _orthogonal(n: int, generator: torch.Generator) -> torch.Tensor:

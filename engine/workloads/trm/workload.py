@@ -9,9 +9,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from engine.monitor import device as devices
-from engine.workloads.trm import Params, corpus
+from engine.workloads.trm import corpus
 from engine.workloads.trm.decoding import FasterThreads, stream
 from engine.workloads.trm.model import VOCAB, Arch, RecursiveLM
+from engine.workloads.trm.params import Params
 
 EVAL_BATCH = 16  # held-out windows per forward pass in evaluate()
 

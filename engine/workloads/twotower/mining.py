@@ -30,7 +30,7 @@ def import_faiss():
     """
     if sys.platform == "darwin":
         os.environ.setdefault("KMP_DUPLICATE_LIB_OK", "TRUE")
-    import faiss
+    import faiss  # deferred: faiss (and its libomp) loads here, after the line above, when a run mines
 
     return faiss
 
@@ -38,7 +38,7 @@ def import_faiss():
 def coordinate_threads(faiss, requested: int) -> int:
     """Give faiss as many threads as torch has (torch and faiss take turns, never overlap),
     one on macOS, or what the preset asked for. Returns the count set."""
-    import torch
+    import torch  # deferred: only for its thread count; the rest of this module needs numpy alone
 
     if requested:
         threads = requested

@@ -9,7 +9,8 @@ from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
 from engine.errors import ConfigError
-from engine.workloads.twotower import Params, data as datasets, mining, negatives_at
+from engine.workloads.twotower import data as datasets, mining
+from engine.workloads.twotower.params import Params, negatives_at
 
 EMBED_BATCH = 1024  # pairs per forward pass when embedding queries for mining and eval
 
