@@ -17,19 +17,13 @@ import importlib
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.errors import ConfigError
+from engine.workloads import custom
+from engine.workloads.builtin import BUILTIN
 
 if TYPE_CHECKING:
     import torch
 
     from engine.presets import DevicePreset
-
-BUILTIN = {
-    "matmul": "engine.workloads.matmul",
-    "twotower": "engine.workloads.twotower",
-    "clip": "engine.workloads.clip",
-    "trm": "engine.workloads.trm",
-    "lora": "engine.workloads.lora",
-}
 
 
 class Workload(Protocol):
@@ -74,8 +68,6 @@ def _module(name: str, where: str):
 
 def params_class(name: str, where: str, table: dict | None = None) -> type:
     if name not in BUILTIN:  # 'package.module:factory' or an entry point: engine.workloads.custom
-        from engine.workloads import custom
-
         return custom.params_class(name, where, table or {})
     return _module(name, where).Params
 
@@ -114,7 +106,5 @@ def check_batch(device: "DevicePreset", samples: int, where: str, key: str = "ba
 
 def build(name: str, params: Any, seed: int) -> Workload:
     if name not in BUILTIN:
-        from engine.workloads import custom
-
         return custom.build(name, params, seed)
     return _module(name, "workload").build(params, seed)

@@ -106,6 +106,7 @@ from typing import Any, Callable
 
 from engine.errors import ConfigError, describe
 from engine.schema import fields, setting, to_table
+from engine.workloads.builtin import BUILTIN
 
 GROUP = "cockpit.workloads"
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -141,8 +142,6 @@ def _target(name: str, where: str) -> tuple[str, str]:
     if ":" not in name:
         ep = entry_point(name)
         if ep is None:
-            from engine.workloads import BUILTIN
-
             installed = sorted(ep.name for ep in importlib.metadata.entry_points(group=GROUP))
             raise ConfigError(where, "workload", (
                 f"got {name!r}, expected one of " + ", ".join(repr(n) for n in BUILTIN)
