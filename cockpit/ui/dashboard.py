@@ -41,8 +41,6 @@ from cockpit.ui.widgets.hardware import HardwarePanel
 from cockpit.ui.widgets.memory import MemoryPanel
 from cockpit.ui.widgets.plot_grid import WINDOWS, PlotGrid
 from cockpit.ui.widgets.plots import fit
-from engine import presets
-from engine.errors import ConfigError
 from engine.run import supervisor
 from engine.record.rundir import RunDir
 
@@ -119,12 +117,7 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         self.run = run
         self.start = start
         self.model = RunModel(run_id=run.id)
-        try:
-            table = presets.read_toml(run.config_path)
-            self.model.workload = table.get("workload_preset", "?")
-            self.model.device_preset = table.get("device_preset", "?")
-        except ConfigError:
-            pass
+        self.model.workload, self.model.device_preset = run.preset_names()
         self._dirty: set[str] = set()
         self._paint_due: float | None = None
         self._paint_timer = None

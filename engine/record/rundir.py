@@ -64,6 +64,16 @@ class RunDir:
     def config(self) -> RunConfig:
         return RunConfig.from_table(files.read_toml(self.config_path), str(self.config_path))
 
+    def preset_names(self) -> tuple[str, str]:
+        """(workload preset, device preset) as run.toml names them: '?' for one it does not name,
+        both '?' where it cannot be read. Read alone, without the checks config() makes."""
+        try:
+            config = files.read_toml(self.config_path)
+        except ConfigError:
+            return "?", "?"
+        workload, device = config.get("workload_preset"), config.get("device_preset")
+        return (workload if isinstance(workload, str) else "?", device if isinstance(device, str) else "?")
+
     def events(self) -> list[dict]:
         return read_events(self.events_path)
 
@@ -256,15 +266,9 @@ def broken(run: RunDir, e: Exception) -> RunSummary:
         problem = f"{run.events_path}: an event lacks {e.args[0]!r}; expected the fields cockpit writes"
     else:
         problem = f"{run.path}: cannot be summarized ({type(e).__name__}: {e})"
-    summary = RunSummary(id=run.id, workload="?", device_preset="?", status="broken", error=problem)
-    try:
-        config = files.read_toml(run.config_path)
-    except ConfigError:
-        return summary
-    for name, key in (("workload", "workload_preset"), ("device_preset", "device_preset")):
-        if isinstance(config.get(key), str):
-            setattr(summary, name, config[key])
-    return summary
+    workload, device_preset = run.preset_names()
+    return RunSummary(id=run.id, workload=workload, device_preset=device_preset, status="broken",
+                      error=problem)
 
 
 def _fold(run: RunDir) -> RunSummary:
