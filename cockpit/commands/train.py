@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 from cockpit.headless import LOG_EVERY_S, HeadlessPrinter, duration
 from engine import command, presets, runconfig, settings
 from engine.errors import ConfigError
 from engine.numbers import rate
 from engine.run.alerts import Terminal
-from engine.record.events import EventFollower, run_end
-from engine.run.resume import at_work
+from engine.run import follow as run_follow
 from engine.record.rundir import RunDir, RunSummary, summarize
 
 EXIT_BY_STATUS = {"finished": 0, "stopped": 130}
@@ -145,21 +143,15 @@ def _print_where(run_dir: RunDir, s: RunSummary) -> None:
 
 
 def follow(run_dir: RunDir, as_json: bool) -> int:
-    """Print a run's events from the start, then live until it ends (`cockpit runs follow`)."""
+    """Print a run's events from the start, then live until it ends (`cockpit runs follow`;
+    engine.run.follow says when, as it does for the TUI)."""
     printer = HeadlessPrinter(as_json=as_json)
-    follower, end = EventFollower(run_dir.events_path), None
-    while True:
-        events = follower.poll()
-        printer(events)
-        end = run_end(events, end)
-        if end is not None and not run_dir.locked():  # its lifeline may still be writing
-            _finish_following(run_dir, printer, as_json)
-            return EXIT_BY_STATUS.get(end.get("status", "interrupted"), 1)
-        if not events and not at_work(run_dir):
-            # Nothing running and nothing new: the run is over (or its supervisor was lost).
-            summary = _finish_following(run_dir, printer, as_json)  # its first word: the status
-            return EXIT_BY_STATUS.get(summary.status, 1)
-        time.sleep(0.2)
+    for batch in run_follow.follow(run_dir, poll_s=0.2):
+        printer(batch.events)
+    summary = _finish_following(run_dir, printer, as_json)
+    # the last batch's end says the status; with none (its supervisor was lost), the summary
+    end = batch.end
+    return EXIT_BY_STATUS.get(end.get("status", "interrupted") if end is not None else summary.status, 1)
 
 
 def _finish_following(run_dir: RunDir, printer: HeadlessPrinter, as_json: bool) -> RunSummary:

@@ -1,25 +1,23 @@
 """Following a run from the dashboard's worker thread.
 
 The supervisor is its own process (engine.run.supervisor.start_detached): quitting the UI or an
-SSH hangup leaves the run alive. The thread only reads events.jsonl and hands batches to
-`post` -- the screen's post_message, the one thread-safe way into Textual. Polling every
-POLL_S is the coalescing: at most ten batches a second, however fast events are written.
+SSH hangup leaves the run alive. The thread only reads events.jsonl, through engine.run.follow
+(the loop `cockpit runs follow` reads a run through too), and hands batches to `post` -- the
+screen's post_message, the one thread-safe way into Textual. Polling every POLL_S is the
+coalescing: at most ten batches a second, however fast events are written.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Callable
 
 from textual.message import Message
 
-from engine.run import supervisor
-from engine.record.events import EventFollower, run_end
-from engine.run.resume import at_work
+from engine.run import follow as run_follow, supervisor
 from engine.record.rundir import RunDir
 
-POLL_S = 0.1
+POLL_S = run_follow.POLL_S
 
 
 @dataclass
@@ -29,7 +27,7 @@ class RunEvents(Message):
     run_id: str
     events: list[dict]
     live: bool
-    ended: bool   # nothing more will come: the run's end was read, or no supervisor and no news
+    ended: bool   # nothing more will come (engine.run.follow: nothing at work on it, its end read or no news)
 
 
 def follow(run: RunDir, post: Callable[[RunEvents], object], cancelled: Callable[[], bool], *,
@@ -37,19 +35,11 @@ def follow(run: RunDir, post: Callable[[RunEvents], object], cancelled: Callable
     """Start the run's supervisor if asked, then post its events until it ends or we are cancelled."""
     if start:
         supervisor.start_detached(run)
-    follower = EventFollower(run.events_path)
-    last_live, end = None, None
-    while not cancelled():
-        events = follower.poll()
-        live = run.supervisor_pid() is not None
-        end = run_end(events, end)
-        done = end is not None and not live
-        # The lifeline of a supervisor that died holds the run's lock until it has written
-        # how the run ended: no news then is not the end.
-        ended = done or (not events and not live and not at_work(run))
-        if events or live != last_live or ended:
-            post(RunEvents(run.id, events, live and not done, ended))
-        if ended:
+    last_live = None
+    # engine.run.follow says when the run is over (the same end as `cockpit runs follow`)
+    for batch in run_follow.follow(run, poll_s):
+        if cancelled():
             return
-        last_live = live
-        time.sleep(poll_s)
+        if batch.events or batch.live != last_live or batch.ended:
+            post(RunEvents(run.id, batch.events, batch.live, batch.ended))
+        last_live = batch.live

@@ -1,0 +1,50 @@
+"""Following a run until it ends: the one loop both front ends read a run through (the TUI's
+worker thread, `cockpit runs follow`).
+
+The end has one test. A run is over once nothing is at work on it (engine.run.resume.at_work: no
+supervisor, and no lifeline of a dead one, holds its lock, and no attempt runs on without them)
+and either its end was read (run_finished, or the lifeline's run_interrupted) or the last look
+brought no news (a supervisor killed with its lifeline: a 'lost' run). Whether anything is at
+work is asked before the events are read: once nobody writes, that read is the last word. A
+live supervisor alone is not the test: the lifeline of a dead one still writes how the run
+ended after the supervisor's pid is gone.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+from engine.record.events import EventFollower, run_end
+from engine.record.rundir import RunDir
+from engine.run.resume import at_work
+
+POLL_S = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One look at the run."""
+
+    events: list[dict]   # appended since the last look (possibly none)
+    live: bool           # its supervisor's process lives (never in the last batch)
+    ended: bool          # nothing more will come: the last batch
+    end: dict | None     # the event that ended the run, when one was read (run_finished, run_interrupted)
+
+
+def follow(run: RunDir, poll_s: float = POLL_S) -> Iterator[Batch]:
+    """A batch every `poll_s` (so a consumer can stop between them), from the run's first event
+    to its end; the batch that ends it is the last. Polling is the coalescing: however fast
+    events are written, at most one batch a poll."""
+    follower, end = EventFollower(run.events_path), None
+    while True:
+        working = at_work(run)      # first: what is written before this is all read below
+        live = run.supervisor_pid() is not None
+        events = follower.poll()
+        end = run_end(events, end)
+        ended = not working and (end is not None or not events)
+        yield Batch(events, live and not ended, ended, end)
+        if ended:
+            return
+        time.sleep(poll_s)
