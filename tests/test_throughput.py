@@ -154,6 +154,17 @@ def test_a_commands_flush_fragment_does_not_set_its_best():
     assert abs(last["eta_s"] - 595 / 100) < 0.2
 
 
+def test_steps_read_past_a_window_closed_by_the_last_read_are_not_dropped():
+    # The supervisor's last read of an attempt's output (it ended: SIGABRT, say) is parsed at one
+    # time t: it closes a window at step 120 and reads on to 124; flush(t) must still say 124.
+    tracker = Tracker(samples_per_step=1, report_every_s=1.0)
+    tracker.parsed(_seen(100), 0.0)
+    produced = [f for step in range(101, 125) for k, f in tracker.parsed(_seen(step), 1.0) if k == "step"]
+    assert [f["step"] for f in produced] == [101]
+    (kind, last), = tracker.flush(1.0)
+    assert kind == "step" and last["step"] == 124 and last["partial"] and last["window_s"] is None
+
+
 def test_a_commands_eta_rides_out_its_eval_pauses():
     """A script's evals are gaps between its steps that the tracker cannot tell from slow
     steps: 60 s of 100 steps/s, then a 20 s eval, over and over. The long horizon spreads the

@@ -146,13 +146,15 @@ class Tracker:
             return []
         if self.step > w.start_step and t > w.start_t:
             return [("step", self._close_window(t))]
-        if self._windows:
+        if self._windows and self.step <= w.start_step:
             return []  # its last window already said it
-        return [("step", {"step": self.step, "total": self.total_known,
-                          "samples_seen": int(self.samples_seen), "epoch": self.epoch,
-                          "loss": self.loss, "lr": self.lr, "samples_per_s": None,
-                          "steps_per_s": None, "window_s": None, "eta_s": None,
-                          "source": self.source})]
+        # Where it got to: a run too short for a window, or steps read past the window that
+        # the same last read closed (no time to measure a rate over: a partial window)
+        sighting = {"step": self.step, "total": self.total_known,
+                    "samples_seen": int(self.samples_seen), "epoch": self.epoch,
+                    "loss": self.loss, "lr": self.lr, "samples_per_s": None,
+                    "steps_per_s": None, "window_s": None, "eta_s": None, "source": self.source}
+        return [("step", {**sighting, "partial": True} if self._windows else sighting)]
 
     # ------------------------------------------------------------ the step event
 
