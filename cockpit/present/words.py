@@ -9,6 +9,11 @@ from engine.numbers import count
 
 SETTLE_WINDOWS = 5   # an attempt's first step windows measure warm-up: its ETA says "settling"
 
+# A run's status (engine.record.rundir.RunSummary's), in colour: the runs table, the comparison
+# and the dashboard's title (which shows every status bold).
+STATUS_STYLE = {"running": "bold cyan", "finished": "green", "stopped": "yellow",
+                "failed": "bold red", "lost": "red", "interrupted": "yellow", "created": "dim", "broken": "bold red"}
+
 
 def duration(seconds: float | None) -> str:
     if seconds is None:

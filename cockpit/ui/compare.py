@@ -20,7 +20,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from cockpit.comparison import Compared, compared, metrics, table
-from cockpit.ui.runs import STATUS_STYLE
+from cockpit.present.words import STATUS_STYLE
 from cockpit.ui.widgets.overlay import OverlayPlot
 from engine.record.curves import AXES, Curve
 from engine.record.digest import RunDigest

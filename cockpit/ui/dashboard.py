@@ -31,7 +31,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
-from cockpit.present.words import duration, eta_text
+from cockpit.present.words import STATUS_STYLE, duration, eta_text
 from cockpit.ui.alerts import ScreenAlerts
 from cockpit.ui.follow import RunEvents, follow
 from cockpit.ui.logs import LogScreen
@@ -48,8 +48,6 @@ FRAME_S = 0.1
 SHORT = 32     # rows below which panels and log shrink so the plots keep their height
 NARROW = 120   # columns below which memory and hardware share one slot
 BAR_CELLS = 16
-STATUS_STYLE = {"running": "bold cyan", "finished": "bold green", "stopped": "bold yellow",
-                "failed": "bold red", "lost": "bold red", "interrupted": "yellow", "created": "dim"}
 # (hex or basic names: Textual fails to parse Rich's bright_blue or grey35 at every paint)
 BAR_STYLE, BAR_DONE_STYLE, BAR_EMPTY_STYLE = "#5f87ff", "green", "#4e4e4e"
 # The screen's regions that show each part of the model: the status line, the progress line,
@@ -270,7 +268,8 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
 
     def _status_text(self) -> Text:
         m = self.model
-        parts = [Text(m.status, style=STATUS_STYLE.get(m.status, "bold"))]
+        colour = STATUS_STYLE.get(m.status, "")
+        parts = [Text(m.status, style=colour if colour.startswith("bold") else f"bold {colour}".rstrip())]
         if m.live and not self.start:
             parts[0].append(" (attached)", style="dim")
         parts.append(Text(f"{m.workload} on {m.device_preset}"))

@@ -30,8 +30,8 @@ from engine.probe.batch import BatchResult, Trial, parse_size_mb, preset_table
 from engine.probe.speed import CandidateResult, ProbeResult, interval_text
 from engine.runconfig import RunConfig
 
-STATUS_STYLE = {"ok": "green", "rough": "yellow", "too-slow": "yellow", "crashed": "bold red", "wrong": "bold red",
-                "unavailable": "dim", "waiting": "dim", "measuring": "bold cyan"}
+CANDIDATE_STYLE = {"ok": "green", "rough": "yellow", "too-slow": "yellow", "crashed": "bold red", "wrong": "bold red",
+                   "unavailable": "dim", "waiting": "dim", "measuring": "bold cyan"}
 PRESSURE_STYLE = {"normal": "green", "warn": "bold yellow", "critical": "bold red"}
 
 
@@ -224,20 +224,20 @@ memory pressure normal and swap flat (asks an optional memory limit such as 6G).
             for c in update["candidates"]:
                 p = c.preset
                 table.add_row(c.label, f"{p.batch_size} x {p.accumulation}", _right("-"), "", "",
-                              "", Text("waiting", style=STATUS_STYLE["waiting"]), key=c.label)
+                              "", Text("waiting", style=CANDIDATE_STYLE["waiting"]), key=c.label)
         elif kind == "importing":
             self._status(f"starting {update['total']} workers…")
         elif kind == "candidate":
             self._status(f"[{update['index'] + 1}/{update['total']}] {update['label']}: "
                          f"up to {max(0.0, update['until'] - time.time()):.0f} s")
-            table.update_cell(update["label"], "status", Text("measuring", style=STATUS_STYLE["measuring"]))
+            table.update_cell(update["label"], "status", Text("measuring", style=CANDIDATE_STYLE["measuring"]))
         elif kind == "events":
             for e in update["events"]:
                 if e["type"] == "trainer_ready":
                     table.update_cell(update["label"], "status", Text("warming up", style="cyan"))
                 elif e["type"] in ("step", "probe_timing") and e.get("samples_per_s"):
                     table.update_cell(update["label"], "rate", _right(rate(e["samples_per_s"])))
-                    table.update_cell(update["label"], "status", Text("measuring", style=STATUS_STYLE["measuring"]))
+                    table.update_cell(update["label"], "status", Text("measuring", style=CANDIDATE_STYLE["measuring"]))
         elif kind == "result":
             self._fill_row(update["result"])
         elif kind == "warning":
@@ -256,7 +256,7 @@ memory pressure normal and swap flat (asks an optional memory limit such as 6G).
                  "spread": interval_text(r.spread),
                  "peak": _right("-" if r.peak_mb[0] is None else f"{r.peak_mb[0]:,.0f} MB"),
                  "pressure": Text(pressure or "n/a", style=PRESSURE_STYLE.get(pressure, "dim")),
-                 "status": Text(status, style=STATUS_STYLE.get(r.status, ""))}
+                 "status": Text(status, style=CANDIDATE_STYLE.get(r.status, ""))}
         if r.label in table.rows:
             for key, value in cells.items():
                 table.update_cell(r.label, key, value)

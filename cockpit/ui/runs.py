@@ -21,7 +21,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from cockpit.comparison import devices
-from cockpit.present.words import duration
+from cockpit.present.words import STATUS_STYLE, duration
+from cockpit.ui.compare import CompareScreen
 from engine.run import resume as resumption, supervisor
 from engine.errors import ConfigError
 from engine.numbers import count, rate
@@ -31,9 +32,6 @@ from engine.record.stats import Averages
 
 REFRESH_S = 3.0
 MARK = "●"
-
-STATUS_STYLE = {"running": "bold cyan", "finished": "green", "stopped": "yellow",
-                "failed": "bold red", "lost": "red", "interrupted": "yellow", "created": "dim", "broken": "bold red"}
 
 
 # Digests of the runs with a live supervisor, kept between calls of live_runs().
@@ -236,7 +234,6 @@ curves overlaid, and the settings in which they differ (`cockpit runs compare` h
             self.notify(f"{len(chosen)} run marked: mark two or more with space, then press c to compare them",
                         severity="warning")
             return
-        from cockpit.ui.compare import CompareScreen
         self.app.push_screen(CompareScreen(chosen))
 
     def action_logs(self) -> None:
