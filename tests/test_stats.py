@@ -9,7 +9,7 @@ import json
 from cockpit.commands import runs as runs_command
 from engine.record.events import read_events
 from engine.record.rundir import RunDir, summarize
-from engine.record.stats import averages
+from engine.record.stats import averages, fold
 from ui_support import RUNS, copy_run
 
 
@@ -85,15 +85,47 @@ def test_steps_lost_are_those_trained_again_or_past_the_last_checkpoint():
 
 
 def test_a_commands_resume_of_unknown_step_is_placed_by_its_first_step():
-    # A command resumed from its own checkpoint file says no step; its first sighting does.
+    # A command resumed from its own checkpoint file says no step; its first sighting does. That
+    # sighting is no event: it opens the first window, which ends 1 s later at step 70, 9 steps on.
     events = started() + [
         {"type": "attempt_started", "t": 0.0, "attempt": 1, "preset": "cpu", "config": {}},
         step(1.0, 50, 3200, 1.0, 3200.0), step(2.0, 80, 5120, 1.0, 1920.0),
         ended(3.0, 1, "native-crash", 80),
         {"type": "attempt_started", "t": 4.0, "attempt": 2, "preset": "cpu", "config": {},
-         "resume": {"path": "out/last.pt"}},
-        step(5.0, 61, 3904, 1.0, 3904.0, attempt=2)]
-    assert averages(events).steps_lost == 80 - 61
+         "resume": {"path": "out/last.pt", "step": None}}]
+    # Until it says, the crash loses what it trained past its newest checkpoint (none here).
+    assert averages(events).steps_lost == 80
+    first = step(5.0, 70, 70 * 64, 1.0, 9 * 64.0, attempt=2)   # 9 steps/s over 1 s
+    assert averages(events + [first]).steps_lost == 80 - 61
+    # An attempt too short for a window says where it got to with no rate: that is its start.
+    sighting = {**first, "samples_per_s": None, "steps_per_s": None, "window_s": None}
+    assert averages(events + [sighting]).steps_lost == 80 - 70
+
+
+def test_a_checkpoint_of_unknown_step_keeps_the_steps_reached_when_it_was_seen():
+    events = started() + [
+        {"type": "attempt_started", "t": 0.0, "attempt": 1, "preset": "cpu", "config": {}},
+        step(1.0, 50, 3200, 1.0, 3200.0),
+        {"type": "checkpoint", "t": 1.5, "attempt": 1, "path": "out/last.pt", "step": None},
+        step(2.0, 80, 5120, 1.0, 1920.0), ended(3.0, 1, "native-crash", 80)]
+    assert averages(events).steps_lost == 80 - 50   # at least: the file may hold an earlier step
+
+
+def test_run_finished_summary_is_the_folds():
+    resumed = started() + attempt(1, 0.0) + [
+        step(1.0, 10, 640, 1.0, 640.0), {"type": "checkpoint", "t": 1.0, "attempt": 1, "step": 10},
+        step(2.0, 17, 1088, 1.0, 448.0),
+        {"type": "crash", "t": 3.0, "attempt": 1, "kind": "oom", "sentence": "It ran out of memory."},
+        ended(3.0, 1, "oom", 17)] + attempt(2, 4.0, resumed={"step": 10, "samples_seen": 640}) + [
+        step(5.0, 20, 1280, 1.0, 640.0, attempt=2), ended(6.0, 2, "finished", 20)]
+    s = fold(resumed)
+    assert s.checkpoints == 1
+    assert s.summary() == {
+        "attempts": [{"attempt": 1, "preset": "cpu", "device": None, "outcome": "oom", "last_step": 17,
+                      "sentence": "It ran out of memory."},
+                     {"attempt": 2, "preset": "cpu", "device": None, "outcome": "finished",
+                      "last_step": 20, "sentence": None}],
+        "steps_lost": 7, "finished_on": "cpu", "final_step": 20}
 
 
 def write_run(home, events: list[dict]) -> RunDir:

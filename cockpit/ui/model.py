@@ -318,6 +318,7 @@ def _step(m: RunModel, e: dict) -> Change:
         m.avg_steps_per_s = averages.steps / averages.train_s
     if averages.gflop_s_time > 0:
         m.avg_gflop_s = averages.gflop / averages.gflop_s_time
+    m.steps_lost = averages.steps_lost  # a command resumed from a file of unknown step: its first window says where
     t = get("t")
     x = t - m.started_t if t is not None and m.started_t is not None else 0.0
     partial = get("partial")  # a window cut short by a checkpoint or the end: its rate is noise

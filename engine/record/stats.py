@@ -1,15 +1,28 @@
-"""A run's figures over its whole life, from its events: average throughput, time spent
-training, duration, steps lost to crashes, the final loss and metrics.
+"""The run's one accounting: its figures over its whole life, folded from its events -- steps and
+samples trained, time spent training, duration, steps lost to crashes, checkpoints, each attempt
+and how it ended, the final loss and metrics. run_finished's summary (so the headless last lines
+and the alerts), `cockpit runs show/list/compare` and the TUI all read these figures from here.
 
-A step event's `samples_per_s` measures one reporting window, and a window can be a fragment
-(the trainer reports before each checkpoint and at the end: 0.05 s of steps can read 7,000/s
-on a run that averages 300/s). The run's figure is therefore an average: samples (and steps)
-trained, over all attempts, divided by the time spent training them -- the sum of the windows'
-`window_s`, which leave out evaluation, epoch preparation (mining) and checkpoint pauses.
+Throughput. A step event's `samples_per_s` measures one reporting window, and a window can be a
+fragment (the trainer reports before each checkpoint and at the end: 0.05 s of steps can read
+7,000/s on a run that averages 300/s). The run's figure is therefore an average: samples (and
+steps) trained, over all attempts, divided by the time spent training them -- the sum of the
+windows' `window_s`, which leave out evaluation, epoch preparation (mining) and checkpoint pauses.
+
+Steps lost. A step is lost when an attempt trained it and the next attempt had to train it again:
+the steps an attempt reached past the point the next attempt resumed from. That point is the
+resumed checkpoint's step where the events say it (the trainer's trainer_ready, a command's
+checkpoint named or reported with its step); for a command resumed from a file whose step is not
+known (one `last.pt` rewritten), the next attempt's first reported step -- where its first window
+began, `step - steps_per_s x window_s`, since a command's first sighting is no event of its own.
+That is an upper bound of the resume point (a script may print its first step only after
+training it), so the figure is then a lower bound, never the whole attempt counted from step 0.
+The attempt that ended the run by crashing loses the steps past its newest checkpoint; so does
+one whose successor has not said yet where it resumed.
 
 `RunStats` folds events one at a time, so the UI keeps it current with each batch it reads;
-`averages(events)` folds a whole list for `cockpit runs` and the comparison screen.
-Pure: no I/O, no clock.
+`fold(events)` folds a whole list (the supervisor's run_finished), `averages(events)` its figures
+for `cockpit runs` and the comparison screen. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -17,9 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-# Outcomes after which the next attempt does not repeat the attempt's last steps: its
-# trainer checkpointed them on the way out.
-_CLEAN_ENDS = ("finished", "stopped")
+# Outcomes after which the next attempt does not repeat the attempt's last steps: its trainer
+# checkpointed them on the way out, or it trained none (engine.run.crashes.CLEAN).
+_CLEAN_ENDS = ("finished", "stopped", "config")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,20 +48,33 @@ class Averages:
 
 
 @dataclass(slots=True)
-class _AttemptSpan:
+class AttemptAccount:
+    """One attempt, as its events tell it."""
+
+    attempt: int | None = None    # its number (None: step events before any attempt_started)
+    preset: str | None = None
+    device: str | None = None     # a command's from attempt_started, the trainer's from trainer_ready
+    outcome: str | None = None    # attempt_ended's outcome; None while it runs
+    last_step: int | None = None  # attempt_ended's last step (the supervisor's count)
+    sentence: str | None = None   # its crash's sentence, when it crashed
     start_step: int | None = 0    # where it began: 0, the step it resumed from, None: not known yet
     reached: int = 0              # the highest step it reported
-    kept: int = 0                 # the newest step it checkpointed
-    outcome: str | None = None    # attempt_ended's outcome
-    last_samples: float | None = None  # samples_seen at its previous step event
-    last_step: int | None = None       # ... and its step (None: where its windows start is not known)
+    kept: int = 0                 # the newest step it checkpointed (or resumed from)
+    window_samples: float | None = None  # samples_seen at its previous step event
+    window_step: int | None = None       # ... and its step (None: where its windows start is not known)
+
+    def summary(self) -> dict:
+        """Its entry in run_finished's summary."""
+        return {"attempt": self.attempt, "preset": self.preset, "device": self.device,
+                "outcome": self.outcome, "last_step": self.last_step, "sentence": self.sentence}
 
 
 class RunStats:
-    """Averages folded one event at a time (`add`), read at any moment (`result`)."""
+    """The run's figures folded one event at a time (`add`), read at any moment (`result`,
+    `steps_lost`, `summary`)."""
 
     __slots__ = ("samples", "steps", "gflop", "gflop_s_time", "train_s", "first_t", "last_t",
-                 "final_loss", "final_metrics", "_attempts", "_current")
+                 "final_loss", "final_metrics", "checkpoints", "attempts", "_current")
 
     def __init__(self) -> None:
         self.samples = 0.0
@@ -60,8 +86,9 @@ class RunStats:
         self.last_t: float | None = None
         self.final_loss: float | None = None
         self.final_metrics: dict = {}
-        self._attempts: list[_AttemptSpan] = []
-        self._current: _AttemptSpan | None = None
+        self.checkpoints = 0         # checkpoint events: 0, and a resume starts over
+        self.attempts: list[AttemptAccount] = []
+        self._current: AttemptAccount | None = None
 
     def add(self, e: dict) -> None:
         t = e.get("t")
@@ -74,20 +101,31 @@ class RunStats:
             self._step(e)
         elif kind == "attempt_started":
             # A command says where it resumes here; the trainer says so in trainer_ready.
-            self._current = _AttemptSpan()
-            self._attempts.append(self._current)
+            self._current = AttemptAccount(attempt=e.get("attempt"), preset=e.get("preset"),
+                                           device=e.get("device"))
+            self.attempts.append(self._current)
             self._resumed(e.get("resume"))
         elif kind == "trainer_ready":
+            if self._current is not None:
+                self._current.device = e.get("device", self._current.device)
             self._resumed(e.get("resumed_from"))
             if self._current is not None and not e.get("resumed_from"):
                 # the trainer's first window starts at step 0, sample 0
-                self._current.last_samples, self._current.last_step = 0, 0
-        elif kind == "checkpoint" and self._current is not None and e.get("step") is not None:
-            self._current.kept = max(self._current.kept, int(e["step"]))
+                self._current.window_samples, self._current.window_step = 0, 0
+        elif kind == "checkpoint":
+            self.checkpoints += 1
+            a = self._current
+            if a is not None:
+                # A file of unknown step holds at most the step reached when it was seen.
+                step = e.get("step")
+                a.kept = max(a.kept, int(step) if step is not None else a.reached)
+        elif kind == "crash" and self._current is not None:
+            self._current.sentence = e.get("sentence")
         elif kind == "attempt_ended" and self._current is not None:
-            self._current.outcome = e.get("outcome")
-            if e.get("last_step") is not None:
-                self._current.reached = max(self._current.reached, int(e["last_step"]))
+            a = self._current
+            a.outcome, a.last_step = e.get("outcome"), e.get("last_step")
+            if a.last_step is not None:
+                a.reached = max(a.reached, int(a.last_step))
         elif kind == "eval" and e.get("metrics"):
             self.final_metrics = dict(e["metrics"])
 
@@ -96,61 +134,76 @@ class RunStats:
         if a is None or not resume:
             return
         if resume.get("step") is None:  # a command's checkpoint file of unknown step
-            a.start_step = None         # its first step sighting will say
+            a.start_step = None         # its first step event will say
             return
-        a.start_step = a.reached = a.kept = a.last_step = int(resume["step"])
-        a.last_samples = resume.get("samples_seen")
+        a.start_step = a.reached = a.kept = a.window_step = int(resume["step"])
+        a.window_samples = resume.get("samples_seen")
 
     def _step(self, e: dict) -> None:
         if e.get("loss") is not None:
             self.final_loss = e["loss"]
         a = self._current
         if a is None:  # a step before any attempt_started: an old or partial file
-            a = self._current = _AttemptSpan()
-            self._attempts.append(a)
+            a = self._current = AttemptAccount()
+            self.attempts.append(a)
         step = e.get("step")
-        if step is not None:
-            if a.start_step is None:
-                a.start_step = int(step)
-            a.reached = max(a.reached, int(step))
         window = e.get("window_s")
         rate = e.get("samples_per_s")
+        if step is not None:
+            if a.start_step is None:
+                # Where its first window began: the first step it reported. A command's first
+                # sighting of a step opens that window and is no event of its own.
+                steps_per_s = e.get("steps_per_s")
+                begun = int(step) - (round(steps_per_s * window) if window and steps_per_s else 0)
+                a.start_step = a.window_step = max(0, begun)
+                a.kept = max(a.kept, a.start_step)
+            a.reached = max(a.reached, int(step))
         if window is None or rate is None:  # a command's first sighting: no window measured
-            a.last_samples = e.get("samples_seen", a.last_samples)
-            a.last_step = step if step is not None else a.last_step
+            a.window_samples = e.get("samples_seen", a.window_samples)
+            a.window_step = step if step is not None else a.window_step
             return
         self.train_s += window
         seen = e.get("samples_seen")
         # The differences of samples seen and steps are exact; the rates times the window (all
         # rounded) stand in where the window's start is not known (a command's first window).
-        if seen is not None and a.last_samples is not None and seen >= a.last_samples:
-            self.samples += seen - a.last_samples
+        if seen is not None and a.window_samples is not None and seen >= a.window_samples:
+            self.samples += seen - a.window_samples
         else:
             self.samples += rate * window
-        if step is not None and a.last_step is not None and step >= a.last_step:
-            self.steps += step - a.last_step
+        if step is not None and a.window_step is not None and step >= a.window_step:
+            self.steps += step - a.window_step
         else:
             self.steps += (e.get("steps_per_s") or 0.0) * window
         if e.get("gflop_s") is not None:
             self.gflop += e["gflop_s"] * window
             self.gflop_s_time += window
         if seen is not None:
-            a.last_samples = seen
+            a.window_samples = seen
         if step is not None:
-            a.last_step = step
+            a.window_step = step
 
     @property
     def steps_lost(self) -> int:
-        """Steps an attempt reached that the next one trained again (it resumed from an earlier
-        checkpoint), and, for a last attempt that crashed, the steps past its last checkpoint:
-        the supervisor's count in run_finished, kept current while the run goes on."""
+        """Steps an attempt reached past where the next one resumed (it trained them again),
+        and, for an attempt that crashed with no successor that has said where it resumed
+        (the last one, or the next before its first step), the steps past its newest
+        checkpoint."""
         lost = 0
-        for a, after in zip(self._attempts, self._attempts[1:] + [None]):
-            if after is not None:
-                lost += max(0, a.reached - (after.start_step or 0))
+        for a, after in zip(self.attempts, self.attempts[1:] + [None]):
+            if after is not None and after.start_step is not None:
+                lost += max(0, a.reached - after.start_step)
             elif a.outcome is not None and a.outcome not in _CLEAN_ENDS:
                 lost += max(0, a.reached - a.kept)
         return lost
+
+    def summary(self) -> dict:
+        """run_finished's summary: each attempt and how it ended, where the run finished, its
+        last step, and the steps lost to crashes."""
+        attempts = [a for a in self.attempts if a.attempt is not None]
+        last = attempts[-1] if attempts else None
+        return {"attempts": [a.summary() for a in attempts], "steps_lost": self.steps_lost,
+                "finished_on": last.preset if last and last.outcome == "finished" else None,
+                "final_step": last.last_step if last else None}
 
     def result(self) -> Averages:
         train_s = self.train_s
@@ -166,9 +219,14 @@ class RunStats:
         )
 
 
-def averages(events: Iterable[dict]) -> Averages:
-    """The run's averages from its events (engine.record.rundir.RunDir.events())."""
+def fold(events: Iterable[dict]) -> RunStats:
+    """The run's accounting from its events (engine.record.rundir.RunDir.events())."""
     stats = RunStats()
     for e in events:
         stats.add(e)
-    return stats.result()
+    return stats
+
+
+def averages(events: Iterable[dict]) -> Averages:
+    """The run's averages from its events."""
+    return fold(events).result()

@@ -50,7 +50,7 @@ from typing import Callable
 import psutil
 
 from engine import command
-from engine.record import checkpoint, events as event_log
+from engine.record import checkpoint, events as event_log, stats
 from engine.run import alerts, fallback, faults, launch as launches
 from engine.record.attempt_log import TAIL_LINES, OutputFollower, log_tail
 from engine.run.crashes import AttemptEnd, Verdict, classify, last_line, torchrun_root_cause
@@ -212,7 +212,7 @@ class Supervisor:
             self._lifeline.alerts(self._alerts.describe())   # it tells of our death
             status, results = self._attempts(resume)
             self.events.emit("run_finished", status=status, attempts=len(results),
-                             summary=run_summary(results))
+                             summary=run_summary(self.run))
             self._pump()
             self._alerts.close()   # the last alerts' commands, each at most until its timeout
             self._pump()
@@ -815,23 +815,11 @@ def _mtime_ns(path: Path) -> int | None:
         return None
 
 
-def run_summary(results: list[AttemptResult]) -> dict:
-    """Attempts, how each ended, where the run finished, and the steps lost to crashes."""
-    attempts, lost = [], 0
-    for i, r in enumerate(results):
-        attempts.append({"attempt": r.attempt, "preset": r.step.name, "device": r.watch.device,
-                         "outcome": r.outcome, "last_step": r.watch.last_step,
-                         "sentence": r.verdict.sentence if r.verdict.crashed else None})
-        if r.verdict.crashed:
-            # Up to where the next attempt resumed; for the crash that ended the run, up to
-            # its last checkpoint (or where it started).
-            kept = results[i + 1].watch.resumed_step if i + 1 < len(results) else \
-                max(r.watch.resumed_step or 0, r.watch.checkpoint_step or 0)
-            lost += max(0, (r.watch.last_step or 0) - (kept or 0))
-    last = results[-1] if results else None
-    return {"attempts": attempts, "steps_lost": lost,
-            "finished_on": last.step.name if last and last.outcome == "finished" else None,
-            "final_step": last.watch.last_step if last else None}
+def run_summary(run: RunDir) -> dict:
+    """run_finished's summary (attempts, how each ended, where the run finished, the steps lost
+    to crashes): the run's one accounting (engine.record.stats) over all its events, those of
+    earlier supervisors of a continued run too."""
+    return stats.fold(run.events()).summary()
 
 
 # ---------------------------------------------------------------- detached runs
