@@ -18,7 +18,7 @@ from cockpit.ui.help import HelpScreen, KeyCommands, key_commands
 from cockpit.ui.launch import LaunchScreen
 from cockpit.ui.quit import QuitScreen
 from cockpit.ui.runs import RunsScreen, live_runs
-from engine.run import supervisor
+from engine.run import detached
 from engine.record.rundir import RunDir
 
 
@@ -91,7 +91,7 @@ class CockpitApp(App):
         def decided(choice: str | None) -> None:
             if choice == "stop":
                 for run in live:
-                    supervisor.request_stop(run)
+                    detached.request_stop(run)
                 self.exit(message=f"asked {len(live)} run(s) to stop; they checkpoint and exit")
             elif choice == "leave":
                 self.exit(message="left running: " + ", ".join(r.id for r in live)

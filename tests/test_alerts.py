@@ -336,7 +336,7 @@ def test_the_tui_rings_for_what_happens_while_it_watches_not_for_the_past(alerti
 def test_a_supervisor_that_dies_is_told_by_its_lifeline(alerting):
     import signal
 
-    from engine.run.supervisor import start_detached
+    from engine.run.detached import start_detached
 
     out = alerting / "alerts.jsonl"
     # slow: a pause per step, so that the run is mid-training when its supervisor dies

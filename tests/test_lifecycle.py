@@ -16,7 +16,7 @@ import pytest
 from conftest import TINY, cockpit_cmd, child_env, user_preset
 from engine import runconfig
 from engine.errors import ConfigError
-from engine.run import supervisor as supervisor_module
+from engine.run import detached
 from engine.record.identity import ProcessId
 from engine.run.resume import History
 from engine.record.rundir import RunDir, find_run, summarize
@@ -113,7 +113,7 @@ def test_resume_on_another_preset_keeps_the_previous_run_toml_and_refuses_bad_ch
 
 
 def start_detached_and_wait_for_checkpoint(run: RunDir) -> ProcessId:
-    supervisor_module.start_detached(run)
+    detached.start_detached(run)
     wait_for(lambda: of_type(run, "checkpoint"), "checkpoint")
     return ProcessId.parse(run.pid_path.read_text())
 
@@ -159,7 +159,7 @@ def test_a_killed_supervisor_stops_the_command_as_ctrl_c_would(home, tmp_path):
     run = RunDir.create(runconfig.resolve_command(
         [sys.executable, str(script), str(tmp_path)], "loop", "cpu",
         ["command.checkpoints=" + str(tmp_path / "ckpt-*.txt")]))
-    supervisor_module.start_detached(run)
+    detached.start_detached(run)
     wait_for(lambda: [e for e in of_type(run, "step") if e["step"] >= 5], "step 5")
     os.kill(ProcessId.parse(run.pid_path.read_text()).pid, signal.SIGKILL)
     wait_for(lambda: of_type(run, "run_interrupted"), "run_interrupted")

@@ -12,7 +12,7 @@ from cockpit.commands.train import follow as follow_run
 from cockpit.present.words import duration
 from engine import command, settings
 from engine.errors import ConfigError
-from engine.run import lifeline, resume as resumption, supervisor
+from engine.run import detached, lifeline, resume as resumption
 from engine.numbers import count, rate
 from engine.record.rundir import continue_hint, find_run, list_runs, summarize
 
@@ -103,7 +103,7 @@ def follow(args: argparse.Namespace) -> int:
 def stop(args: argparse.Namespace) -> int:
     run = find_run(args.run)
     stopping = _stopping(run)
-    if not supervisor.request_stop(run):
+    if not detached.request_stop(run):
         history = resumption.History.of(run.events())
         if history.orphan() is not None:
             lock = run.try_lock()

@@ -82,11 +82,11 @@ def supervise(run_dir: RunDir, args: argparse.Namespace) -> int:
     """Supervise a new run, or continue one (`cockpit runs resume`), in the foreground or
     detached. Alerts ring the terminal this was started from (engine.run.alerts): stdout's in
     the foreground, stdout's or stderr's for a detached run (`RUN=$(cockpit ... --detach)`)."""
-    from engine.run import supervisor
+    from engine.run import detached, supervisor
 
     notify = getattr(args, "notify_command", None)
     if args.detach:
-        supervisor.start_detached(run_dir, terminal=Terminal.of_this_process((1, 2)), notify_command=notify)
+        detached.start_detached(run_dir, terminal=Terminal.of_this_process((1, 2)), notify_command=notify)
         print(run_dir.id, flush=True)
         if sys.stderr.isatty():
             print(f"follow it: cockpit runs follow {run_dir.id}   stop it: cockpit runs stop {run_dir.id}",

@@ -41,7 +41,7 @@ from cockpit.ui.widgets.hardware import HardwarePanel
 from cockpit.ui.widgets.memory import MemoryPanel
 from cockpit.ui.widgets.plot_grid import WINDOWS, PlotGrid
 from cockpit.ui.widgets.plots import fit
-from engine.run import supervisor
+from engine.run import detached
 from engine.record.rundir import RunDir
 
 FRAME_S = 0.1
@@ -360,7 +360,7 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         return True
 
     def action_stop(self) -> None:
-        if supervisor.request_stop(self.run):
+        if detached.request_stop(self.run):
             self.notify("asked the run to stop: it checkpoints and exits after the current step")
         else:
             self.notify(f"run {self.run.id} is not running", severity="warning")

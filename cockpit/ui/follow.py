@@ -1,6 +1,6 @@
 """Following a run from the dashboard's worker thread.
 
-The supervisor is its own process (engine.run.supervisor.start_detached): quitting the UI or an
+The supervisor is its own process (engine.run.detached.start_detached): quitting the UI or an
 SSH hangup leaves the run alive. The thread only reads events.jsonl, through engine.run.follow
 (the loop `cockpit runs follow` reads a run through too), and hands batches to `post` -- the
 screen's post_message, the one thread-safe way into Textual. Polling every POLL_S is the
@@ -14,7 +14,7 @@ from typing import Callable
 
 from textual.message import Message
 
-from engine.run import follow as run_follow, supervisor
+from engine.run import detached, follow as run_follow
 from engine.record.rundir import RunDir
 
 POLL_S = run_follow.POLL_S
@@ -34,7 +34,7 @@ def follow(run: RunDir, post: Callable[[RunEvents], object], cancelled: Callable
            start: bool = False, poll_s: float = POLL_S) -> None:
     """Start the run's supervisor if asked, then post its events until it ends or we are cancelled."""
     if start:
-        supervisor.start_detached(run)
+        detached.start_detached(run)
     last_live = None
     # engine.run.follow says when the run is over (the same end as `cockpit runs follow`)
     for batch in run_follow.follow(run, poll_s):

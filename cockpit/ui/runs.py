@@ -23,7 +23,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from cockpit.comparison import devices
 from cockpit.present.words import STATUS_STYLE, duration
 from cockpit.ui.compare import CompareScreen
-from engine.run import resume as resumption, supervisor
+from engine.run import detached, resume as resumption
 from engine.errors import ConfigError
 from engine.numbers import count, rate
 from engine.record.digest import RunDigest, RunDigests
@@ -251,7 +251,7 @@ curves overlaid, and the settings in which they differ (`cockpit runs compare` h
 
     def action_stop(self) -> None:
         run = self._selected()
-        if run is not None and supervisor.request_stop(run):
+        if run is not None and detached.request_stop(run):
             self.notify(f"asked {run.id} to stop")
         elif run is not None:
             self.notify(f"{run.id} is not running", severity="warning")

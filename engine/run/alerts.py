@@ -195,7 +195,7 @@ class Terminal:
         return None
 
     def arguments(self) -> list[str]:
-        """For a detached supervisor's command line (engine.run.supervisor.main)."""
+        """For a detached supervisor's command line (engine.run.detached.main)."""
         return ["--terminal", self.path, *(["--terminal-owner", str(self.owner)] if self.owner else [])]
 
     def send(self, alert: Alert) -> bool:
