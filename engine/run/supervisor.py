@@ -47,8 +47,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import psutil
-
 from engine import command
 from engine.record import checkpoint, events as event_log, stats
 from engine.run import alerts, fallback, faults, launch as launches
@@ -59,6 +57,7 @@ from engine.record.identity import ProcessId
 from engine.run.fallback import Decision, Ladder, Step
 from engine.run.launch import Launch, child_env
 from engine.run.lifeline import Lifeline
+from engine.run.process import AttemptProcess
 from engine.run.resume import History
 from engine.record.rundir import RunDir
 from engine.run.slowdown import Context, SlowdownDetector
@@ -161,7 +160,7 @@ class Supervisor:
         self.events = EventWriter(run.events_path, attempt=0)
         self.stop_requests = 0
         self._started = time.time()
-        self._proc: subprocess.Popen | None = None
+        self._process: AttemptProcess | None = None   # the attempt's (engine.run.process)
         self._launch: Launch | None = None
         self._watch: AttemptWatch | None = None
         self._slowest_gap = 0.0       # the longest quiet interval seen in a healthy attempt
@@ -170,9 +169,6 @@ class Supervisor:
         self._sampler: SystemSampler | None = None
         self._detector: SlowdownDetector | None = None
         self._checkpoints: dict[str, dict] = {}   # every checkpoint event of the run, by path
-        # the attempt's stop sequence: how many of its launch's stop signals were sent, when
-        self._stop_stage = 0
-        self._stop_sent = 0.0
         # a command's output and progress
         self._output: OutputFollower | None = None
         self._tracker: Tracker | None = None
@@ -185,7 +181,6 @@ class Supervisor:
         self._aborted_at: float | None = None   # when native-crash's SIGABRT was sent (monotonic)
         self._abort_escalated = False           # it survived that, so SIGKILL ended it
         self._newest_file: tuple[str, int] | None = None
-        self._pid = 0
         self._lifeline: Lifeline | None = None
         self._first_attempt = 1   # above 1 when this supervisor continues a run
         self._parity_told = False  # the parity check's not-applicable warning, once a run
@@ -360,18 +355,15 @@ class Supervisor:
             # Its own session: a Ctrl-C in the terminal reaches only the supervisor, which
             # forwards exactly one stop request.
             try:
-                self._proc = subprocess.Popen(launch.argv, cwd=launch.cwd, stdin=subprocess.DEVNULL,
-                                              stdout=log, stderr=subprocess.STDOUT, env=launch.env,
-                                              start_new_session=True, preexec_fn=_sigint_preexec(launch))
+                process = self._process = AttemptProcess.start(launch, log)
             except OSError as e:  # the program went away since the run was checked
                 log.write(f"cockpit: cannot start {launch.argv[0]!r}: {e.strerror}\n".encode())
                 return self._end_attempt(attempt, name, preset, None, log_path, None, unstarted=e)
-        self._pid = self._proc.pid
         self._tell_lifeline(launch)  # first: from here on, the attempt must not outlive us
-        self._sampler = SystemSampler(self._proc.pid, env=launch.env)
+        self._sampler = SystemSampler(process.pid, env=launch.env)
         hung_for = None
         try:
-            while self._proc.poll() is None:
+            while process.poll() is None:
                 self._forward_stop()
                 self._pump()
                 self._read_output()
@@ -382,17 +374,16 @@ class Supervisor:
                 if hung_for is None and (quiet := time.monotonic() - watch.last_progress) > \
                         self._hang_timeout(preset, started=watch.ready):
                     hung_for = quiet
-                    self._end_hung_trainer(preset)
+                    process.end_hung(min(10.0, preset.hang_timeout_s), self.poll_s)
                 time.sleep(self.poll_s)
         except BaseException:
             # The supervisor itself failed (a bug, or KeyboardInterrupt in a thread's host):
             # the attempt must not train on unsupervised.
-            self._signal_group(signal.SIGKILL)
+            process.kill()
             raise
-        code = self._proc.returncode
+        code = process.returncode
         if launch.is_command:
-            self._signal_group(signal.SIGKILL)  # what it left behind (its DataLoader workers)
-        self._proc = None
+            process.kill()  # what it left behind (its DataLoader workers)
         self._lifeline.attempt_ended()
         return self._end_attempt(attempt, name, preset, code, log_path, hung_for)
 
@@ -403,13 +394,13 @@ class Supervisor:
             signals, grace = launch.stop_signals, launch.stop_grace_s or 30.0
         else:  # SIGTERM: finish the step, checkpoint, exit; a step may take a while
             signals, grace = (signal.SIGTERM, signal.SIGKILL), max(60.0, HANG_GAP_FACTOR * self._slowest_gap)
-        stop = self._lifeline.attempt(self._watch.attempt, self._proc.pid, signals, grace,
-                                      group=launch.is_command)
+        stop = self._lifeline.attempt(self._watch.attempt, self._process.pid, signals, grace,
+                                      group=launch.group)
         if stop is not None:
             self.events.emit("attempt_process", attempt=self._watch.attempt, **stop)
 
     def _begin_attempt(self, launch: Launch, log_path: Path, preset) -> None:
-        self._stop_stage, self._stop_sent, self._slowed = 0, 0.0, False
+        self._process, self._slowed = None, False
         self._aborted_at, self._abort_escalated = None, False
         self._output = OutputFollower(log_path, launch.parser())
         self._tracker = Tracker(launch.samples_per_step, launch.total_steps) if launch.is_command else None
@@ -472,7 +463,7 @@ class Supervisor:
         """New output since the last poll: a sign of life, and progress when it is parsed.
         At the end of an attempt (`final`) it reads to the end of the log."""
         wrote, observations = self._output.observe(to_end=final)
-        if wrote and self._proc is not None:
+        if wrote and self._running():
             gap = self._watch.touch(time.monotonic())
             if self._watch.ready:
                 self._slowest_gap = max(self._slowest_gap, gap)
@@ -501,9 +492,8 @@ class Supervisor:
             bad = tracker.non_finite
             watch.numerical = dict(bad)
             self.events.emit("numerical", attempt=attempt, step=bad["step"], message=bad["message"])
-            if self._proc is not None:
-                self._stop_stage = 1
-                self._escalate_stop()
+            if self._running():
+                self._escalate_stop(skip_graceful=True)
 
     def _pending_step_faults(self, launch: Launch) -> list[str]:
         """A command's step faults not fired yet: the supervisor's signals and cockpit.report's."""
@@ -556,7 +546,7 @@ class Supervisor:
     def _deliver_faults(self, step: int) -> None:
         """The signal faults due at this step, delivered for real (engine.run.faults.deliver)."""
         for fault in [f for f in self._faults if f.step <= step]:
-            if self._proc is None:
+            if not self._running():
                 return  # read after it ended: nothing left to deliver to
             self._faults.remove(fault)
             self._deliver(fault, step=step)
@@ -586,7 +576,7 @@ class Supervisor:
         from the attempt's start, which the script's cockpit.report counts from too."""
         elapsed = time.time() - self._launch.started
         for fault in [f for f in self._timed if f.after_s <= elapsed]:
-            if self._proc is None:
+            if not self._running():
                 return
             self._timed.remove(fault)
             self._deliver(fault, step=self._watch.last_step, at_s=round(elapsed, 3))
@@ -596,7 +586,7 @@ class Supervisor:
             return  # a script that reports its steps aborted itself at it (cockpit.report)
         self.events.emit("fault_injected", attempt=self._watch.attempt, spec=fault.spec,
                          kind=fault.kind, by="supervisor", **where)
-        self._slowed |= faults.deliver(fault, self._proc.pid)
+        self._slowed |= faults.deliver(fault, self._process.pid)
         if fault.kind == "native-crash":
             self._aborted_at = time.monotonic()
 
@@ -612,17 +602,17 @@ class Supervisor:
                                  f"{faults.ABORT_GRACE_S:.0f} s (a native library in it catches "
                                  "the signal when it comes from outside); SIGKILL ends it as the "
                                  "crash would have", advice=[], fallback=False)
-        self._signal_group(signal.SIGKILL)
+        self._process.kill()
 
     def _throttle(self) -> None:
-        if self._slowed and self._proc is not None:
-            faults.throttle(self._proc.pid, time.monotonic())
+        if self._slowed and self._running():
+            faults.throttle(self._process.pid, time.monotonic())
 
     def _release(self) -> None:
         """End the `slow` fault's throttling (before a stop: the command must run to obey it)."""
         if self._slowed:
             self._slowed = False
-            self._signal_group(signal.SIGCONT)
+            self._process.signal_group(signal.SIGCONT)
 
     def _watch_checkpoint_files(self) -> None:
         """A new file matching the command's checkpoint glob is a checkpoint event (its step
@@ -652,53 +642,6 @@ class Supervisor:
             floor = max(floor, 60.0)  # it said why it is ending; exiting takes a moment
         return max(floor, HANG_GAP_FACTOR * self._slowest_gap)
 
-    def _end_hung_trainer(self, preset) -> None:
-        """SIGTERM first (a slow step can still checkpoint and exit), then SIGKILL."""
-        grace = min(10.0, preset.hang_timeout_s)
-        self._signal_trainer(signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while self._proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(self.poll_s)
-        if self._proc.poll() is None:
-            self._signal_trainer(signal.SIGKILL)
-            self._proc.wait()
-
-    def _signal_trainer(self, sig: signal.Signals) -> None:
-        """SIGTERM reaches the trainer processes themselves (under torchrun, its workers,
-        so that every rank checkpoints through the same stop agreement); SIGKILL the whole
-        process group. A command's whole process group gets every signal, as a terminal's
-        Ctrl-C reaches a script and its DataLoader workers."""
-        try:
-            if sig == signal.SIGKILL or self._launch.is_command:
-                self._signal_group(sig)
-            elif self._launch.distributed:
-                for worker in psutil.Process(self._proc.pid).children(recursive=True):
-                    worker.send_signal(sig)
-            else:
-                self._proc.send_signal(sig)
-        except (ProcessLookupError, psutil.NoSuchProcess):
-            pass
-
-    def _signal_group(self, sig: signal.Signals) -> None:
-        """The attempt's process group, and its descendants that left it for a session of
-        their own (torchrun starts every worker with start_new_session)."""
-        if self._proc is None and sig != signal.SIGKILL:
-            return
-        strays = []
-        try:
-            strays = [c for c in psutil.Process(self._pid).children(recursive=True)
-                      if os.getpgid(c.pid) != self._pid]
-        except (psutil.Error, ProcessLookupError):
-            pass  # the leader is gone; its group is still signalled below
-        for target in [None, *strays]:
-            try:
-                if target is None:
-                    os.killpg(self._pid, sig)
-                else:
-                    target.send_signal(sig)
-            except (ProcessLookupError, PermissionError, psutil.Error):
-                pass
-
     def _sample_memory(self, attempt: int) -> None:
         """A `memory` event about once a second, sampled here so it goes on when the
         trainer is stuck; fed to the slowdown detector. How full memory was just before a
@@ -725,7 +668,7 @@ class Supervisor:
             # The preset asks to fall back: a graceful stop (checkpoint first), then the
             # rule for 'slowdown' picks the next attempt.
             self._watch.slowdown = warning
-            if self._stop_stage == 0:
+            if self._running() and not self._process.stops_sent:
                 self._escalate_stop()
 
     # ------------------------------------------------------------ stopping
@@ -738,22 +681,24 @@ class Supervisor:
         # The trainer: first request, stop after a checkpoint; second, stop now; third, it is
         # wedged and answers no signal it can handle. A command moves on by itself too, after
         # its grace period: SIGINT, SIGTERM, SIGKILL.
-        if self._proc is None:
+        if not self._running():
             return
-        signals = self._launch.stop_signals
-        while self._stop_stage < min(self.stop_requests, len(signals)):
-            self.events.emit("stop_requested", attempt=self._watch.attempt, request=self._stop_stage + 1,
-                             signal=signals[self._stop_stage].name)
+        process = self._process
+        signals = process.stop_signals
+        while process.stops_sent < min(self.stop_requests, len(signals)):
+            self.events.emit("stop_requested", attempt=self._watch.attempt, request=process.stops_sent + 1,
+                             signal=signals[process.stops_sent].name)
             self._escalate_stop()
-        grace = self._launch.stop_grace_s
-        if grace and 0 < self._stop_stage < len(signals) and time.monotonic() - self._stop_sent > grace:
+        if process.stop_overdue():
             self._escalate_stop()
 
-    def _escalate_stop(self) -> None:
+    def _escalate_stop(self, skip_graceful: bool = False) -> None:
         self._release()
-        self._signal_trainer(self._launch.stop_signals[self._stop_stage])
-        self._stop_stage += 1
-        self._stop_sent = time.monotonic()
+        self._process.send_stop(skip_graceful=skip_graceful)
+
+    def _running(self) -> bool:
+        """The attempt's process is started and not seen to have ended."""
+        return self._process is not None and self._process.running
 
     def _install_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -795,16 +740,6 @@ class Supervisor:
 
 def _faults_named(specs: list[str]) -> str:
     return ("fault " if len(specs) == 1 else "faults ") + ", ".join(specs)
-
-
-def _sigint_preexec(launch: Launch):
-    """A command is stopped with SIGINT, which Python turns into KeyboardInterrupt only if it
-    was not ignored when the script started; a supervisor started from a shell's `&` inherits
-    it ignored and would pass that on. Only then is a preexec needed (it is unsafe beside
-    threads, so it is not used otherwise)."""
-    if launch.is_command and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-        return lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
-    return None
 
 
 def _mtime_ns(path: Path) -> int | None:
