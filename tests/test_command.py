@@ -373,7 +373,7 @@ def test_a_rule_that_changes_what_the_command_does_not_take_moves_on(home):
     from engine.run.crashes import Verdict
     from engine.presets import DevicePreset
 
-    first = fallback.Step("first", DevicePreset(device="cpu", batch_size=16, fallback=("second",)))
+    first = fallback.Rung("first", DevicePreset(device="cpu", batch_size=16, fallback=("second",)))
     ladder_ = fallback.Ladder(first, {"second": DevicePreset(device="cpu", batch_size=8)})
     oom = Verdict("oom", "out of memory")
     spec = command.CommandSpec(command=("python", "train.py"))          # takes no {batch_size}

@@ -6,7 +6,7 @@ import pytest
 
 from engine.run import faults
 from engine.run.crashes import AttemptEnd, classify
-from engine.run.fallback import Ladder, Step, decide, got_further
+from engine.run.fallback import Ladder, Rung, decide, got_further
 from engine.presets import DevicePreset
 
 
@@ -116,7 +116,7 @@ MPS = DevicePreset(device="mps", batch_size=32, accumulation=16, fallback=("mps-
 SAFE = DevicePreset(device="mps", batch_size=24, accumulation=4, empty_cache="before-mining",
                     fallback=("cpu",))
 CPU = DevicePreset(device="cpu", batch_size=8, accumulation=64)
-LADDER = Ladder(Step("mps", MPS), {"mps-safe": SAFE, "cpu": CPU})
+LADDER = Ladder(Rung("mps", MPS), {"mps-safe": SAFE, "cpu": CPU})
 
 
 def verdict(kind: str):
@@ -128,24 +128,24 @@ def verdict(kind: str):
 
 
 def test_oom_halves_the_micro_batch_then_moves_down_the_ladder():
-    d = decide(verdict("oom"), Step("mps", MPS), LADDER, attempts=1, max_attempts=9)
+    d = decide(verdict("oom"), Rung("mps", MPS), LADDER, attempts=1, max_attempts=9)
     assert (d.action, d.next.name, d.changed) == \
         ("halve-batch", "mps", {"batch_size": [32, 16], "accumulation": [16, 32]})
     assert d.next.preset.effective_batch == MPS.effective_batch
-    tiny = Step("mps", DevicePreset(device="mps", batch_size=1, accumulation=512, fallback=MPS.fallback))
+    tiny = Rung("mps", DevicePreset(device="mps", batch_size=1, accumulation=512, fallback=MPS.fallback))
     d = decide(verdict("oom"), tiny, LADDER, attempts=2, max_attempts=9)
     assert (d.action, d.next.name) == ("next", "mps-safe") and "already 1" in d.why
 
 
 def test_next_follows_the_starting_presets_ladder_and_ends():
-    d = decide(verdict("native-crash"), Step("mps-safe", SAFE), LADDER, attempts=2, max_attempts=9)
+    d = decide(verdict("native-crash"), Rung("mps-safe", SAFE), LADDER, attempts=2, max_attempts=9)
     assert (d.action, d.next.name) == ("next", "cpu")
-    d = decide(verdict("native-crash"), Step("cpu", CPU), LADDER, attempts=3, max_attempts=9)
+    d = decide(verdict("native-crash"), Rung("cpu", CPU), LADDER, attempts=3, max_attempts=9)
     assert d.next is None and "ladder is exhausted" in d.why
 
 
 def test_openmp_retries_with_the_env_fix_once():
-    d = decide(verdict("openmp"), Step("mps", MPS), LADDER, attempts=1, max_attempts=9)
+    d = decide(verdict("openmp"), Rung("mps", MPS), LADDER, attempts=1, max_attempts=9)
     assert d.action == "retry-env" and d.next.preset.env == {"KMP_DUPLICATE_LIB_OK": "TRUE"}
     d = decide(verdict("openmp"), d.next, LADDER, attempts=2, max_attempts=9)
     assert (d.action, d.next.name) == ("next", "mps-safe")
@@ -157,7 +157,7 @@ def test_a_failed_compile_runs_the_same_preset_eagerly_then_moves_on():
     v = classify(end)
     assert v.kind == "compile" and "Cannot find a working triton installation" in v.evidence["message"]
     assert v.sentence == "torch.compile failed (BackendCompilerFailed)."
-    compiled = Step("cuda", DevicePreset(device="cuda", compile=True, fallback=("cpu",)))
+    compiled = Rung("cuda", DevicePreset(device="cuda", compile=True, fallback=("cpu",)))
     ladder = Ladder(compiled, {"cpu": CPU})
     d = decide(v, compiled, ladder, attempts=1, max_attempts=9)
     assert (d.action, d.next.name, d.changed) == ("eager", "cuda", {"compile": [True, False]})
@@ -171,45 +171,45 @@ def test_a_failed_compile_runs_the_same_preset_eagerly_then_moves_on():
 def test_a_plain_bug_is_still_user_code_and_stops():
     v = classify(AttemptEnd(1, None, exception={"error": "ValueError", "message": "too many values to unpack"}))
     assert v.kind == "user-code"
-    assert decide(v, Step("cpu", CPU), Ladder(Step("cpu", CPU), {}), attempts=1, max_attempts=9).action == "stop"
+    assert decide(v, Rung("cpu", CPU), Ladder(Rung("cpu", CPU), {}), attempts=1, max_attempts=9).action == "stop"
 
 
 def test_numerical_goes_to_fp32_unless_it_already_ran_in_fp32():
-    bf16 = Step("mps", DevicePreset(device="mps", precision="bf16", fallback=MPS.fallback))
+    bf16 = Rung("mps", DevicePreset(device="mps", precision="bf16", fallback=MPS.fallback))
     d = decide(verdict("numerical"), bf16, LADDER, attempts=1, max_attempts=9, precision_used="bf16")
     assert d.action == "fp32" and d.changed == {"precision": ["bf16", "fp32"]}
-    d = decide(verdict("numerical"), Step("mps", MPS), LADDER, attempts=1, max_attempts=9,
+    d = decide(verdict("numerical"), Rung("mps", MPS), LADDER, attempts=1, max_attempts=9,
                precision_used="fp32")
     assert (d.action, d.next.name) == ("next", "mps-safe")
 
 
 def test_max_attempts_stops_the_run():
-    d = decide(verdict("native-crash"), Step("mps", MPS), LADDER, attempts=3, max_attempts=3)
+    d = decide(verdict("native-crash"), Rung("mps", MPS), LADDER, attempts=3, max_attempts=3)
     assert d.next is None and "max_attempts" in d.why
 
 
 def test_a_native_crash_is_retried_while_each_attempt_gets_a_checkpoint_further():
     # note 001: Metal aborts at random points (batch 927, then 117)
-    d = decide(verdict("native-crash"), Step("mps", MPS), LADDER, attempts=1, max_attempts=9, progressed=True)
+    d = decide(verdict("native-crash"), Rung("mps", MPS), LADDER, attempts=1, max_attempts=9, progressed=True)
     assert (d.action, d.next.name, d.changed) == ("retry-progress", "mps", {})
-    d = decide(verdict("native-crash"), Step("mps", MPS), LADDER, attempts=2, max_attempts=9, progressed=False)
+    d = decide(verdict("native-crash"), Rung("mps", MPS), LADDER, attempts=2, max_attempts=9, progressed=False)
     assert (d.action, d.next.name) == ("next", "mps-safe") and "no checkpoint further" in d.why
 
 
 def test_retries_keep_an_attempt_for_each_preset_below():
     # 5 attempts, two presets below mps: mps gets three of them, then the ladder
-    d = decide(verdict("native-crash"), Step("mps", MPS), LADDER, attempts=2, max_attempts=5, progressed=True)
+    d = decide(verdict("native-crash"), Rung("mps", MPS), LADDER, attempts=2, max_attempts=5, progressed=True)
     assert d.action == "retry-progress"
-    d = decide(verdict("native-crash"), Step("mps", MPS), LADDER, attempts=3, max_attempts=5, progressed=True)
+    d = decide(verdict("native-crash"), Rung("mps", MPS), LADDER, attempts=3, max_attempts=5, progressed=True)
     assert (d.action, d.next.name) == ("next", "mps-safe") and "kept for the presets below" in d.why
 
 
 def test_a_native_crash_on_the_last_preset_is_retried_while_it_makes_progress():
-    d = decide(verdict("native-crash"), Step("cpu", CPU), LADDER, attempts=3, max_attempts=5, progressed=True)
+    d = decide(verdict("native-crash"), Rung("cpu", CPU), LADDER, attempts=3, max_attempts=5, progressed=True)
     assert (d.action, d.next.name) == ("retry-progress", "cpu")
-    d = decide(verdict("native-crash"), Step("cpu", CPU), LADDER, attempts=4, max_attempts=5, progressed=False)
+    d = decide(verdict("native-crash"), Rung("cpu", CPU), LADDER, attempts=4, max_attempts=5, progressed=False)
     assert d.next is None and "ladder is exhausted" in d.why
-    d = decide(verdict("native-crash"), Step("cpu", CPU), LADDER, attempts=5, max_attempts=5, progressed=True)
+    d = decide(verdict("native-crash"), Rung("cpu", CPU), LADDER, attempts=5, max_attempts=5, progressed=True)
     assert d.next is None and "max_attempts" in d.why
 
 
@@ -222,9 +222,9 @@ def test_progress_is_a_checkpoint_further_than_the_attempt_started_from():
 
 def test_a_presets_own_rules_override_the_defaults():
     retry = DevicePreset(device="mps", rules={"native-crash": "retry", "oom": "stop"}, fallback=("cpu",))
-    d = decide(verdict("native-crash"), Step("mps", retry), LADDER, attempts=1, max_attempts=9)
+    d = decide(verdict("native-crash"), Rung("mps", retry), LADDER, attempts=1, max_attempts=9)
     assert (d.action, d.next.name, d.changed) == ("retry", "mps", {})
-    d = decide(verdict("oom"), Step("mps", retry), LADDER, attempts=1, max_attempts=9)
+    d = decide(verdict("oom"), Rung("mps", retry), LADDER, attempts=1, max_attempts=9)
     assert d.next is None
 
 

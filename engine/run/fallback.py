@@ -62,8 +62,9 @@ _COMPARED = ("device", "nproc_per_node", "nnodes", "batch_size", "accumulation",
 
 
 @dataclass(frozen=True)
-class Step:
-    """A place on the ladder: a preset by name (rules may have adjusted it)."""
+class Rung:
+    """A place on the fallback ladder: a preset by name (rules may have adjusted it). Not an
+    optimizer step."""
 
     name: str
     preset: "DevicePreset"
@@ -73,14 +74,14 @@ class Step:
 class Decision:
     action: str                 # the action taken (after fall-throughs), or "stop"
     why: str                    # in words: the rule, and any fall-through
-    next: Step | None = None    # None: the run ends as failed
+    next: Rung | None = None    # None: the run ends as failed
     changed: dict | None = None  # field -> [before, after]
 
 
 class Ladder:
     """The run's ordered presets: the starting one, then its fallback list."""
 
-    def __init__(self, start: Step, rungs: dict[str, "DevicePreset"]):
+    def __init__(self, start: Rung, rungs: dict[str, "DevicePreset"]):
         self.start = start
         self.order = [start.name, *start.preset.fallback]
         self.rungs = {start.name: start.preset, **rungs}
@@ -89,10 +90,10 @@ class Ladder:
         """How many presets of the ladder come after this one."""
         return len(self.order) - 1 - self.order.index(name) if name in self.order else 0
 
-    def after(self, name: str) -> Step | None:
+    def after(self, name: str) -> Rung | None:
         index = self.order.index(name) if name in self.order else len(self.order)
         for later in self.order[index + 1:]:
-            return Step(later, self.rungs[later])
+            return Rung(later, self.rungs[later])
         return None
 
 
@@ -113,7 +114,7 @@ def got_further(before: dict | None, after: dict | None) -> bool:
     return (after.get("path"), after.get("written")) != (before.get("path"), before.get("written"))
 
 
-def decide(verdict: Verdict, current: Step, ladder: Ladder, attempts: int, max_attempts: int,
+def decide(verdict: Verdict, current: Rung, ladder: Ladder, attempts: int, max_attempts: int,
            precision_used: str | None = None, fixed: frozenset[str] = frozenset(),
            progressed: bool = False) -> Decision:
     """The next attempt after `verdict`, or a decision to stop. `fixed` names the settings the
@@ -126,7 +127,7 @@ def decide(verdict: Verdict, current: Step, ladder: Ladder, attempts: int, max_a
         return Decision("stop", f"{why}, but the run has used its {max_attempts} attempts (max_attempts)")
     preset = current.preset
     if action == "retry":
-        return _to(action, why, current, Step(current.name, preset))
+        return _to(action, why, current, Rung(current.name, preset))
     if action == "retry-progress":
         below = ladder.below(current.name)
         if not progressed:
@@ -135,11 +136,11 @@ def decide(verdict: Verdict, current: Step, ladder: Ladder, attempts: int, max_a
             why += (f"; it made progress, but the {max_attempts - attempts} attempts left "
                     "(max_attempts) are kept for the presets below, so the next preset")
         else:
-            return _to(action, why + "; it got a checkpoint further", current, Step(current.name, preset))
+            return _to(action, why + "; it got a checkpoint further", current, Rung(current.name, preset))
     if action == "retry-env":
         fix = ENV_FIXES.get(verdict.kind, {})
         if fix and any(preset.env.get(k) != v for k, v in fix.items()):
-            return _to(action, why, current, Step(current.name, dataclasses.replace(
+            return _to(action, why, current, Rung(current.name, dataclasses.replace(
                 preset, env={**preset.env, **fix})))
         why += "; the environment fix is already in place, so the next preset"
     elif action == "fp32" and "precision" in fixed:
@@ -148,17 +149,17 @@ def decide(verdict: Verdict, current: Step, ladder: Ladder, attempts: int, max_a
         why += "; the command compiles as its own code says, so the next preset"
     elif action == "eager":
         if preset.compile:
-            return _to(action, why, current, Step(current.name, dataclasses.replace(preset, compile=False)))
+            return _to(action, why, current, Rung(current.name, dataclasses.replace(preset, compile=False)))
         why += "; it already ran eagerly, so the next preset"
     elif action == "halve-batch" and "batch_size" in fixed:
         why += "; the command takes no {batch_size}, so the next preset"
     elif action == "fp32":
         if (precision_used or preset.precision) != "fp32":
-            return _to(action, why, current, Step(current.name, dataclasses.replace(preset, precision="fp32")))
+            return _to(action, why, current, Rung(current.name, dataclasses.replace(preset, precision="fp32")))
         why += "; it already ran in fp32, so the next preset"
     elif action == "halve-batch":
         if preset.batch_size > 1:
-            return _to(action, why, current, Step(current.name, dataclasses.replace(
+            return _to(action, why, current, Rung(current.name, dataclasses.replace(
                 preset, batch_size=preset.batch_size // 2, accumulation=preset.accumulation * 2)))
         why += "; the micro-batch is already 1, so the next preset"
     elif action == "stop":
@@ -169,7 +170,7 @@ def decide(verdict: Verdict, current: Step, ladder: Ladder, attempts: int, max_a
     return _to("next", why, current, following)
 
 
-def _to(action: str, why: str, current: Step, following: Step) -> Decision:
+def _to(action: str, why: str, current: Rung, following: Rung) -> Decision:
     before, after = current.preset, following.preset
     changed = {k: [_plain(getattr(before, k)), _plain(getattr(after, k))]
                for k in _COMPARED if getattr(before, k) != getattr(after, k)}
