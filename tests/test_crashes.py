@@ -244,7 +244,7 @@ def test_every_trainer_is_starting_up_until_its_first_step():
     eager first step of 8 x 64 on a slow CPU takes minutes: a hang is judged by the start-up
     timeout until that step, not by hang_timeout_s, compiling or not; only a compiling trainer's
     hang then is the compile's."""
-    from engine.run.supervisor import AttemptWatch
+    from engine.run.watch import AttemptWatch
 
     eager, compiling = AttemptWatch(attempt=1), AttemptWatch(attempt=1)
     eager.see({"type": "trainer_ready", "compile": False}, 1.0)

@@ -11,13 +11,9 @@ events), classifies it (engine.run.crashes), and applies the device preset's rul
 the run ends. It runs in the foreground under `cockpit --no-ui`, or detached in its own
 session (`python -m engine.run.supervisor RUN_DIR`) so that a run outlives its terminal.
 
-It also watches for hangs: a trainer that gives no sign of life for max(hang_timeout_s, 10 x the
-slowest interval seen) gets a SIGTERM (a slow step could still checkpoint and exit), then
-SIGKILL — a wedged kernel answers nothing else. A sign of life is any event, a step or, inside a
-long accumulation group, a heartbeat after a micro-batch: so the gap scales with the time of a
-micro-batch, not of a whole optimizer step (note 001's CPU fallback, 8 x 64, is minutes a step).
-Until its first step, an attempt is starting up (importing, building data and the model,
-compiling, its first accumulation group) and is judged by STARTUP_TIMEOUT_S instead.
+It also watches for hangs (engine.run.watch): an attempt that gives no sign of life for too long
+gets a SIGTERM (a slow step could still checkpoint and exit), then SIGKILL — a wedged kernel
+answers nothing else.
 
 Stopping: SIGINT/SIGTERM to the supervisor (or `request_stop`) forwards one SIGTERM to the
 trainer, which finishes its step, checkpoints and exits; a second request forwards a
@@ -43,7 +39,6 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -61,6 +56,7 @@ from engine.run.process import AttemptProcess
 from engine.run.resume import History
 from engine.record.rundir import RunDir
 from engine.run.slowdown import Context, SlowdownDetector
+from engine.run.watch import HANG_GAP_FACTOR, AttemptResult, AttemptWatch
 from engine.monitor.hardware import ContentionDetector
 from engine.monitor.sysmon import SystemSampler
 from engine.errors import ConfigError
@@ -69,80 +65,6 @@ from engine.command.tracker import Tracker
 
 MEMORY_EVERY_S = 1.0
 SLOWDOWN_SETTINGS: dict = {}  # SlowdownDetector keyword overrides (tests shorten its windows)
-HANG_GAP_FACTOR = 10
-# Until the trainer says it is ready (torch imported, data built, model on the device), a
-# slow start is not a hang: building a 500k-vector bank takes minutes on a laptop.
-STARTUP_TIMEOUT_S = 600.0
-
-
-@dataclass
-class AttemptWatch:
-    """What the supervisor learns about the running attempt from its events."""
-
-    attempt: int
-    started: float = field(default_factory=time.monotonic)
-    last_progress: float = field(default_factory=time.monotonic)
-    last_step: int | None = None
-    precision: str | None = None
-    device: str | None = None
-    resumed_step: int = 0
-    checkpoint_step: int | None = None   # the last checkpoint it wrote
-    exception: dict | None = None
-    numerical: dict | None = None
-    fired: list[str] = field(default_factory=list)
-    exceptions: dict[int, dict] = field(default_factory=dict)   # by rank
-    numericals: dict[int, dict] = field(default_factory=dict)   # by rank
-    slowdown: dict | None = None   # the warning for which the supervisor stopped it
-    ready: bool = False            # past start-up: a step was seen
-    compiles: bool = False         # trainer_ready said it compiles (in its first step)
-
-    @property
-    def compiling(self) -> bool:
-        """A compiling trainer before its first step: a hang now is the compile's."""
-        return self.compiles and not self.ready
-
-    def touch(self, now: float) -> float:
-        """A sign of life (an event, a command's output); returns the gap since the last one."""
-        gap, self.last_progress = now - self.last_progress, now
-        return gap
-
-    def see(self, event: dict, now: float) -> float:
-        """Record one of this attempt's events; returns the gap since the previous one."""
-        gap = self.touch(now)
-        kind = event["type"]
-        if kind in ("step", "progress") and event.get("step") is not None:
-            self.last_step, self.ready = event["step"], True
-        elif kind == "trainer_ready":
-            # Compiling happens in the first step: until that step, the trainer is starting up.
-            self.compiles = bool(event.get("compile"))
-            self.precision, self.device = event.get("precision"), event.get("device")
-            self.resumed_step = (event.get("resumed_from") or {}).get("step", 0)
-        elif kind == "exception":
-            self.exceptions.setdefault(event.get("rank", 0), event)
-            self.exception = self.exception or event
-        elif kind == "numerical":
-            self.numericals.setdefault(event.get("rank", 0), event)
-            self.numerical = self.numerical or event
-        elif kind == "checkpoint" and event.get("step") is not None:
-            self.checkpoint_step = event["step"]
-        elif kind == "fault_injected":
-            self.fired.append(event["spec"])
-        return gap
-
-
-@dataclass(frozen=True)
-class AttemptResult:
-    attempt: int
-    step: Step
-    verdict: Verdict
-    exit_code: int | None   # set when the trainer exited
-    signal: str | None      # set when a signal killed it (SIGABRT, SIGKILL, ...)
-    tail: str               # the end of attempt-N.log
-    watch: AttemptWatch
-
-    @property
-    def outcome(self) -> str:
-        return self.verdict.kind
 
 
 class Supervisor:
@@ -372,7 +294,7 @@ class Supervisor:
                 self._throttle()
                 self._escalate_abort()
                 if hung_for is None and (quiet := time.monotonic() - watch.last_progress) > \
-                        self._hang_timeout(preset, started=watch.ready):
+                        watch.hang_timeout(preset, self._slowest_gap):
                     hung_for = quiet
                     process.end_hung(min(10.0, preset.hang_timeout_s), self.poll_s)
                 time.sleep(self.poll_s)
@@ -634,13 +556,7 @@ class Supervisor:
                 self.events.emit("checkpoint", attempt=self._watch.attempt, path=str(latest),
                                  step=command.step_in_name(latest), source="file")
 
-    # ------------------------------------------------------------ hangs and memory
-
-    def _hang_timeout(self, preset, started: bool) -> float:
-        floor = preset.hang_timeout_s if started else max(preset.hang_timeout_s, STARTUP_TIMEOUT_S)
-        if self._watch.exception or self._watch.numerical:
-            floor = max(floor, 60.0)  # it said why it is ending; exiting takes a moment
-        return max(floor, HANG_GAP_FACTOR * self._slowest_gap)
+    # ------------------------------------------------------------ memory
 
     def _sample_memory(self, attempt: int) -> None:
         """A `memory` event about once a second, sampled here so it goes on when the

@@ -1,0 +1,105 @@
+"""What the supervisor learns of the running attempt, and the hang watch it keeps from it.
+
+An attempt's events (its own, the trainer's, or made from a command's output) tell how far it
+got, on what device and precision, where it resumed and last checkpointed, the faults that fired,
+and the exception or non-finite loss it ended with, per rank under torchrun. How it ended is
+classified from this (engine.run.crashes) into an AttemptResult.
+
+The hang watch: an attempt that gives no sign of life for max(hang_timeout_s, 10 x the slowest
+interval seen) is hung. A sign of life is any event, a step or, inside a long accumulation group,
+a heartbeat after a micro-batch, or a command's output: so the gap scales with the time of a
+micro-batch, not of a whole optimizer step (note 001's CPU fallback, 8 x 64, is minutes a step).
+Until its first step, an attempt is starting up (importing, building data and the model,
+compiling, its first accumulation group) and is judged by STARTUP_TIMEOUT_S instead.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from engine.run.crashes import Verdict
+from engine.run.fallback import Step
+
+HANG_GAP_FACTOR = 10
+# Until the trainer says it is ready (torch imported, data built, model on the device), a
+# slow start is not a hang: building a 500k-vector bank takes minutes on a laptop.
+STARTUP_TIMEOUT_S = 600.0
+
+
+@dataclass
+class AttemptWatch:
+    """What the supervisor learns about the running attempt from its events."""
+
+    attempt: int
+    started: float = field(default_factory=time.monotonic)
+    last_progress: float = field(default_factory=time.monotonic)
+    last_step: int | None = None
+    precision: str | None = None
+    device: str | None = None
+    resumed_step: int = 0
+    checkpoint_step: int | None = None   # the last checkpoint it wrote
+    exception: dict | None = None
+    numerical: dict | None = None
+    fired: list[str] = field(default_factory=list)
+    exceptions: dict[int, dict] = field(default_factory=dict)   # by rank
+    numericals: dict[int, dict] = field(default_factory=dict)   # by rank
+    slowdown: dict | None = None   # the warning for which the supervisor stopped it
+    ready: bool = False            # past start-up: a step was seen
+    compiles: bool = False         # trainer_ready said it compiles (in its first step)
+
+    @property
+    def compiling(self) -> bool:
+        """A compiling trainer before its first step: a hang now is the compile's."""
+        return self.compiles and not self.ready
+
+    def touch(self, now: float) -> float:
+        """A sign of life (an event, a command's output); returns the gap since the last one."""
+        gap, self.last_progress = now - self.last_progress, now
+        return gap
+
+    def see(self, event: dict, now: float) -> float:
+        """Record one of this attempt's events; returns the gap since the previous one."""
+        gap = self.touch(now)
+        kind = event["type"]
+        if kind in ("step", "progress") and event.get("step") is not None:
+            self.last_step, self.ready = event["step"], True
+        elif kind == "trainer_ready":
+            # Compiling happens in the first step: until that step, the trainer is starting up.
+            self.compiles = bool(event.get("compile"))
+            self.precision, self.device = event.get("precision"), event.get("device")
+            self.resumed_step = (event.get("resumed_from") or {}).get("step", 0)
+        elif kind == "exception":
+            self.exceptions.setdefault(event.get("rank", 0), event)
+            self.exception = self.exception or event
+        elif kind == "numerical":
+            self.numericals.setdefault(event.get("rank", 0), event)
+            self.numerical = self.numerical or event
+        elif kind == "checkpoint" and event.get("step") is not None:
+            self.checkpoint_step = event["step"]
+        elif kind == "fault_injected":
+            self.fired.append(event["spec"])
+        return gap
+
+    def hang_timeout(self, preset, slowest_gap: float) -> float:
+        """How long it may give no sign of life; `slowest_gap`: the longest quiet interval seen
+        in a healthy attempt of the run."""
+        floor = preset.hang_timeout_s if self.ready else max(preset.hang_timeout_s, STARTUP_TIMEOUT_S)
+        if self.exception or self.numerical:
+            floor = max(floor, 60.0)  # it said why it is ending; exiting takes a moment
+        return max(floor, HANG_GAP_FACTOR * slowest_gap)
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    attempt: int
+    step: Step
+    verdict: Verdict
+    exit_code: int | None   # set when the trainer exited
+    signal: str | None      # set when a signal killed it (SIGABRT, SIGKILL, ...)
+    tail: str               # the end of attempt-N.log
+    watch: AttemptWatch
+
+    @property
+    def outcome(self) -> str:
+        return self.verdict.kind
