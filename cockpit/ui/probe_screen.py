@@ -22,6 +22,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, ProgressBar, Static
 
 from cockpit.ui.probe import batch_note
+from engine import presets
 from engine.errors import ConfigError
 from engine.numbers import rate
 from engine.probe import cache
@@ -356,8 +357,6 @@ memory pressure normal and swap flat (asks an optional memory limit such as 6G).
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         """The answer to the ask row's question; a bad one is said and the row stays."""
-        from engine import presets
-
         text = event.value.strip()
         try:
             if self.asking == "probe":
