@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from engine.run.crashes import Verdict
-from engine.run.fallback import Step
+from engine.run.fallback import Rung
 
 HANG_GAP_FACTOR = 10
 # Until the trainer says it is ready (torch imported, data built, model on the device), a
@@ -93,7 +93,7 @@ class AttemptWatch:
 @dataclass(frozen=True)
 class AttemptResult:
     attempt: int
-    step: Step
+    step: Rung
     verdict: Verdict
     exit_code: int | None   # set when the trainer exited
     signal: str | None      # set when a signal killed it (SIGABRT, SIGKILL, ...)
