@@ -40,15 +40,27 @@ def test_a_run_ends_once_its_end_is_read_and_nothing_holds_it(tmp_path):
     assert next(batches).events == []      # no news from a run at work is not its end
     writer.emit("run_finished", status="finished")
     read = next(batches)
-    # its end, read while the lock is held: a lifeline may still be writing
-    assert read.end["status"] == "finished" and not read.ended
+    assert read.end["status"] == "finished" and read.live and not read.ended
+    run.pid_path.unlink()                  # its supervisor has exited ...
+    gone = next(batches)
+    assert not gone.live and not gone.ended  # ... but the lock is held: a lifeline may still write
     writer.emit("warning", kind="late", message="written before the lock was let go")
     os.close(lock)
-    run.pid_path.unlink()
     last = next(batches)
     assert last.ended and not last.live and last.end["status"] == "finished"
     assert [e["type"] for e in last.events] == ["warning"]   # the last word is read, not lost
     assert next(batches, None) is None
+
+
+def test_a_live_supervisor_holding_no_lock_is_at_work(tmp_path):
+    # (the recorded runs the UI tests make look live: a live pid, no lock)
+    run, writer = a_run(tmp_path)
+    run.write_supervisor_pid(os.getpid())
+    writer.emit("run_started", run=run.id)
+    batches = follow(run, poll_s=0)
+    assert next(batches).live and not next(batches).ended
+    run.pid_path.unlink()
+    assert next(batches).ended
 
 
 def test_a_run_resumed_after_its_end_is_followed_on(tmp_path):

@@ -1,13 +1,13 @@
 """Following a run until it ends: the one loop both front ends read a run through (the TUI's
 worker thread, `cockpit runs follow`).
 
-The end has one test. A run is over once nothing is at work on it (engine.run.resume.at_work: no
-supervisor, and no lifeline of a dead one, holds its lock, and no attempt runs on without them)
-and either its end was read (run_finished, or the lifeline's run_interrupted) or the last look
-brought no news (a supervisor killed with its lifeline: a 'lost' run). Whether anything is at
-work is asked before the events are read: once nobody writes, that read is the last word. A
-live supervisor alone is not the test: the lifeline of a dead one still writes how the run
-ended after the supervisor's pid is gone.
+The end has one test. A run is over once nothing is at work on it -- its supervisor's process
+is gone, no lifeline of a dead one holds its lock (engine.run.resume.at_work), no attempt runs
+on without them -- and either its end was read (run_finished, or the lifeline's run_interrupted)
+or the last look brought no news (a supervisor killed with its lifeline: a 'lost' run). Whether
+anything is at work is asked before the events are read: once nobody writes, that read is the
+last word. A dead supervisor pid alone is not the end: its lifeline still writes how the run
+ended after the pid is gone; nor is its end read alone: the lifeline may still be writing.
 """
 
 from __future__ import annotations
@@ -39,12 +39,13 @@ def follow(run: RunDir, poll_s: float = POLL_S) -> Iterator[Batch]:
     events are written, at most one batch a poll."""
     follower, end = EventFollower(run.events_path), None
     while True:
-        working = at_work(run)      # first: what is written before this is all read below
+        # first: what was written before this is all read below
         live = run.supervisor_pid() is not None
+        working = live or at_work(run)
         events = follower.poll()
         end = run_end(events, end)
         ended = not working and (end is not None or not events)
-        yield Batch(events, live and not ended, ended, end)
+        yield Batch(events, live, ended, end)
         if ended:
             return
         time.sleep(poll_s)
