@@ -10,6 +10,7 @@ import argparse
 import time
 
 from engine.errors import ConfigError
+from engine.run import follow as run_follow
 from engine.record.attempt_log import LogLines, last_traceback, logged_attempts
 from engine.record.rundir import RunDir, find_run, summarize
 
@@ -53,10 +54,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _follow(rundir: RunDir, log: LogLines, *, pinned: bool, attempt: int) -> None:
     """Print what the attempt appends; unless an attempt was asked for, go on to each newer
-    attempt's log as it appears. Ends when the run's supervisor is gone and all is read."""
+    attempt's log as it appears. Ends when nothing is at work on the run (engine.run.follow: its
+    supervisor, a lifeline, an attempt running on without them) and all is read."""
     fresh = False   # a log not read yet: its first read is its tail, not a restart
     while True:
-        live = rundir.supervisor_pid() is not None   # before reading: nothing is written after
+        live = run_follow.at_work(rundir)   # before reading: nothing is written after
         lines, reset = log.read()
         if reset and not fresh:
             print(f"--- {log.path.name} started over, or grew by more than 4 MB at once ---")

@@ -18,7 +18,7 @@ from typing import Iterator
 
 from engine.record.events import EventFollower, run_end
 from engine.record.rundir import RunDir
-from engine.run.resume import at_work
+from engine.run import resume
 
 POLL_S = 0.1
 
@@ -33,15 +33,21 @@ class Batch:
     end: dict | None     # the event that ended the run, when one was read (run_finished, run_interrupted)
 
 
+def at_work(run: RunDir) -> bool:
+    """Something may still write to the run (its events, an attempt's log): its supervisor's
+    process lives, or its lock is held, or its last attempt runs on without either. The end
+    test's half that every follower asks, `cockpit runs log --follow` too."""
+    return run.supervisor_pid() is not None or resume.at_work(run)
+
+
 def follow(run: RunDir, poll_s: float = POLL_S) -> Iterator[Batch]:
     """A batch every `poll_s` (so a consumer can stop between them), from the run's first event
     to its end; the batch that ends it is the last. Polling is the coalescing: however fast
     events are written, at most one batch a poll."""
     follower, end = EventFollower(run.events_path), None
     while True:
-        # first: what was written before this is all read below
-        live = run.supervisor_pid() is not None
-        working = live or at_work(run)
+        working = at_work(run)   # first: what was written before this is all read below
+        live = working and run.supervisor_pid() is not None
         events = follower.poll()
         end = run_end(events, end)
         ended = not working and (end is not None or not events)
