@@ -294,8 +294,6 @@ def _fold(run: RunDir) -> RunSummary:
             summary.attempts[-1].device = e.get("device", "?")
             # known before the first step, which may be minutes away on a slow device
             summary.total_steps = e.get("total_steps") or summary.total_steps
-        elif kind == "checkpoint":
-            summary.checkpoints += 1
         elif kind == "step":
             summary.step, summary.total_steps = e["step"], e.get("total") or summary.total_steps
             summary.samples_seen = e.get("samples_seen", summary.samples_seen)
@@ -320,6 +318,7 @@ def _fold(run: RunDir) -> RunSummary:
     summary.samples_per_s, summary.steps_per_s = averages.samples_per_s, averages.steps_per_s
     summary.gflop_s, summary.train_s = averages.gflop_s, averages.train_s
     summary.steps_lost, summary.last_event = averages.steps_lost, stats.last_t
+    summary.checkpoints = stats.checkpoints
     if summary.status == "running" and run.supervisor_pid() is None:
         summary.status = "lost"  # the supervisor was killed; nothing will finish this run
     return summary
