@@ -56,6 +56,7 @@ class Launch:
     stop_grace_s: float | None = None   # escalate to the next stop signal after this long
     signal_faults: tuple[str, ...] = ()  # step faults the supervisor delivers (commands)
     timed_faults: tuple[str, ...] = ()   # timed faults the supervisor delivers (commands)
+    script_faults: tuple[str, ...] = ()  # faults cockpit.report raises in the script (commands)
     started: float = field(default_factory=time.time)  # the attempt's start, as its env says
     device: str | None = None       # the device the placeholders named (commands)
     precision: str | None = None
@@ -153,4 +154,5 @@ def command_launch(run: RunDir, config: RunConfig, attempt: int, preset: DeviceP
         stop_grace_s=spec.stop_grace_s,
         signal_faults=tuple(f.spec for f in inject if f.kind in faults.SIGNAL_KINDS and not f.timed),
         timed_faults=tuple(f.spec for f in inject if f.kind in faults.SIGNAL_KINDS and f.timed),
+        script_faults=tuple(in_script),
         started=started, device=values["device"], precision=values["precision"])

@@ -44,7 +44,7 @@ from typing import Callable
 
 from engine import command
 from engine.record import checkpoint, events as event_log, stats
-from engine.run import alerts, fallback, faults, launch as launches
+from engine.run import alerts, fallback, launch as launches
 from engine.record.attempt_log import TAIL_LINES, OutputFollower, log_tail
 from engine.run.crashes import AttemptEnd, Verdict, classify, last_line, torchrun_root_cause
 from engine.record.events import EventFollower, EventWriter
@@ -53,6 +53,7 @@ from engine.run.fallback import Decision, Ladder, Step
 from engine.run.launch import Launch, child_env
 from engine.run.lifeline import Lifeline
 from engine.run.process import AttemptProcess
+from engine.run.rehearsal import Rehearsal
 from engine.run.resume import History
 from engine.record.rundir import RunDir
 from engine.run.slowdown import Context, SlowdownDetector
@@ -94,14 +95,7 @@ class Supervisor:
         # a command's output and progress
         self._output: OutputFollower | None = None
         self._tracker: Tracker | None = None
-        self._faults: list[faults.Fault] = []   # due signal faults at a step (commands)
-        self._timed: list[faults.Fault] = []    # due timed signal faults (commands)
-        self._in_script: list[faults.Fault] = []  # a command's step faults, cockpit.report's
-        self._stepless_told = False             # its step faults were said unable to fire
-        self._overdue_told: set[str] = set()    # in-script faults said due and not fired
-        self._slowed: bool = False              # the `slow` fault is throttling the command
-        self._aborted_at: float | None = None   # when native-crash's SIGABRT was sent (monotonic)
-        self._abort_escalated = False           # it survived that, so SIGKILL ended it
+        self._rehearsal: Rehearsal | None = None   # the faults it delivers to a command
         self._newest_file: tuple[str, int] | None = None
         self._lifeline: Lifeline | None = None
         self._first_attempt = 1   # above 1 when this supervisor continues a run
@@ -282,6 +276,7 @@ class Supervisor:
                 log.write(f"cockpit: cannot start {launch.argv[0]!r}: {e.strerror}\n".encode())
                 return self._end_attempt(attempt, name, preset, None, log_path, None, unstarted=e)
         self._tell_lifeline(launch)  # first: from here on, the attempt must not outlive us
+        self._rehearsal.process = process
         self._sampler = SystemSampler(process.pid, env=launch.env)
         hung_for = None
         try:
@@ -290,9 +285,7 @@ class Supervisor:
                 self._pump()
                 self._read_output()
                 self._sample_memory(attempt)
-                self._deliver_timed_faults()
-                self._throttle()
-                self._escalate_abort()
+                self._rehearsal.tick()
                 if hung_for is None and (quiet := time.monotonic() - watch.last_progress) > \
                         watch.hang_timeout(preset, self._slowest_gap):
                     hung_for = quiet
@@ -322,16 +315,10 @@ class Supervisor:
             self.events.emit("attempt_process", attempt=self._watch.attempt, **stop)
 
     def _begin_attempt(self, launch: Launch, log_path: Path, preset) -> None:
-        self._process, self._slowed = None, False
-        self._aborted_at, self._abort_escalated = None, False
+        self._process = None
+        self._rehearsal = Rehearsal(launch, self._watch, self.events)
         self._output = OutputFollower(log_path, launch.parser())
         self._tracker = Tracker(launch.samples_per_step, launch.total_steps) if launch.is_command else None
-        self._faults = [faults.parse(s) for s in launch.signal_faults]
-        self._timed = [faults.parse(s) for s in launch.timed_faults]
-        # the step faults cockpit.report raises inside a command, parsed once for the attempt
-        specs = filter(None, launch.env.get("COCKPIT_INJECT", "").split(",")) if launch.is_command else ()
-        self._in_script = [f for f in map(faults.parse, specs) if not f.timed]
-        self._stepless_told, self._overdue_told = False, set()
         self._newest_file = None
         self._detector = SlowdownDetector(Context(workload=self.config.workload.workload,
                                                   params=self.config.workload.params, preset=preset),
@@ -365,8 +352,8 @@ class Supervisor:
                 compiling_hung_for_s=hung_for if watch.compiling else None,
                 memory_percent=self._memory_percent, device=watch.device, slowdown=watch.slowdown,
                 command=launch.is_command, resumed_from=(launch.resume or {}).get("path"),
-                injected_crash=self._abort_escalated))
-        self._unfired_faults(launch, verdict)
+                injected_crash=self._rehearsal.abort_escalated))
+        self._rehearsal.unfired(verdict.kind == "finished", bool(self._tracker and self._tracker.reported_steps))
         result = AttemptResult(attempt, Step(name, preset), verdict, None if sig else code, sig, tail, watch)
         if verdict.crashed:
             self.events.emit("crash", attempt=attempt, preset=name, kind=verdict.kind,
@@ -397,7 +384,7 @@ class Supervisor:
             if obs.kind == "step" and not self._tracker.reported_steps:
                 self._watch.ready = True  # training has begun: the start-up allowance is over
                 if obs.step is not None:
-                    self._deliver_faults(obs.step)
+                    self._rehearsal.at_step(obs.step, self._tracker.reported_steps)
         if final:
             self._emit_progress(self._tracker.flush(t))
 
@@ -406,7 +393,7 @@ class Supervisor:
         for kind, fields in produced:
             self.events.emit(kind, attempt=attempt, **fields)
             if kind == "warning" and fields.get("kind") == "no-step-numbers":
-                self._stepless_faults()
+                self._rehearsal.stepless(self._tracker.reported_steps)
         tracker, watch = self._tracker, self._watch
         if tracker and tracker.non_finite and watch.numerical is None:
             # A NaN loss trains garbage for hours with every monitor green: end the attempt
@@ -416,125 +403,6 @@ class Supervisor:
             self.events.emit("numerical", attempt=attempt, step=bad["step"], message=bad["message"])
             if self._running():
                 self._escalate_stop(skip_graceful=True)
-
-    def _pending_step_faults(self, launch: Launch) -> list[str]:
-        """A command's step faults not fired yet: the supervisor's signals and cockpit.report's."""
-        specs = [f.spec for f in self._faults] + [
-            f.spec for f in self._in_script if f.spec not in self._watch.fired]
-        return list(dict.fromkeys(specs))  # native-crash is in both
-
-    def _stepless_faults(self) -> None:
-        """The output turned out to give losses and no step numbers (the no-step-numbers
-        warning): a step fault waits for a step that will not be read, so say now that it
-        cannot fire, not only when the attempt ends."""
-        if self._stepless_told or self._tracker.reported_steps:
-            return
-        pending = self._pending_step_faults(self._launch)
-        if pending:
-            self._stepless_told = True
-            self.events.emit("warning", attempt=self._watch.attempt, kind="fault-cannot-fire",
-                             faults=pending, advice=[], fallback=False,
-                             message=f"{_faults_named(pending)} cannot fire: a step fault waits for "
-                                     "a step number, which this command's output does not give "
-                                     "(unless the script calls cockpit.report.step); a timed fault "
-                                     "(KIND@SECONDSs, e.g. hang@30s) needs none")
-
-    def _unfired_faults(self, launch: Launch, verdict: Verdict) -> None:
-        """Step faults that could not fire, said rather than let the rehearsal pass in silence: a
-        fault that cockpit.report raises inside the script, in a script that never calls
-        report.step; any step fault, in a command that finished with no step number read."""
-        if not launch.is_command or self._tracker.reported_steps or self._stepless_told:
-            return
-        if self._watch.last_step is None and verdict.kind == "finished":
-            if pending := self._pending_step_faults(launch):
-                self.events.emit("warning", attempt=self._watch.attempt, kind="fault-not-fired",
-                                 faults=pending, advice=[], fallback=False,
-                                 message=f"{_faults_named(pending)} "
-                                         f"{'was' if len(pending) == 1 else 'were'} not injected: the command's "
-                                         "output gave no step number and it never called "
-                                         "cockpit.report.step (a timed fault, KIND@SECONDSs, "
-                                         "needs neither)")
-            return
-        reached = self._watch.last_step or 0
-        for fault in self._in_script:
-            spec = fault.spec
-            if fault.step <= reached and spec not in self._watch.fired and spec not in self._overdue_told:
-                self.events.emit("warning", attempt=self._watch.attempt, kind="fault-not-fired",
-                                 message=f"fault {spec} was not injected: cockpit.report.step raises "
-                                         "it inside the script, and this command never calls it "
-                                         "(native-crash, hang and slow work on any command)",
-                                 advice=[], fallback=False)
-
-    def _deliver_faults(self, step: int) -> None:
-        """The signal faults due at this step, delivered for real (engine.run.faults.deliver)."""
-        for fault in [f for f in self._faults if f.step <= step]:
-            if not self._running():
-                return  # read after it ended: nothing left to deliver to
-            self._faults.remove(fault)
-            self._deliver(fault, step=step)
-        if not self._tracker.reported_steps:
-            self._overdue_faults(step)
-
-    def _overdue_faults(self, step: int) -> None:
-        """A fault cockpit.report raises whose step the output has reached, in a script that has
-        not called report.step yet: said now, not when the attempt ends (hours later, maybe). A
-        script that reports at an interval fires it at its next report; one that never does,
-        never."""
-        due = [f.spec for f in self._in_script if f.kind in faults.REPORTED_KINDS and f.step <= step
-               and f.spec not in self._watch.fired and f.spec not in self._overdue_told]
-        if due:
-            self._overdue_told.update(due)
-            self.events.emit("warning", attempt=self._watch.attempt, kind="fault-not-fired",
-                             faults=due, advice=[], fallback=False,
-                             message=f"{_faults_named(due)} {'is' if len(due) == 1 else 'are'} due "
-                                     f"(the output is at step {step}) and not injected: "
-                                     "cockpit.report.step raises it inside the script, which has "
-                                     "not called it (a script that never does cannot fire oom, "
-                                     "backend, openmp, nan or user-code; native-crash, hang and "
-                                     "slow work on any command)")
-
-    def _deliver_timed_faults(self) -> None:
-        """A command's timed signal faults whose time has come (called at every poll): counted
-        from the attempt's start, which the script's cockpit.report counts from too."""
-        elapsed = time.time() - self._launch.started
-        for fault in [f for f in self._timed if f.after_s <= elapsed]:
-            if not self._running():
-                return
-            self._timed.remove(fault)
-            self._deliver(fault, step=self._watch.last_step, at_s=round(elapsed, 3))
-
-    def _deliver(self, fault: faults.Fault, **where) -> None:
-        if fault.spec in self._watch.fired:
-            return  # a script that reports its steps aborted itself at it (cockpit.report)
-        self.events.emit("fault_injected", attempt=self._watch.attempt, spec=fault.spec,
-                         kind=fault.kind, by="supervisor", **where)
-        self._slowed |= faults.deliver(fault, self._process.pid)
-        if fault.kind == "native-crash":
-            self._aborted_at = time.monotonic()
-
-    def _escalate_abort(self) -> None:
-        """A real abort() cannot be survived, but a SIGABRT sent from outside can: a native
-        library may catch it (one does in a CUDA process: seen on the H100 under Lightning).
-        Past ABORT_GRACE_S the rehearsal ends the command as the crash would have."""
-        if self._aborted_at is None or time.monotonic() - self._aborted_at < faults.ABORT_GRACE_S:
-            return
-        self._aborted_at, self._abort_escalated = None, True
-        self.events.emit("warning", attempt=self._watch.attempt, kind="fault-survived",
-                         message=f"the command survived the injected SIGABRT for "
-                                 f"{faults.ABORT_GRACE_S:.0f} s (a native library in it catches "
-                                 "the signal when it comes from outside); SIGKILL ends it as the "
-                                 "crash would have", advice=[], fallback=False)
-        self._process.kill()
-
-    def _throttle(self) -> None:
-        if self._slowed and self._running():
-            faults.throttle(self._process.pid, time.monotonic())
-
-    def _release(self) -> None:
-        """End the `slow` fault's throttling (before a stop: the command must run to obey it)."""
-        if self._slowed:
-            self._slowed = False
-            self._process.signal_group(signal.SIGCONT)
 
     def _watch_checkpoint_files(self) -> None:
         """A new file matching the command's checkpoint glob is a checkpoint event (its step
@@ -609,7 +477,7 @@ class Supervisor:
             self._escalate_stop()
 
     def _escalate_stop(self, skip_graceful: bool = False) -> None:
-        self._release()
+        self._rehearsal.release()  # the `slow` fault's pauses end: it must run to obey
         self._process.send_stop(skip_graceful=skip_graceful)
 
     def _running(self) -> bool:
@@ -643,7 +511,7 @@ class Supervisor:
                 elif e["type"] == "progress" and self._tracker is not None:
                     self._emit_progress(self._tracker.reported(e))
                     if e.get("step") is not None:
-                        self._deliver_faults(e["step"])
+                        self._rehearsal.at_step(e["step"], self._tracker.reported_steps)
                 elif e["type"] == "eval" and e.get("source") == "report" and self._tracker is not None:
                     self._tracker.saw_reported_eval()
             if e["type"] == "checkpoint":
@@ -652,10 +520,6 @@ class Supervisor:
             self.on_events(events)
         if self._alerts is not None:
             self._alerts.see(events)
-
-
-def _faults_named(specs: list[str]) -> str:
-    return ("fault " if len(specs) == 1 else "faults ") + ", ".join(specs)
 
 
 def _mtime_ns(path: Path) -> int | None:
