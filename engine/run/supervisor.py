@@ -49,7 +49,7 @@ from engine.record.attempt_log import TAIL_LINES, OutputFollower, log_tail
 from engine.run.crashes import AttemptEnd, Verdict, classify, last_line, torchrun_root_cause
 from engine.record.events import EventFollower, EventWriter
 from engine.record.identity import ProcessId
-from engine.run.fallback import Decision, Ladder, Step
+from engine.run.fallback import Decision, Ladder, Rung
 from engine.run.launch import Launch, child_env
 from engine.run.lifeline import Lifeline
 from engine.run.process import AttemptProcess
@@ -166,7 +166,7 @@ class Supervisor:
         return resume
 
     def _attempts(self, resume: dict | None) -> tuple[str, list[AttemptResult]]:
-        start = Step(self.config.device_preset, self.config.device)
+        start = Rung(self.config.device_preset, self.config.device)
         ladder = Ladder(start, self.config.ladder)
         current, fired, results = start, self._fired, []
         while True:
@@ -354,7 +354,7 @@ class Supervisor:
                 command=launch.is_command, resumed_from=(launch.resume or {}).get("path"),
                 injected_crash=self._rehearsal.abort_escalated))
         self._rehearsal.unfired(verdict.kind == "finished", bool(self._tracker and self._tracker.reported_steps))
-        result = AttemptResult(attempt, Step(name, preset), verdict, None if sig else code, sig, tail, watch)
+        result = AttemptResult(attempt, Rung(name, preset), verdict, None if sig else code, sig, tail, watch)
         if verdict.crashed:
             self.events.emit("crash", attempt=attempt, preset=name, kind=verdict.kind,
                              sentence=verdict.sentence, evidence=verdict.evidence,
