@@ -243,6 +243,7 @@ def _emit(type: str, **fields) -> None:
 def _fire(step: int) -> None:
     """Fire every fault due at `step` or by now, each once, as engine.run.faults.Injector does."""
     global _poison_loss
+    # engine loads into the user's script only when a fault is injected: report is stdlib-only
     from engine.run import faults
 
     elapsed = time.time() - _started

@@ -110,7 +110,7 @@ def test_compiled_candidates_bring_their_own_time_to_the_default_budget(home, mo
         seen["budget"] = budget
         return speed.ProbeResult(config.workload_preset, "matmul", [], None, "nothing", budget, 0.0)
 
-    monkeypatch.setattr(speed, "probe", fake_probe)
+    monkeypatch.setattr(probe_cmd, "probe", fake_probe)
     config = runconfig.resolve("matmul", "auto", [])
     cands = candidates.build(config.workload, devices=["cuda", "cpu"], preset_names=[], base="auto",
                              overrides=[], threads=False)

@@ -15,12 +15,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import signal
 import sys
+import tempfile
 import time
+from pathlib import Path
 
+from engine import runconfig, vocabulary
 from engine.errors import ConfigError
+from engine.probe.measure import POLL_S, Worker
 
 EXIT_OK, EXIT_WRONG, EXIT_BAD_INPUT, EXIT_CRASHED = 0, 1, 2, 3
 
@@ -43,18 +48,9 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
-    import tempfile
-    from pathlib import Path
-
-    from engine import runconfig
-    from engine.probe.measure import POLL_S, Worker
-
-    from engine.run import faults
-
     for spec in args.inject:
         try:
-            faults.parse(spec)  # an unknown kind is told as such, with the kinds there are
+            vocabulary.parse(spec)  # an unknown kind is told as such, with the kinds there are
         except ValueError as e:
             raise ConfigError("--inject", None, str(e)) from None
         if spec.rstrip("+") != "wrong-grad@0":

@@ -18,16 +18,18 @@ import shlex
 import sys
 import time
 
+from engine import presets, runconfig
 from engine.errors import ConfigError
 from engine.numbers import rate
-from engine.probe import check_budget
+from engine.probe import FINDER_BUDGET_S, MAX_BATCH, PROBE_BUDGET_S, TRIAL_S, cache, check_budget
+from engine.probe import candidates as cands
+from engine.probe.batch import check, find_batch, parse_size_mb, preset_table
+from engine.probe.speed import FINISH_MARGIN_S, MIN_SLICE_S, ProbeResult, interval_text, probe
 
 COMPILE_EXTRA_S = 120.0  # the default budget's addition per compiled candidate
 
 
 def add_parser(sub) -> None:
-    from engine.probe import MAX_BATCH, TRIAL_S
-
     q = sub.add_parser("probe", help="measure which device trains a workload fastest; "
                                      "--find-batch: the largest micro-batch that fits")
     q.add_argument("--workload", "-w", default=argparse.SUPPRESS, metavar="W",
@@ -66,9 +68,6 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine import runconfig
-    from engine.probe import candidates as cands
-
     workload_name = getattr(args, "workload", "matmul")
     device_name = getattr(args, "device", "auto")
     overrides = list(getattr(args, "set", []) or [])
@@ -88,8 +87,6 @@ def run(args: argparse.Namespace) -> int:
                              preset_names=cands.parse_list(args.presets, "--presets"),
                              base=device_name, overrides=overrides, threads=not args.no_threads,
                              compile=not args.no_compile)
-    from engine.probe.speed import FINISH_MARGIN_S, MIN_SLICE_S
-
     least = MIN_SLICE_S * len(candidates) + FINISH_MARGIN_S
     if args.budget is not None and args.budget < least:
         raise ConfigError("--budget", None, f"got {args.budget:g}; {len(candidates)} candidates need at "
@@ -101,9 +98,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _probe(args, config, candidates, as_json: bool) -> int:
-    from engine.probe import PROBE_BUDGET_S, cache
-    from engine.probe.speed import probe
-
     compiled = sum(c.preset.compile for c in candidates)
     # a compile takes minutes on a large model (85 s for trm-chat-small on the H100): without a
     # budget of the user's, each compiled candidate brings its own time for it
@@ -140,9 +134,6 @@ def _probe(args, config, candidates, as_json: bool) -> int:
 
 def _cached(key: str):
     """The cached result for this key, or None (also for a file this version cannot read)."""
-    from engine.probe import cache
-    from engine.probe.speed import ProbeResult
-
     stored = cache.load(key)
     try:
         result = ProbeResult.from_dict(stored) if stored else None
@@ -171,8 +162,6 @@ def _progress(update: dict) -> None:
 
 
 def table(result) -> str:
-    from engine.probe.speed import interval_text
-
     rows = [("candidate", "device", "batch", "samples/s", "90% interval", "timed", "peak mem", "pressure",
              "swap-in", "parity", "result")]
     for r in result.candidates:
@@ -234,10 +223,6 @@ def run_command(config, candidate, base: str, presets_mode: bool) -> str:
 
 
 def _find_batch(args, config, as_json: bool) -> int:
-    from engine import presets
-    from engine.probe import FINDER_BUDGET_S
-    from engine.probe.batch import check, find_batch, parse_size_mb, preset_table
-
     if args.max_batch < 1:
         raise ConfigError("--max-batch", None, f"got {args.max_batch}; expected 1 or more")
     if args.trial_seconds <= 0:

@@ -10,6 +10,8 @@ import argparse
 import math
 import sys
 
+from engine.record.rundir import find_run
+
 
 def _tokens(text: str) -> int:
     try:
@@ -59,8 +61,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.record.rundir import find_run
-    from engine.train.sampling import continue_prompt
+    from engine.train.sampling import continue_prompt  # torch loads only when sampling: --help stays quick
 
     found = find_run(args.run)
     began = False

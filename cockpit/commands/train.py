@@ -11,7 +11,7 @@ from engine import command, presets, runconfig, settings
 from engine.errors import ConfigError
 from engine.numbers import rate
 from engine.run.alerts import Terminal
-from engine.run import follow as run_follow
+from engine.run import detached, follow as run_follow, supervisor
 from engine.record.rundir import RunDir, RunSummary, summarize
 
 EXIT_BY_STATUS = {"finished": 0, "stopped": 130}
@@ -82,8 +82,6 @@ def supervise(run_dir: RunDir, args: argparse.Namespace) -> int:
     """Supervise a new run, or continue one (`cockpit runs resume`), in the foreground or
     detached. Alerts ring the terminal this was started from (engine.run.alerts): stdout's in
     the foreground, stdout's or stderr's for a detached run (`RUN=$(cockpit ... --detach)`)."""
-    from engine.run import detached, supervisor
-
     notify = getattr(args, "notify_command", None)
     if args.detach:
         detached.start_detached(run_dir, terminal=Terminal.of_this_process((1, 2)), notify_command=notify)

@@ -25,10 +25,10 @@ from cockpit.ui.probe import batch_note
 from engine import presets
 from engine.errors import ConfigError
 from engine.numbers import rate
-from engine.probe import cache
-from engine.probe import FINDER_BUDGET_S, MAX_BATCH, PROBE_BUDGET_S, TRIAL_S, check_budget
-from engine.probe.batch import BatchResult, Trial, parse_size_mb, preset_table
-from engine.probe.speed import CandidateResult, ProbeResult, interval_text
+from engine.probe import FINDER_BUDGET_S, MAX_BATCH, PROBE_BUDGET_S, TRIAL_S, cache, check_budget
+from engine.probe import candidates as cands
+from engine.probe.batch import BatchResult, Trial, find_batch, parse_size_mb, preset_table
+from engine.probe.speed import CandidateResult, ProbeResult, interval_text, probe
 from engine.runconfig import RunConfig
 
 CANDIDATE_STYLE = {"ok": "green", "rough": "yellow", "too-slow": "yellow", "crashed": "bold red", "wrong": "bold red",
@@ -195,9 +195,6 @@ memory pressure normal and swap flat (asks an optional memory limit such as 6G).
 
     @work(thread=True, exclusive=True, group="probe", exit_on_error=False)
     def run_probe(self) -> None:
-        from engine.probe import candidates as cands
-        from engine.probe.speed import probe
-
         try:
             found = cands.build(self.config.workload, devices=[], preset_names=[],
                                 base=self.config.device_preset, overrides=list(self.config.overrides))
@@ -310,8 +307,6 @@ memory pressure normal and swap flat (asks an optional memory limit such as 6G).
 
     @work(thread=True, exclusive=True, group="probe", exit_on_error=False)
     def run_finder(self) -> None:
-        from engine.probe.batch import find_batch
-
         try:
             result = find_batch(self.config, self.config.device_preset, self.config.device,
                                 max_batch=self.max_batch, trial_s=self.trial_s,
