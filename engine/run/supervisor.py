@@ -42,9 +42,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from engine import command
-from engine.record import checkpoint, events as event_log, stats
-from engine.run import alerts, fallback, launch as launches
+from engine.record import events as event_log, stats
+from engine.run import alerts, fallback, kinds, launch as launches
 from engine.record.attempt_log import TAIL_LINES, OutputFollower, log_tail
 from engine.run.crashes import AttemptEnd, Verdict, classify, last_line, torchrun_root_cause
 from engine.record.events import EventFollower, EventWriter
@@ -57,12 +56,11 @@ from engine.run.rehearsal import Rehearsal
 from engine.run.resume import History
 from engine.record.rundir import RunDir
 from engine.run.slowdown import Context, SlowdownDetector
-from engine.run.watch import HANG_GAP_FACTOR, AttemptResult, AttemptWatch
+from engine.run.watch import AttemptResult, AttemptWatch
 from engine.monitor.hardware import ContentionDetector
 from engine.monitor.sysmon import SystemSampler
 from engine.errors import ConfigError
 from engine.schema import to_table
-from engine.command.tracker import Tracker
 
 MEMORY_EVERY_S = 1.0
 SLOWDOWN_SETTINGS: dict = {}  # SlowdownDetector keyword overrides (tests shorten its windows)
@@ -82,7 +80,7 @@ class Supervisor:
         self.follower = EventFollower(run.events_path)
         self.events = EventWriter(run.events_path, attempt=0)
         self.stop_requests = 0
-        self._started = time.time()
+        self.kind = kinds.for_run(run, self.config, self.events)   # trainer or command
         self._process: AttemptProcess | None = None   # the attempt's (engine.run.process)
         self._launch: Launch | None = None
         self._watch: AttemptWatch | None = None
@@ -91,17 +89,11 @@ class Supervisor:
         self._memory_sampled = 0.0
         self._sampler: SystemSampler | None = None
         self._detector: SlowdownDetector | None = None
-        self._checkpoints: dict[str, dict] = {}   # every checkpoint event of the run, by path
-        # a command's output and progress
-        self._output: OutputFollower | None = None
-        self._tracker: Tracker | None = None
+        self._output: OutputFollower | None = None   # attempt-N.log as it is written
         self._rehearsal: Rehearsal | None = None   # the faults it delivers to a command
-        self._newest_file: tuple[str, int] | None = None
         self._lifeline: Lifeline | None = None
         self._first_attempt = 1   # above 1 when this supervisor continues a run
-        self._parity_told = False  # the parity check's not-applicable warning, once a run
         self._fired: set[str] = set()   # the faults injected in this run, whatever the preset
-        self._unreadable: set[str] = set()   # a command's checkpoints that it failed to load
 
     # ------------------------------------------------------------ the run
 
@@ -157,11 +149,10 @@ class Supervisor:
         # is ended first, so this supervisor's events start on a line of their own.
         event_log.end_torn_line(self.run.events_path)
         self.follower.offset = self.run.events_path.stat().st_size
-        self._first_attempt, self._started = history.attempts + 1, history.started
+        self._first_attempt = history.attempts + 1
         self._fired = {spec for _, spec in history.fired}
-        self._unreadable = set(history.unreadable)
-        self._checkpoints.update(history.checkpoints)
-        resume = self._resume_point()
+        self.kind.continue_from(history)
+        resume = self.kind.resume_point()
         self.events.emit("run_resumed", **fields, next_attempt=self._first_attempt, resume=resume)
         return resume
 
@@ -185,59 +176,19 @@ class Supervisor:
                 return {"finished": "finished", "stopped": "stopped"}.get(verdict.kind, "failed"), results
             if self.stop_requests:
                 return "stopped", results
-            fixed = command.fixed_settings(self.config.workload.params) \
-                if self.config.workload.is_command else frozenset()
-            if verdict.kind == "checkpoint" and resume and self.config.workload.is_command:
-                self._set_aside(result.attempt, resume["path"], verdict)
-            previous, resume = resume, self._resume_point(result.watch.numerical)
+            if verdict.kind == "checkpoint" and resume:
+                self.kind.unloadable(result.attempt, resume["path"], verdict)
+            previous, resume = resume, self.kind.resume_point(result.watch.numerical)
             # len(results): a continued run gets max_attempts of its own, the user asked for more
             decision = fallback.decide(verdict, current, ladder, len(results), start.preset.max_attempts,
-                                       precision_used=result.watch.precision, fixed=fixed,
+                                       precision_used=result.watch.precision,
+                                       fixed=self.kind.fixed_settings(),
                                        progressed=fallback.got_further(previous, resume))
             if decision.next is None:
                 self.events.emit("run_failed", reason=decision.why, kind=verdict.kind)
                 return "failed", results
             self._emit_fallback(result, decision, resume)
             current = decision.next
-
-    def _resume_point(self, numerical: dict | None = None) -> dict | None:
-        """Where the next attempt continues: {"step", "samples_seen", "path"}, or None.
-
-        The file on disk is the truth (a trainer killed between writing a checkpoint and
-        announcing it resumes from the file); an event adds what it knew of it. A command's
-        checkpoints are the newest file its glob matches or it reported, written during this
-        run, and, after a non-finite loss, before the loss went bad (a script that saves on
-        the way out would otherwise resume from the garbage)."""
-        if self.config.workload.is_command:
-            if not self.config.workload.params.resume:
-                return None  # it takes no checkpoint: every attempt starts over
-            bad = numerical or {}
-            excluded = set(self._unreadable)
-            while (latest := command.newest_checkpoint(
-                    self.config.workload.params, self.run.path, list(self._checkpoints),
-                    since=self._started, before=bad.get("t"), exclude=excluded)) is not None:
-                step = self._checkpoints.get(str(latest), {}).get("step")
-                step = step if step is not None else command.step_in_name(latest)
-                if bad.get("step") is None or step is None or step < bad["step"]:
-                    samples = self._checkpoints.get(str(latest), {}).get("samples")
-                    return {"step": step, "samples_seen": samples, "path": str(latest),
-                            "written": _mtime_ns(latest)}
-                excluded.add(str(latest))  # written at or after the step whose loss went bad
-            return None
-        if (latest := checkpoint.newest_intact(self.run.checkpoints)) is None:
-            return None
-        path = str(latest.relative_to(self.run.path))
-        seen = self._checkpoints.get(path, {}).get("samples_seen")
-        return {"step": checkpoint.step_of(latest), "samples_seen": seen, "path": path}
-
-    def _set_aside(self, attempt: int, path: str, verdict: Verdict) -> None:
-        """A command's checkpoint it could not load: not handed to it again, in this run or a
-        resumed one (the warning names it; engine.run.resume.History reads it back)."""
-        self._unreadable.add(path)
-        self.events.emit("warning", attempt=attempt, kind="checkpoint-unreadable", path=path,
-                         error=verdict.evidence.get("message"), advice=[], fallback=False,
-                         message=f"checkpoint {path} could not be loaded; the next attempt resumes "
-                                 "from the one before it")
 
     def _emit_fallback(self, result: AttemptResult, decision: Decision, resume: dict | None) -> None:
         to = decision.next.name + (f" ({fallback.describe_change(decision.changed)})"
@@ -255,18 +206,7 @@ class Supervisor:
         self.events.emit("attempt_started", attempt=attempt, preset=name, config=to_table(preset),
                          log=log_path.name, **launch.describe())
         self._watch = watch = AttemptWatch(attempt)
-        if launch.is_command and preset.parity_check and not self._parity_told:
-            self._parity_told = True
-            self.events.emit("warning", attempt=attempt, kind="parity-not-applicable", advice=[],
-                             fallback=False, message=f"device preset {name!r} asks for a parity "
-                             "check, which does not apply to a command: cockpit cannot run its "
-                             "model on the CPU beside it (a built-in or protocol workload can be "
-                             "checked: cockpit check)")
-        if launch.is_command:
-            # what the placeholders said; a command has no trainer_ready to say it
-            watch.device, watch.precision = launch.device, launch.precision
-            watch.resumed_step = (resume or {}).get("step") or 0
-        self._begin_attempt(launch, log_path, preset)
+        self._begin_attempt(launch, log_path, name, preset)
         with open(log_path, "ab") as log:
             # Its own session: a Ctrl-C in the terminal reaches only the supervisor, which
             # forwards exactly one stop request.
@@ -297,29 +237,24 @@ class Supervisor:
             process.kill()
             raise
         code = process.returncode
-        if launch.is_command:
-            process.kill()  # what it left behind (its DataLoader workers)
+        self.kind.exited(process)   # a command: what it left behind (its DataLoader workers)
         self._lifeline.attempt_ended()
         return self._end_attempt(attempt, name, preset, code, log_path, hung_for)
 
     def _tell_lifeline(self, launch: Launch) -> None:
         """The attempt's identity and how it is stopped gracefully, for the lifeline (should this
         supervisor die) and in the events (should the lifeline die too: `runs stop` then)."""
-        if launch.is_command:
-            signals, grace = launch.stop_signals, launch.stop_grace_s or 30.0
-        else:  # SIGTERM: finish the step, checkpoint, exit; a step may take a while
-            signals, grace = (signal.SIGTERM, signal.SIGKILL), max(60.0, HANG_GAP_FACTOR * self._slowest_gap)
+        signals, grace = self.kind.stop_plan(launch, self._slowest_gap)
         stop = self._lifeline.attempt(self._watch.attempt, self._process.pid, signals, grace,
                                       group=launch.group)
         if stop is not None:
             self.events.emit("attempt_process", attempt=self._watch.attempt, **stop)
 
-    def _begin_attempt(self, launch: Launch, log_path: Path, preset) -> None:
+    def _begin_attempt(self, launch: Launch, log_path: Path, name: str, preset) -> None:
         self._process = None
         self._rehearsal = Rehearsal(launch, self._watch, self.events)
         self._output = OutputFollower(log_path, launch.parser())
-        self._tracker = Tracker(launch.samples_per_step, launch.total_steps) if launch.is_command else None
-        self._newest_file = None
+        self.kind.begin(launch, self._watch, name, preset, self._rehearsal, self._stop_at_once)
         self._detector = SlowdownDetector(Context(workload=self.config.workload.workload,
                                                   params=self.config.workload.params, preset=preset),
                                           **SLOWDOWN_SETTINGS)
@@ -353,7 +288,7 @@ class Supervisor:
                 memory_percent=self._memory_percent, device=watch.device, slowdown=watch.slowdown,
                 command=launch.is_command, resumed_from=(launch.resume or {}).get("path"),
                 injected_crash=self._rehearsal.abort_escalated))
-        self._rehearsal.unfired(verdict.kind == "finished", bool(self._tracker and self._tracker.reported_steps))
+        self._rehearsal.unfired(verdict.kind == "finished", self.kind.reported_steps)
         result = AttemptResult(attempt, Rung(name, preset), verdict, None if sig else code, sig, tail, watch)
         if verdict.crashed:
             self.events.emit("crash", attempt=attempt, preset=name, kind=verdict.kind,
@@ -366,63 +301,17 @@ class Supervisor:
         self._pump()
         return result
 
-    # ------------------------------------------------------------ a command's progress
+    # ------------------------------------------------------------ signs of life
 
     def _read_output(self, final: bool = False) -> None:
-        """New output since the last poll: a sign of life, and progress when it is parsed.
-        At the end of an attempt (`final`) it reads to the end of the log."""
+        """New output since the last poll: a sign of life, and progress where the kind reads it
+        there (a command). At the end of an attempt (`final`) it reads to the end of the log."""
         wrote, observations = self._output.observe(to_end=final)
         if wrote and self._running():
             gap = self._watch.touch(time.monotonic())
             if self._watch.ready:
                 self._slowest_gap = max(self._slowest_gap, gap)
-        if self._tracker is None:
-            return
-        t = time.time()
-        for obs in observations:
-            self._emit_progress(self._tracker.parsed(obs, t))
-            if obs.kind == "step" and not self._tracker.reported_steps:
-                self._watch.ready = True  # training has begun: the start-up allowance is over
-                if obs.step is not None:
-                    self._rehearsal.at_step(obs.step, self._tracker.reported_steps)
-        if final:
-            self._emit_progress(self._tracker.flush(t))
-
-    def _emit_progress(self, produced: list[tuple[str, dict]]) -> None:
-        attempt = self._watch.attempt
-        for kind, fields in produced:
-            self.events.emit(kind, attempt=attempt, **fields)
-            if kind == "warning" and fields.get("kind") == "no-step-numbers":
-                self._rehearsal.stepless(self._tracker.reported_steps)
-        tracker, watch = self._tracker, self._watch
-        if tracker and tracker.non_finite and watch.numerical is None:
-            # A NaN loss trains garbage for hours with every monitor green: end the attempt
-            # without the graceful stop (a script saving on Ctrl-C would save the garbage).
-            bad = tracker.non_finite
-            watch.numerical = dict(bad)
-            self.events.emit("numerical", attempt=attempt, step=bad["step"], message=bad["message"])
-            if self._running():
-                self._escalate_stop(skip_graceful=True)
-
-    def _watch_checkpoint_files(self) -> None:
-        """A new file matching the command's checkpoint glob is a checkpoint event (its step
-        from its name, when the name says), so resumes and the TUI know of it without the
-        script saying so."""
-        spec = self.config.workload.params
-        if not spec.checkpoints:
-            return
-        latest = command.newest_checkpoint(spec, self.run.path, (), since=self._started)
-        if latest is None:
-            return
-        try:
-            stamp = (str(latest), os.stat(latest).st_mtime_ns)
-        except OSError:
-            return
-        if stamp != self._newest_file:
-            self._newest_file = stamp
-            if str(latest) not in self._checkpoints:  # the script did not report it itself
-                self.events.emit("checkpoint", attempt=self._watch.attempt, path=str(latest),
-                                 step=command.step_in_name(latest), source="file")
+        self.kind.progress(observations, final)
 
     # ------------------------------------------------------------ memory
 
@@ -441,8 +330,7 @@ class Supervisor:
         self.events.emit("memory", attempt=attempt, **sample)
         self._on_warning(self._detector.memory(sample, time.time()))
         self._on_warning(self._contention.sample(sample, time.time()))
-        if self._launch.is_command:
-            self._watch_checkpoint_files()
+        self.kind.look_for_checkpoints()
 
     def _on_warning(self, warning: dict | None) -> None:
         if warning is None:
@@ -480,6 +368,12 @@ class Supervisor:
         self._rehearsal.release()  # the `slow` fault's pauses end: it must run to obey
         self._process.send_stop(skip_graceful=skip_graceful)
 
+    def _stop_at_once(self) -> None:
+        """Without the graceful stop: a command's loss went non-finite (a script that saves on
+        Ctrl-C would save the garbage)."""
+        if self._running():
+            self._escalate_stop(skip_graceful=True)
+
     def _running(self) -> bool:
         """The attempt's process is started and not seen to have ended."""
         return self._process is not None and self._process.running
@@ -508,26 +402,13 @@ class Supervisor:
                         self._detector.context, device=e.get("device"), precision=e.get("precision"))
                 elif e["type"] == "step" and self._detector and e.get("samples_per_s") is not None:
                     self._on_warning(self._detector.step(e["samples_per_s"], e["t"], e.get("window_s")))
-                elif e["type"] == "progress" and self._tracker is not None:
-                    self._emit_progress(self._tracker.reported(e))
-                    if e.get("step") is not None:
-                        self._rehearsal.at_step(e["step"], self._tracker.reported_steps)
-                elif e["type"] == "eval" and e.get("source") == "report" and self._tracker is not None:
-                    self._tracker.saw_reported_eval()
+                self.kind.see(e)
             if e["type"] == "checkpoint":
-                self._checkpoints[e["path"]] = e
+                self.kind.checkpoints[e["path"]] = e
         if events and self.on_events:
             self.on_events(events)
         if self._alerts is not None:
             self._alerts.see(events)
-
-
-def _mtime_ns(path: Path) -> int | None:
-    """When a file was last written: a script overwriting one `last.pt` makes progress too."""
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return None
 
 
 def run_summary(run: RunDir) -> dict:

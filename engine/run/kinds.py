@@ -1,0 +1,243 @@
+"""The two kinds of attempt as the supervisor reads them: the built-in trainer and the user's command.
+
+The supervisor's loop is the same for both (spawn, watch, stop, classify, fall back); what differs
+lives here, so that the loop asks its kind and never branches on it:
+
+- where the next attempt resumes: the trainer's newest intact checkpoint in the run directory;
+  a command's newest file its glob matches or it reported, written during this run and, after
+  a non-finite loss, before the loss went bad;
+- how progress is read: the trainer writes its own events; a command's output is parsed
+  (engine.command.progress) or its script reports through cockpit.report, and either becomes
+  step events through engine.command.tracker, step numbers the rehearsal's faults wait for;
+- which checkpoints there are: the trainer says; a command's glob is watched for new files;
+- how the lifeline stops it, what it leaves behind, and which settings a fallback may not
+  change (those a command's argv does not use).
+
+How each is started is its launch's (engine.run.launch). `for_run` picks the kind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Callable
+
+from engine import command
+from engine.command.tracker import Tracker
+from engine.record import checkpoint
+from engine.record.events import EventWriter
+from engine.record.rundir import RunDir
+from engine.run.crashes import Verdict
+from engine.run.launch import Launch
+from engine.run.process import AttemptProcess
+from engine.run.rehearsal import Rehearsal
+from engine.run.resume import History
+from engine.run.watch import HANG_GAP_FACTOR, AttemptWatch
+from engine.runconfig import RunConfig
+
+
+def for_run(run: RunDir, config: RunConfig, events: EventWriter) -> TrainerKind:
+    return (CommandKind if config.workload.is_command else TrainerKind)(run, config, events)
+
+
+class TrainerKind:
+    """The built-in trainer (a protocol workload's too): it says everything itself, in events."""
+
+    def __init__(self, run: RunDir, config: RunConfig, events: EventWriter):
+        self.run, self.config, self.events = run, config, events
+        self.since = time.time()                   # when the run started (its first supervisor)
+        self.checkpoints: dict[str, dict] = {}     # every checkpoint event of the run, by path
+        self.tracker: Tracker | None = None        # a command's progress, this attempt
+
+    def continue_from(self, history: History) -> None:
+        """What earlier supervisors of a continued run recorded."""
+        self.since = history.started
+        self.checkpoints.update(history.checkpoints)
+
+    def fixed_settings(self) -> frozenset[str]:
+        """Settings a fallback rule may not change: none, the trainer reads them all."""
+        return frozenset()
+
+    def resume_point(self, numerical: dict | None = None) -> dict | None:
+        """Where the next attempt continues: {"step", "samples_seen", "path"}, or None.
+
+        The file on disk is the truth (a trainer killed between writing a checkpoint and
+        announcing it resumes from the file); an event adds what it knew of it."""
+        if (latest := checkpoint.newest_intact(self.run.checkpoints)) is None:
+            return None
+        path = str(latest.relative_to(self.run.path))
+        seen = self.checkpoints.get(path, {}).get("samples_seen")
+        return {"step": checkpoint.step_of(latest), "samples_seen": seen, "path": path}
+
+    def unloadable(self, attempt: int, path: str, verdict: Verdict) -> None:
+        """A checkpoint the attempt could not load: the trainer's own checkpoints are checked
+        by itself (checkpoint.newest_intact), nothing to set aside."""
+
+    def stop_plan(self, launch: Launch, slowest_gap: float) -> tuple[tuple[signal.Signals, ...], float]:
+        """How the lifeline stops it should the supervisor die: its signals and their grace.
+        SIGTERM: finish the step, checkpoint, exit; a step may take a while."""
+        return (signal.SIGTERM, signal.SIGKILL), max(60.0, HANG_GAP_FACTOR * slowest_gap)
+
+    # ------------------------------------------------------------ an attempt
+
+    def begin(self, launch: Launch, watch: AttemptWatch, name: str, preset, rehearsal: Rehearsal,
+              stop_at_once: Callable[[], None]) -> None:
+        """A new attempt; `stop_at_once` ends it without the graceful stop."""
+        self.tracker = None
+
+    @property
+    def reported_steps(self) -> bool:
+        """The script reports its steps through cockpit.report."""
+        return False
+
+    def progress(self, observations: list, final: bool) -> None:
+        """Progress read from its output (none: the trainer's progress is its events)."""
+
+    def see(self, event: dict) -> None:
+        """One of this attempt's events."""
+
+    def look_for_checkpoints(self) -> None:
+        """Checkpoints it wrote and did not say (none: the trainer says)."""
+
+    def exited(self, process: AttemptProcess) -> None:
+        """It has exited: what it left behind (nothing: the trainer's children end with it)."""
+
+
+class CommandKind(TrainerKind):
+    """The user's own command: progress from its output or cockpit.report, checkpoints from its
+    glob, exit codes its own."""
+
+    def __init__(self, run: RunDir, config: RunConfig, events: EventWriter):
+        super().__init__(run, config, events)
+        self.spec = config.workload.params
+        self.unreadable: set[str] = set()          # its checkpoints that it failed to load
+        self._parity_told = False                  # the parity check's warning, once a run
+        self._newest_file: tuple[str, int] | None = None
+
+    def continue_from(self, history: History) -> None:
+        super().continue_from(history)
+        self.unreadable = set(history.unreadable)
+
+    def fixed_settings(self) -> frozenset[str]:
+        return command.fixed_settings(self.spec)
+
+    def resume_point(self, numerical: dict | None = None) -> dict | None:
+        """A command's checkpoints are the newest file its glob matches or it reported, written
+        during this run, and, after a non-finite loss, before the loss went bad (a script that
+        saves on the way out would otherwise resume from the garbage)."""
+        if not self.spec.resume:
+            return None  # it takes no checkpoint: every attempt starts over
+        bad = numerical or {}
+        excluded = set(self.unreadable)
+        while (latest := command.newest_checkpoint(
+                self.spec, self.run.path, list(self.checkpoints),
+                since=self.since, before=bad.get("t"), exclude=excluded)) is not None:
+            step = self.checkpoints.get(str(latest), {}).get("step")
+            step = step if step is not None else command.step_in_name(latest)
+            if bad.get("step") is None or step is None or step < bad["step"]:
+                samples = self.checkpoints.get(str(latest), {}).get("samples")
+                return {"step": step, "samples_seen": samples, "path": str(latest),
+                        "written": _mtime_ns(latest)}
+            excluded.add(str(latest))  # written at or after the step whose loss went bad
+        return None
+
+    def unloadable(self, attempt: int, path: str, verdict: Verdict) -> None:
+        """A command's checkpoint it could not load: not handed to it again, in this run or a
+        resumed one (the warning names it; engine.run.resume.History reads it back)."""
+        self.unreadable.add(path)
+        self.events.emit("warning", attempt=attempt, kind="checkpoint-unreadable", path=path,
+                         error=verdict.evidence.get("message"), advice=[], fallback=False,
+                         message=f"checkpoint {path} could not be loaded; the next attempt resumes "
+                                 "from the one before it")
+
+    def stop_plan(self, launch: Launch, slowest_gap: float) -> tuple[tuple[signal.Signals, ...], float]:
+        return launch.stop_signals, launch.stop_grace_s or 30.0
+
+    # ------------------------------------------------------------ an attempt
+
+    def begin(self, launch: Launch, watch: AttemptWatch, name: str, preset, rehearsal: Rehearsal,
+              stop_at_once: Callable[[], None]) -> None:
+        if preset.parity_check and not self._parity_told:
+            self._parity_told = True
+            self.events.emit("warning", attempt=watch.attempt, kind="parity-not-applicable", advice=[],
+                             fallback=False, message=f"device preset {name!r} asks for a parity "
+                             "check, which does not apply to a command: cockpit cannot run its "
+                             "model on the CPU beside it (a built-in or protocol workload can be "
+                             "checked: cockpit check)")
+        # what the placeholders said; a command has no trainer_ready to say it
+        watch.device, watch.precision = launch.device, launch.precision
+        watch.resumed_step = (launch.resume or {}).get("step") or 0
+        self.tracker = Tracker(launch.samples_per_step, launch.total_steps)
+        self._watch, self._rehearsal, self._stop_at_once = watch, rehearsal, stop_at_once
+        self._newest_file = None
+
+    @property
+    def reported_steps(self) -> bool:
+        return self.tracker is not None and self.tracker.reported_steps
+
+    def progress(self, observations: list, final: bool) -> None:
+        """Progress parsed from new output; at the attempt's end (`final`), the last window."""
+        t = time.time()
+        for obs in observations:
+            self._emit(self.tracker.parsed(obs, t))
+            if obs.kind == "step" and not self.tracker.reported_steps:
+                self._watch.ready = True  # training has begun: the start-up allowance is over
+                if obs.step is not None:
+                    self._rehearsal.at_step(obs.step, self.tracker.reported_steps)
+        if final:
+            self._emit(self.tracker.flush(t))
+
+    def see(self, event: dict) -> None:
+        """What the script reported through cockpit.report: its progress, its evals."""
+        if event["type"] == "progress":
+            self._emit(self.tracker.reported(event))
+            if event.get("step") is not None:
+                self._rehearsal.at_step(event["step"], self.tracker.reported_steps)
+        elif event["type"] == "eval" and event.get("source") == "report":
+            self.tracker.saw_reported_eval()
+
+    def _emit(self, produced: list[tuple[str, dict]]) -> None:
+        attempt, tracker, watch = self._watch.attempt, self.tracker, self._watch
+        for kind, fields in produced:
+            self.events.emit(kind, attempt=attempt, **fields)
+            if kind == "warning" and fields.get("kind") == "no-step-numbers":
+                self._rehearsal.stepless(tracker.reported_steps)
+        if tracker.non_finite and watch.numerical is None:
+            # A NaN loss trains garbage for hours with every monitor green: end the attempt
+            # without the graceful stop (a script saving on Ctrl-C would save the garbage).
+            bad = tracker.non_finite
+            watch.numerical = dict(bad)
+            self.events.emit("numerical", attempt=attempt, step=bad["step"], message=bad["message"])
+            self._stop_at_once()
+
+    def look_for_checkpoints(self) -> None:
+        """A new file matching the command's checkpoint glob is a checkpoint event (its step
+        from its name, when the name says), so resumes and the TUI know of it without the
+        script saying so."""
+        if not self.spec.checkpoints:
+            return
+        latest = command.newest_checkpoint(self.spec, self.run.path, (), since=self.since)
+        if latest is None:
+            return
+        try:
+            stamp = (str(latest), os.stat(latest).st_mtime_ns)
+        except OSError:
+            return
+        if stamp != self._newest_file:
+            self._newest_file = stamp
+            if str(latest) not in self.checkpoints:  # the script did not report it itself
+                self.events.emit("checkpoint", attempt=self._watch.attempt, path=str(latest),
+                                 step=command.step_in_name(latest), source="file")
+
+    def exited(self, process: AttemptProcess) -> None:
+        process.kill()  # what it left behind (its DataLoader workers)
+
+
+def _mtime_ns(path: Path) -> int | None:
+    """When a file was last written: a script overwriting one `last.pt` makes progress too."""
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
