@@ -9,7 +9,7 @@ records how the attempt ended (exit code or signal, the log's tail, the trainer'
 events), classifies it (engine.run.crashes), and applies the device preset's rules
 (engine.run.fallback): the next attempt resumes from the last checkpoint on a safer preset, or
 the run ends. It runs in the foreground under `cockpit --no-ui`, or detached in its own
-session (`python -m engine.run.supervisor RUN_DIR`) so that a run outlives its terminal.
+session (engine.run.detached) so that a run outlives its terminal.
 
 It also watches for hangs (engine.run.watch): an attempt that gives no sign of life for too long
 gets a SIGTERM (a slow step could still checkpoint and exit), then SIGKILL — a wedged kernel
@@ -35,8 +35,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -47,7 +45,6 @@ from engine.run import alerts, fallback, kinds, launch as launches
 from engine.record.attempt_log import TAIL_LINES, OutputFollower, log_tail
 from engine.run.crashes import AttemptEnd, Verdict, classify, last_line, torchrun_root_cause
 from engine.record.events import EventFollower, EventWriter
-from engine.record.identity import ProcessId
 from engine.run.fallback import Decision, Ladder, Rung
 from engine.run.launch import Launch, child_env
 from engine.run.lifeline import Lifeline
@@ -416,64 +413,3 @@ def run_summary(run: RunDir) -> dict:
     to crashes): the run's one accounting (engine.record.stats) over all its events, those of
     earlier supervisors of a continued run too."""
     return stats.fold(run.events()).summary()
-
-
-# ---------------------------------------------------------------- detached runs
-
-
-def start_detached(run: RunDir, timeout_s: float = 60.0, *, terminal: alerts.Terminal | None = None,
-                   notify_command: str | None = None) -> int:
-    """Start a supervisor for the run in its own session; returns its pid once it has taken the
-    run (its pid file names it), so that whoever follows the run next finds it live. A
-    supervisor that cannot take the run (another holds it) is a ConfigError with its word.
-    `terminal`: where its alerts ring while that session lives; `notify_command`: settings.toml's,
-    replaced."""
-    extra = (terminal.arguments() if terminal else []) + \
-        ([f"--notify-command={notify_command}"] if notify_command is not None else [])  # may start with -
-    with open(run.supervisor_log, "ab") as log:
-        start = log.tell()
-        proc = subprocess.Popen([sys.executable, "-P", "-m", "engine.run.supervisor", str(run.path), *extra],
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=child_env({}), start_new_session=True)
-    deadline = time.monotonic() + timeout_s   # start-up takes a fraction of a second
-    while run.supervisor_pid() != proc.pid and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    if proc.poll() is not None and run.supervisor_pid() != proc.pid:
-        with open(run.supervisor_log, "rb") as log:
-            log.seek(start)
-            said = last_line(log.read().decode(errors="replace")) or f"exit {proc.returncode}"
-        raise ConfigError("run", run.id, f"its supervisor did not start: {said.removeprefix('cockpit: ')}")
-    return proc.pid
-
-
-def request_stop(run: RunDir) -> bool:
-    """Ask a live run's supervisor to stop it gracefully; False if none is running."""
-    pid = run.supervisor_pid()
-    if pid is None:
-        return False
-    os.kill(pid, signal.SIGTERM)
-    return True
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m engine.run.supervisor")
-    parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--terminal", help="the tty to alert (the launching session's)")
-    parser.add_argument("--terminal-owner", help="'PID START' of that session's leader")
-    parser.add_argument("--notify-command", help="instead of settings.toml's")
-    args = parser.parse_args(argv)
-    terminal = alerts.Terminal(args.terminal, ProcessId.parse(args.terminal_owner or "")) \
-        if args.terminal else None
-    try:
-        status = Supervisor(RunDir(args.run_dir), terminal=terminal,
-                            notify_command=args.notify_command).supervise()
-    except ConfigError as e:
-        print(f"cockpit: {e.line()}", file=sys.stderr)
-        return 2
-    return {"finished": 0, "stopped": 130}.get(status, 1)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
