@@ -32,11 +32,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import psutil
 
 from engine.numbers import count
+
+if TYPE_CHECKING:  # the warning event's words, for the type checker: the monitor is below the record
+    from engine.record.event_types import Advice, WarningFields
 
 OTHERS_EVERY_S = 5.0
 # A quarter of a core: shells, editors and this VM's own daemons stay below it, while anything
@@ -356,7 +359,7 @@ class ContentionDetector:
         busy = sample.get("cpu_system_percent")
         return busy is not None and busy >= self.busy_percent and _taken(sample) >= self.others_percent
 
-    def sample(self, sample: Mapping, t: float) -> dict | None:
+    def sample(self, sample: Mapping, t: float) -> WarningFields | None:
         if not self.contended(sample):
             self.since = None
             if self.warned:
@@ -372,14 +375,14 @@ class ContentionDetector:
         self.warned = True
         return self._warning(sample, t - self.since)
 
-    def _warning(self, sample: Mapping, lasted: float) -> dict:
+    def _warning(self, sample: Mapping, lasted: float) -> WarningFields:
         others = sample["cpu_others"]
         cores = sample.get("cpu_count") or psutil.cpu_count() or 1
         taken = _taken(sample) / 100.0
         message = (f"other processes are taking the CPU this run needs: {_names(others, 100 * taken)}; "
                    f"the machine's {cores} cores have been {sample['cpu_system_percent']:.0f}% busy "
                    f"for {lasted:.0f} s")
-        advice = [{"text": "stop or pause them, or lower their priority: renice -n 19 -p "
+        advice: list[Advice] = [{"text": "stop or pause them, or lower their priority: renice -n 19 -p "
                            + " ".join(str(o["pid"]) for o in others), "set": []}]
         left = int(cores - taken)
         if 1 <= left < cores:

@@ -39,11 +39,14 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
 import psutil
 
 from engine.monitor import hardware
+
+if TYPE_CHECKING:  # the memory event's words, for the type checker: the monitor is below the record
+    from engine.record.event_types import MemoryFields
 
 LEVELS = ("normal", "warn", "critical")
 
@@ -108,7 +111,8 @@ def psi_level(psi: dict[str, dict[str, float]]) -> str:
 
 
 class PressureSource(Protocol):
-    source: str | None
+    @property
+    def source(self) -> str | None: ...   # read-only here: a source says what it is
 
     def read(self) -> dict: ...
 
@@ -330,7 +334,7 @@ class SystemSampler:
             gpus = hardware.Gpus((os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES"))
         self._gpus = gpus
 
-    def sample(self) -> dict:
+    def sample(self) -> MemoryFields:
         vm = self._memory_reader()
         swap = self._swap_reader()
         swap_in, swap_out = self._swap_rates(swap)
@@ -341,7 +345,7 @@ class SystemSampler:
         if self._others.due(now):
             self._others.scan(now, exclude={os.getpid(), self.pid, *(p.pid for p in self._children)})
         gpus = self._gpus.read()
-        return {
+        sample: MemoryFields = {
             "rss": rss, "processes": processes,
             "system_total": vm.total, "system_used": vm.total - vm.available,
             "system_available": vm.available,
@@ -352,10 +356,12 @@ class SystemSampler:
             "cpu_system_percent": self._others.system_percent,
             "cpu_others": self._others.others, "cpu_others_percent": self._others.others_percent,
             "gpus": gpus,
+        }
+        if not gpus and self._gpus.why_not:
             # why there are no GPU figures (NVML missing or failing, a MIG slice), for the panel;
             # absent where there are figures, to keep the second's event small
-            **({"gpus_why_not": self._gpus.why_not} if not gpus and self._gpus.why_not else {}),
-        }
+            sample["gpus_why_not"] = self._gpus.why_not
+        return sample
 
     def _swap_rates(self, swap) -> tuple[float | None, float | None]:
         if not self._swap_counters:

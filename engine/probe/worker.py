@@ -45,6 +45,7 @@ from engine import presets
 from engine.monitor import device as devices
 from engine.train import parity
 from engine.vocabulary import EXIT_FINISHED
+from engine.record.event_types import ProbeWarmupFields
 from engine.record.events import EventWriter
 from engine.probe import MAX_TIMINGS, TIMING_S, TRIAL_MIN_STEPS, TRIAL_S, WARMUP_SHARE
 from engine.probe.timings import Timing, estimate
@@ -123,8 +124,9 @@ class MicroBatchClock:
         self.first_step = self.first_step and not self.steps
         (self.warmup if warm else self.timings).append(timing)
         trainer = self.trainer
-        fields = dict(step=trainer.step, seconds=round(timing.seconds, 5), micro_batches=self.micro,
-                      steps=self.steps, samples=self.micro * trainer.preset.batch_size)
+        fields = ProbeWarmupFields(step=trainer.step, seconds=round(timing.seconds, 5),
+                                   micro_batches=self.micro, steps=self.steps,
+                                   samples=self.micro * trainer.preset.batch_size)
         if warm:
             trainer.events.emit("probe_warmup", **fields)
         else:  # the figure so far, for a front end to show while it measures
@@ -220,8 +222,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             preset = presets.device_from_table(json.loads(args.preset_json), "probe candidate")
             trainer = Trainer(run, events, args.preset_name, preset, StopRequest())
-            events.emit("trainer_ready", **trainer.describe(),
-                        startup_s=round(time.monotonic() - started, 3))
+            ready = trainer.describe()
+            ready["startup_s"] = round(time.monotonic() - started, 3)
+            events.emit("trainer_ready", **ready)
             trainer.faults.before_step(0)
             if args.parity == "only":
                 trainer.check_parity()  # raises ParityFailure: exit 5, the parity event written
@@ -234,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.batches:
                 batch_trials(trainer, sys.stdin, args.trial_s)
             else:
+                assert until is not None  # read from the "go" line above
                 measure_speed(trainer, until)
             events.emit("probe_done", steps=trainer.step, peak=devices.peak_memory_mb(trainer.device),
                         device_memory=devices.memory(trainer.device))

@@ -35,13 +35,16 @@ import os
 import signal
 import sys
 import time
-from typing import Callable
+from typing import TYPE_CHECKING
 
 # The grammar (the kinds, which are delivered from outside a command and which are raised in
 # it, Fault and parse) is engine.vocabulary's, where presets check specs without this floor;
 # named here too for the callers that fire what it reads.
 from engine.vocabulary import (FAULT_KINDS as KINDS, GRAMMAR, IN_SCRIPT_KINDS,  # noqa: F401
                                REPORTED_KINDS, SIGNAL_KINDS, Fault, parse)
+
+if TYPE_CHECKING:
+    from engine.record.event_types import Emit
 
 SLOW_PERIOD_S = 0.4  # `slow` from outside: the process stopped three quarters of each period
 
@@ -101,11 +104,10 @@ class Injector:
     """Fires the attempt's faults: step faults at the start of their step, timed faults at the
     first check after their time (each step's start, and after each micro-batch)."""
 
-    def __init__(self, specs: tuple[str, ...], device_type: str,
-                 emit: Callable[..., object]):
+    def __init__(self, specs: tuple[str, ...], device_type: str, emit: Emit):
         parsed = [parse(s) for s in specs]
         self.faults = [f for f in parsed if not f.timed]
-        self.timed = sorted((f for f in parsed if f.timed), key=lambda f: f.after_s)
+        self.timed = sorted((f for f in parsed if f.timed), key=lambda f: f.after_s or 0.0)
         # Outside a supervisor's launch (the probe, a test) the attempt starts now.
         self.started = attempt_started() or time.time()
         self.device_type = device_type
@@ -126,7 +128,7 @@ class Injector:
         self._step = step
         if self.slow_s is not None:
             time.sleep(self.slow_s)
-        for fault in [f for f in self.faults if f.step <= step]:
+        for fault in [f for f in self.faults if f.step is not None and f.step <= step]:
             self.faults.remove(fault)
             self._fire(fault, step=step)
         self.check_time()
@@ -135,7 +137,7 @@ class Injector:
         """Fire the timed faults whose time has come (the trainer calls this after each
         micro-batch too, so a long accumulation group does not hold one back). Cheap when
         none is due: one clock read."""
-        while self.timed and time.time() - self.started >= self.timed[0].after_s:
+        while self.timed and time.time() - self.started >= (self.timed[0].after_s or 0.0):
             fault = self.timed.pop(0)
             self._fire(fault, step=self._step, at_s=round(time.time() - self.started, 3))
 

@@ -27,6 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from engine.record.event_types import AttemptProcessFields
 from engine.record.events import EventWriter
 from engine.record.identity import ProcessId
 from engine.record.rundir import RunDir, continue_hint  # imported now: when the supervisor dies, every moment counts
@@ -46,17 +47,19 @@ class Lifeline:
                 [sys.executable, "-P", "-m", "engine.run.lifeline", str(run_path)],
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
                 start_new_session=True, pass_fds=(lock,))
+        assert self.proc.stdin is not None  # stdin=PIPE
+        self._pipe = self.proc.stdin
 
     def attempt(self, attempt: int, pid: int, signals: tuple[signal.Signals, ...],
-                grace_s: float, group: bool) -> dict | None:
+                grace_s: float, group: bool) -> AttemptProcessFields | None:
         """The attempt now running, and how to stop it: `signals` in order, `grace_s` apart,
         to its whole process group (a command) or to the process (the trainer). Returns what
         was said (None if the attempt is already gone)."""
         process = ProcessId.of(pid)
         if process is None:
             return None
-        stop = {"pid": process.pid, "start": process.start, "signals": [s.name for s in signals],
-                "grace_s": grace_s, "group": group}
+        stop = AttemptProcessFields(pid=process.pid, start=process.start,
+                                    signals=[s.name for s in signals], grace_s=grace_s, group=group)
         self._say({"attempt": attempt, **stop})
         return stop
 
@@ -72,7 +75,7 @@ class Lifeline:
         """The supervisor is ending normally: nothing for the lifeline to do."""
         self._say("bye")
         try:
-            self.proc.stdin.close()
+            self._pipe.close()
         except OSError:
             pass
         try:
@@ -82,8 +85,8 @@ class Lifeline:
 
     def _say(self, message) -> None:
         try:
-            self.proc.stdin.write((json.dumps(message) + "\n").encode())
-            self.proc.stdin.flush()
+            self._pipe.write((json.dumps(message) + "\n").encode())
+            self._pipe.flush()
         except (OSError, ValueError):
             pass  # the lifeline itself is gone; the run goes on without it
 
@@ -114,7 +117,7 @@ def stop_orphan(run_path: Path, current: dict | None, by: str = "the lifeline",
         running = current is not None and ProcessId(current["pid"], current["start"]).alive()
         events.emit("supervisor_lost", message="the supervisor died" + (
             f"; stopping attempt {attempt} so that it does not train unsupervised" if running else ""))
-        if running:
+        if running and current is not None:
             how = _stop(current)
             events.emit("attempt_ended", outcome="interrupted", exit=f"stopped by {by}: {how}")
         # Gone before the last word: whoever reads run_interrupted finds no supervisor's pid

@@ -23,6 +23,7 @@ from collections import deque
 from typing import Any, Mapping
 
 from engine.presets import DevicePreset
+from engine.record.event_types import Advice, WarningFields
 from engine.schema import fields
 
 # Parameter names that are a sequence length: activation memory grows with them (attention's
@@ -55,9 +56,9 @@ def _params_table(params: Any) -> dict[str, tuple[Any, float | None]]:
     return {name: (value, None) for name, value in dict(params).items()}
 
 
-def advice(ctx: Context) -> list[dict]:
+def advice(ctx: Context) -> list[Advice]:
     """Concrete changes, most effective first, each with the `--set` items that apply it."""
-    out = []
+    out: list[Advice] = []
     preset = ctx.preset
     name = f"the {ctx.workload} workload's " if ctx.workload else ""
     for key, (value, lo) in _params_table(ctx.params).items():
@@ -87,7 +88,7 @@ def advice(ctx: Context) -> list[dict]:
         where = "needs macOS 14 or later" if kind == "mps" else "needs an Ampere or newer GPU"
         out.append({"text": f"precision fp32 -> bf16 ({where}): activations in 16 bits instead of 32",
                     "set": ["device.precision=bf16"]})
-    out = [tip for tip in out if _takes(ctx, tip["set"])]
+    out = [tip for tip in out if _takes(ctx, tip.get("set", []))]
     if not out:
         what = ("your command takes none of the preset's memory settings: give it {batch_size} "
                 "and {accumulation}, or lower its own" if ctx.workload == "command" else
@@ -148,7 +149,7 @@ class SlowdownDetector:
 
     # ------------------------------------------------------------ feeds
 
-    def step(self, samples_per_s: float, t: float, window_s: float | None = None) -> dict | None:
+    def step(self, samples_per_s: float, t: float, window_s: float | None = None) -> WarningFields | None:
         window_s = window_s if window_s and window_s > 0 else 1.0
         self.windows.append((t - window_s, t, float(samples_per_s)))
         self.longest_window = max(self.longest_window, window_s)
@@ -171,7 +172,7 @@ class SlowdownDetector:
             self.slow_since, self.slow_windows, self.warned = None, 0, False
         return self._check(t)
 
-    def memory(self, sample: Mapping, t: float) -> dict | None:
+    def memory(self, sample: Mapping, t: float) -> WarningFields | None:
         level = (sample.get("pressure") or {}).get("level")
         self.samples.append((t, sample.get("swap_in_per_s"), level))
         # Keep enough for the evidence window even if the next step window is twice the
@@ -196,7 +197,7 @@ class SlowdownDetector:
         worst = "critical" if "critical" in levels else ("warn" if levels else None)
         return swap_in, worst
 
-    def _check(self, t: float) -> dict | None:
+    def _check(self, t: float) -> WarningFields | None:
         if self.warned or self.slow_since is None or self.slow_windows < self.min_windows:
             return None
         if t - self.slow_since < self.sustain_s:
@@ -209,20 +210,22 @@ class SlowdownDetector:
         self.episodes += 1
         return self._warning(swap_in if swapping else None, pressure)
 
-    def _warning(self, swap_in: float | None, pressure: str | None) -> dict:
+    def _warning(self, swap_in: float | None, pressure: str | None) -> WarningFields:
         because = []
         if swap_in is not None:
             because.append(f"swap-in is {_rate(swap_in)}")
         if pressure:
             because.append(f"memory pressure is {pressure}")
-        percent = round(100 * self.smoothed / self.best)
-        message = (f"throughput {_num(self.smoothed)} samples/s is {percent}% of its best "
-                   f"{_num(self.best)} while " + " and ".join(because)
+        smoothed, best = self.smoothed, self.best
+        assert smoothed is not None and best is not None  # _check warns only after slow windows
+        percent = round(100 * smoothed / best)
+        message = (f"throughput {_num(smoothed)} samples/s is {percent}% of its best "
+                   f"{_num(best)} while " + " and ".join(because)
                    + ": memory is too full for this configuration")
         preset = self.context.preset
         return {
             "kind": "slowdown", "message": message, "advice": advice(self.context),
             "fallback": preset.on_slowdown == "fallback" and bool(preset.fallback),
-            "samples_per_s": round(self.smoothed, 3), "best_samples_per_s": round(self.best, 3),
+            "samples_per_s": round(smoothed, 3), "best_samples_per_s": round(best, 3),
             "swap_in_per_s": None if swap_in is None else round(swap_in, 1), "pressure": pressure,
         }

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from engine.record.event_types import ParityFields
 from engine.train import optim
 
 
@@ -99,14 +100,16 @@ class Parity:
                     f"updates within {self.update.rel:.1e}")
         return f"{self.device} in {self.precision} computes wrong numbers: " + "; ".join(self.problems)
 
-    def event(self) -> dict:
+    def event(self) -> ParityFields:
         """The `parity` event's fields."""
-        return dict(verdict=self.verdict, ok=self.ok, device=self.device, precision=self.precision,
-                    loss=self.loss, cpu_loss=self.cpu_loss, loss_rel=_finite(self.loss_rel),
-                    worst_grad={"name": self.grad.name, "rel": _finite(self.grad.rel)},
-                    worst_update={"name": self.update.name, "rel": _finite(self.update.rel)},
-                    tolerance=asdict(self.tolerance), batch=self.batch,
-                    seconds=round(self.seconds, 3), problems=self.problems, message=self.sentence())
+        return ParityFields(verdict=self.verdict, ok=self.ok, device=self.device,
+                            precision=self.precision, loss=self.loss, cpu_loss=self.cpu_loss,
+                            loss_rel=_finite(self.loss_rel),
+                            worst_grad={"name": self.grad.name, "rel": _finite(self.grad.rel)},
+                            worst_update={"name": self.update.name, "rel": _finite(self.update.rel)},
+                            tolerance=asdict(self.tolerance), batch=self.batch,
+                            seconds=round(self.seconds, 3), problems=self.problems,
+                            message=self.sentence())
 
 
 class ParityFailure(Exception):
@@ -225,7 +228,8 @@ def _at_peak_lr(optimizer: torch.optim.Optimizer, peaks: list[float]) -> None:
         group["lr"] = peak
 
 
-def _silence_dropout(model: torch.nn.Module) -> list[tuple[torch.nn.Module, float]]:
+def _silence_dropout(
+        model: torch.nn.Module) -> list[tuple[torch.nn.modules.dropout._DropoutNd, float]]:
     silenced = []
     for module in model.modules():
         if isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p:
@@ -242,7 +246,7 @@ def perturb_gradients(model: torch.nn.Module) -> None:
     # The largest parameter with a gradient that is not all zeros (a zero one scaled stays right).
     target = max((p for p in model.parameters() if p.grad is not None and bool(p.grad.any())),
                  key=lambda p: p.numel(), default=None)
-    if target is not None:
+    if target is not None and target.grad is not None:   # it has one: chosen for it
         target.grad.mul_(PERTURB_FACTOR)
 
 

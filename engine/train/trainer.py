@@ -31,8 +31,10 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any, Callable, cast
 
 import torch
+from torch import nn
 
 from engine import presets, workloads
 from engine.monitor import device as devices
@@ -43,6 +45,7 @@ from engine.vocabulary import (EXIT_CONFIG, EXIT_FAILED, EXIT_FINISHED, EXIT_NUM
 from engine.train.data import SampleOrder
 from engine.train.distributed import World
 from engine.errors import ConfigError, ProtocolError
+from engine.record.event_types import Emit, StepFields, TrainerReadyFields
 from engine.record.events import EventWriter
 from engine.monitor.throughput import RateMeter
 from engine.run.faults import Injector
@@ -75,6 +78,10 @@ class StopRequest:
 
 
 class Trainer:
+    # the window's losses, kept on the device until a report sums them (_new_window)
+    _losses: list[torch.Tensor]
+    _loss_counts: list[int]
+
     def __init__(self, run: RunDir, events: EventWriter, preset_name: str, preset: DevicePreset,
                  stop: StopRequest | None = None):
         config = run.config()
@@ -90,7 +97,7 @@ class Trainer:
             torch.cuda.set_device(self.device)
         # Rank 0 speaks for the run; the other ranks only heartbeat (and report their own
         # exceptions, from main()). Injected faults hit rank 0.
-        self.emit = events.emit if self.world.is_main else (lambda *a, **k: None)
+        self.emit: Emit = events.emit if self.world.is_main else (lambda *a, **k: None)
         self.faults = Injector(preset.inject if self.world.is_main else (), self.device.type, self.emit)
         self.global_batch = preset.effective_batch * self.world.size
         if preset.threads:
@@ -108,9 +115,11 @@ class Trainer:
             self.ddp = DistributedDataParallel(
                 self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         wrapped = self.ddp or self.model
-        self.forward = torch.compile(wrapped) if preset.compile else wrapped
+        # compiling a module gives a module (an OptimizedModule) that forwards to it
+        self.forward = cast(nn.Module, torch.compile(wrapped)) if preset.compile else wrapped
         # The workload's own optimizer (and scheduler), or the one [train] describes.
         own = optim.from_workload(self.workload, config.workload.workload, self.model, self.train)
+        self.scheduler: Any
         self.optimizer, self.scheduler = own or (optim.build(self.model, self.train, self.device), None)
         self.peak_lrs = [g["lr"] for g in self.optimizer.param_groups]  # what the schedule scales
         self.lr = self.peak_lrs[0]
@@ -143,7 +152,8 @@ class Trainer:
         self.peak = peaks.device_peak(self.device, self.resolved.precision)  # (TFLOP/s, GPU) for MFU
         self._eval_s, self._evals = 0.0, 0          # time spent evaluating, for the ETA
         self._last_heartbeat = time.monotonic()
-        self.micro_batch_hook = None  # called with (done, of) after each micro-batch (the probe)
+        # called with (done, of) after each micro-batch (the probe)
+        self.micro_batch_hook: Callable[[int, int], None] | None = None
         self._epoch_cost_s: float | None = None     # the last epoch preparation's (mining)
         self._new_window()
 
@@ -193,7 +203,7 @@ class Trainer:
             # A short micro-batch (the data's last) runs eagerly: compiled, its new shape would be
             # compiled again, 85 s for trm-chat-small on the H100, for one micro-batch.
             forward = self.forward if n == self.preset.batch_size else (self.ddp or self.model)
-            with contextlib.nullcontext() if sync else self.ddp.no_sync():
+            with self.ddp.no_sync() if self.ddp is not None and not sync else contextlib.nullcontext():
                 with self.resolved.autocast():
                     loss = checked_loss(self.workload.loss(forward, batch), self.name, self.workload)
                 if self.faults.poison_loss:
@@ -231,10 +241,13 @@ class Trainer:
 
         # counted as runconfig counts, on the ladder's smallest step (a fault may be meant for a
         # fallback's attempt), with the data set's size this process has built
-        last, why = runconfig.last_step(config, [config.device, *config.ladder.values()],
-                                        samples=self.workload.num_samples)
+        known = runconfig.last_step(config, [config.device, *config.ladder.values()],
+                                    samples=self.workload.num_samples)
+        if known is None:  # not for a workload that says its size: it just did
+            return
+        last, why = known
         for fault in self.faults.faults:  # step faults (timed ones are in .timed)
-            if fault.step > last:
+            if fault.step is not None and fault.step > last:
                 raise ConfigError(*runconfig.fault_from(fault.spec, [preset_name], preset_name,
                                                         f"device preset {preset_name!r}", config.overrides),
                                   runconfig.past_last_step(fault, last, why))
@@ -284,11 +297,12 @@ class Trainer:
             devices.empty_cache(self.device)
         once = 0.0
 
-        def emit(kind: str, **fields) -> None:
+        def emit(kind: str, attempt: int | None = None, **fields: Any) -> None:
             nonlocal once
             # twotower's faiss index is built once per attempt: not a cost of every epoch
             once += fields.get("index_build_s") or 0.0
-            self.emit(kind, **fields)
+            # a pass-through: the workload's own call is checked, against Emit
+            self.emit(kind, attempt, **fields)  # type: ignore[call-overload]
 
         started = time.monotonic()
         self.model.eval()
@@ -318,14 +332,14 @@ class Trainer:
         steps_per_s = self._window_steps / elapsed
         samples_per_s = self._window_samples / elapsed
         self._meter.add(self._window_steps, self._window_samples, elapsed)
-        event = dict(
+        event = StepFields(
             step=self.step, total=self.total_steps, samples_seen=self.samples_seen,
             total_samples=self.total_samples, epoch=self.order.epoch_of(max(0, self.samples_seen - 1)),
             loss=loss, lr=self.lr,
             samples_per_s=round(samples_per_s, 3), steps_per_s=round(steps_per_s, 4),
             window_s=round(elapsed, 4), eta_s=round(self.eta_s(), 1),
-            smoothed_samples_per_s=round(self._meter.samples_per_s, 3),
-            best_samples_per_s=round(self._meter.best_samples_per_s, 3),
+            smoothed_samples_per_s=round(self._meter.samples_per_s or 0.0, 3),
+            best_samples_per_s=round(self._meter.best_samples_per_s or 0.0, 3),
             device_memory=devices.memory(self.device),
         )
         if self.workload.flops_per_sample:
@@ -506,14 +520,14 @@ class Trainer:
     def _new_window(self) -> None:
         self._window_start = time.monotonic()
         self._window_loss = torch.zeros((), device=self.device)
-        self._losses: list[torch.Tensor] = []
-        self._loss_counts: list[int] = []
+        self._losses = []
+        self._loss_counts = []
         self._window_samples = 0        # global samples trained in the window (throughput)
         self._window_loss_samples = 0   # this rank's samples behind the window's loss
         self._window_steps = 0
 
-    def describe(self) -> dict:
-        return dict(
+    def describe(self) -> TrainerReadyFields:
+        return TrainerReadyFields(
             device=str(self.device), precision=self.resolved.precision, reason=self.resolved.reason,
             batch_size=self.preset.batch_size, accumulation=self.preset.accumulation,
             compile=self.preset.compile, grad_checkpointing=self.preset.grad_checkpointing,

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -11,6 +12,9 @@ from torch.utils.checkpoint import checkpoint
 from engine.errors import ConfigError
 from engine.workloads.twotower import data as datasets, mining
 from engine.workloads.twotower.params import Params, negatives_at
+
+if TYPE_CHECKING:  # the events' words, for the type checker: a workload is below the record
+    from engine.record.event_types import Emit, MiningFields
 
 EMBED_BATCH = 1024  # pairs per forward pass when embedding queries for mining and eval
 
@@ -134,7 +138,7 @@ class TwoTowerWorkload:
             self._faiss = mining.import_faiss()
         return self._faiss
 
-    def prepare_epoch(self, model: nn.Module, epoch: int, device: torch.device, emit) -> None:
+    def prepare_epoch(self, model: nn.Module, epoch: int, device: torch.device, emit: Emit) -> None:
         """Mine K hard negatives per training pair with the current query tower, per the
         schedule; emit a "mining" event either way."""
         k = negatives_at(self.params.phases, epoch)
@@ -151,11 +155,12 @@ class TwoTowerWorkload:
         queries = self._embed(model, self.data.train, device)
         encoded = time.perf_counter()
         bank = self.data.bank.numpy()
-        built_now = self._index is None
-        if built_now:
-            self._index = mining.build_index(faiss, self.params, bank, self.params.data_seed)
+        index = self._index
+        built_now = index is None
+        if index is None:
+            index = self._index = mining.build_index(faiss, self.params, bank, self.params.data_seed)
         searched_from = time.perf_counter()
-        rows = self._index.search(faiss, queries, k + 1)
+        rows = index.search(faiss, queries, k + 1)
         search_s = time.perf_counter() - searched_from
         rng = np.random.default_rng((self.params.data_seed, epoch))
         negatives, positive_found, filled = mining.exclude_positive(
@@ -163,11 +168,11 @@ class TwoTowerWorkload:
         self.negatives = torch.from_numpy(negatives)
         checked_from = time.perf_counter()
         recall, sampled = mining.recall_against_exact(
-            faiss, self._index, queries, rows, self.params.recall_sample, k + 1, rng)
+            faiss, index, queries, rows, self.params.recall_sample, k + 1, rng)
         recall_s = time.perf_counter() - checked_from
-        event = dict(
+        event: MiningFields = dict(
             epoch=epoch, mode=f"faiss@{k}", negatives=k, queries=len(queries), bank=len(bank),
-            index=self._index.describe, exact=self._index.exact,
+            index=index.describe, exact=index.exact,
             encode_s=round(encoded - started, 3), search_s=round(search_s, 3),
             recall_vs_exact=None if recall is None else round(recall, 4), recall_sample=sampled,
             recall_s=round(recall_s, 3),
@@ -176,7 +181,7 @@ class TwoTowerWorkload:
             faiss_threads=threads, torch_threads=torch.get_num_threads(),
         )
         if built_now:
-            event["index_build_s"] = round(self._index.build_s, 3)
+            event["index_build_s"] = round(index.build_s, 3)
         event["mining_s"] = round(time.perf_counter() - started, 3)
         emit("mining", **event)
 
