@@ -1,33 +1,29 @@
 """The supervisor: owns a run's attempts, each in its own process.
 
-An attempt is a launch (engine.run.launch): the built-in trainer, or the user's own command with
-its argv templated from the attempt's device preset. Everything below holds for both; where
-they differ (how progress is read, how a stop is delivered) the launch says how.
+    until the run ends:
+        start the attempt from its launch, and tell the lifeline how to stop it
+        until it exits: forward stop requests, read its events and output, sample memory,
+            rehearse faults, end it if it hangs
+        classify how it ended; fall back to the next rung, resumed from the newest checkpoint,
+            or end the run
 
-A native crash (SIGABRT from Metal, SIGSEGV) kills only the trainer; the supervisor
-records how the attempt ended (exit code or signal, the log's tail, the trainer's own
-events), classifies it (engine.run.crashes), and applies the device preset's rules
-(engine.run.fallback): the next attempt resumes from the last checkpoint on a safer preset, or
-the run ends. It runs in the foreground under `cockpit --no-ui`, or detached in its own
-session (engine.run.detached) so that a run outlives its terminal.
+A native crash (SIGABRT from Metal, SIGSEGV) kills only the attempt; the supervisor records how
+it ended (exit code or signal, the log's tail, its events), classifies it (engine.run.crashes)
+and applies the device preset's rules (engine.run.fallback). It runs in the foreground under
+`cockpit --no-ui`, or detached in its own session (engine.run.detached) so that a run outlives
+its terminal.
 
-It also watches for hangs (engine.run.watch): an attempt that gives no sign of life for too long
-gets a SIGTERM (a slow step could still checkpoint and exit), then SIGKILL — a wedged kernel
-answers nothing else.
+Both kinds of workload run through the same loop; the rooms beside it say how each differs:
+an attempt's launch (engine.run.launch) and process (engine.run.process: its session, signals
+and stop escalation), its kind (engine.run.kinds: the trainer or the user's command, how
+progress is read, which checkpoints there are, where the next attempt resumes), what is learnt
+of it and the hang watch (engine.run.watch), fault rehearsal in a command
+(engine.run.rehearsal), and the lifeline that stops it should the supervisor die.
 
-Stopping: SIGINT/SIGTERM to the supervisor (or `request_stop`) forwards one SIGTERM to the
-trainer, which finishes its step, checkpoints and exits; a second request forwards a
-second SIGTERM, which the trainer obeys at once. A command gets what Ctrl-C in a terminal
-gives it (SIGINT to its process group), then SIGTERM and SIGKILL, each after its preset's
-grace period or at the next request.
-
-Every event it reads goes to engine.run.alerts too (a crash, fallback, finish, failure,
-slowdown or hang told to the user's terminal, desktop and notify command), so that a detached
-run alerts with no front end open.
-
-A command's output is followed as it is written to attempt-N.log: any output is a sign of
-life for the hang watch, and progress read from it (engine.command.progress) or reported by the
-script (cockpit.report) becomes step events through engine.command.tracker.
+Stopping: SIGINT/SIGTERM to the supervisor (or `request_stop`) forwards the attempt's first stop
+signal (the trainer's SIGTERM: it finishes its step, checkpoints and exits; a command's SIGINT,
+as Ctrl-C), a second request the next one. Every event it reads goes to engine.run.alerts too,
+so that a detached run alerts with no front end open.
 """
 
 from __future__ import annotations
@@ -43,7 +39,6 @@ from typing import Callable
 from engine.record import events as event_log, stats
 from engine.run import alerts, fallback, kinds, launch as launches
 from engine.record.attempt_log import TAIL_LINES, OutputFollower, log_tail
-from engine.run.crashes import AttemptEnd, Verdict, classify, last_line, torchrun_root_cause
 from engine.record.events import EventFollower, EventWriter
 from engine.run.fallback import Decision, Ladder, Rung
 from engine.run.launch import Launch, child_env
@@ -53,7 +48,7 @@ from engine.run.rehearsal import Rehearsal
 from engine.run.resume import History
 from engine.record.rundir import RunDir
 from engine.run.slowdown import Context, SlowdownDetector
-from engine.run.watch import AttemptResult, AttemptWatch
+from engine.run.watch import AttemptResult, AttemptWatch, judge
 from engine.monitor.hardware import ContentionDetector
 from engine.monitor.sysmon import SystemSampler
 from engine.errors import ConfigError
@@ -264,29 +259,12 @@ class Supervisor:
         self._read_output(final=True)
         self._pump()
         tail = log_tail(log_path, lines=TAIL_LINES * (3 if launch.distributed else 1))
-        if launch.distributed and code > 0 and (cause := torchrun_root_cause(tail)) is not None:
-            # How the first failing rank ended, not torchrun's own exit 1; the other ranks'
-            # errors are consequences of it.
-            rank, code = cause
-            watch.exception = watch.exceptions.get(rank)
-            watch.numerical = watch.numericals.get(rank)
-        sig = signal.Signals(-code).name if code is not None and code < 0 else None
-        if unstarted is not None:
-            verdict = Verdict("config", f"The command could not be started: {unstarted.strerror}.",
-                              {"message": last_line(tail)})
-        else:
-            verdict = classify(AttemptEnd(
-                exit_code=None if sig else code, signal=sig, tail=tail, exception=watch.exception,
-                numerical=watch.numerical, last_step=watch.last_step,
-                stop_requested=bool(self.stop_requests),
-                # a compiling trainer that hung before its first step: the compile did not finish
-                hung_for_s=None if watch.compiling else hung_for,
-                compiling_hung_for_s=hung_for if watch.compiling else None,
-                memory_percent=self._memory_percent, device=watch.device, slowdown=watch.slowdown,
-                command=launch.is_command, resumed_from=(launch.resume or {}).get("path"),
-                injected_crash=self._rehearsal.abort_escalated))
+        verdict, code, sig = judge(watch, launch, code, tail, hung_for=hung_for, unstarted=unstarted,
+                                   stop_requested=bool(self.stop_requests),
+                                   memory_percent=self._memory_percent,
+                                   injected_crash=self._rehearsal.abort_escalated)
         self._rehearsal.unfired(verdict.kind == "finished", self.kind.reported_steps)
-        result = AttemptResult(attempt, Rung(name, preset), verdict, None if sig else code, sig, tail, watch)
+        result = AttemptResult(attempt, Rung(name, preset), verdict, code, sig, tail, watch)
         if verdict.crashed:
             self.events.emit("crash", attempt=attempt, preset=name, kind=verdict.kind,
                              sentence=verdict.sentence, evidence=verdict.evidence,

@@ -3,7 +3,7 @@
 An attempt's events (its own, the trainer's, or made from a command's output) tell how far it
 got, on what device and precision, where it resumed and last checkpointed, the faults that fired,
 and the exception or non-finite loss it ended with, per rank under torchrun. How it ended is
-classified from this (engine.run.crashes) into an AttemptResult.
+judged from this (`judge`, by engine.run.crashes' rules) into an AttemptResult.
 
 The hang watch: an attempt that gives no sign of life for max(hang_timeout_s, 10 x the slowest
 interval seen) is hung. A sign of life is any event, a step or, inside a long accumulation group,
@@ -15,11 +15,13 @@ compiling, its first accumulation group) and is judged by STARTUP_TIMEOUT_S inst
 
 from __future__ import annotations
 
+import signal
 import time
 from dataclasses import dataclass, field
 
-from engine.run.crashes import Verdict
+from engine.run.crashes import AttemptEnd, Verdict, classify, last_line, torchrun_root_cause
 from engine.run.fallback import Rung
+from engine.run.launch import Launch
 
 HANG_GAP_FACTOR = 10
 # Until the trainer says it is ready (torch imported, data built, model on the device), a
@@ -103,3 +105,30 @@ class AttemptResult:
     @property
     def outcome(self) -> str:
         return self.verdict.kind
+
+
+def judge(watch: AttemptWatch, launch: Launch, code: int | None, tail: str, *,
+          hung_for: float | None, unstarted: OSError | None, stop_requested: bool,
+          memory_percent: float | None, injected_crash: bool) -> tuple[Verdict, int | None, str | None]:
+    """How the attempt ended, from its exit status `code` (None: never started), the log's
+    `tail` and what was learnt of it: the verdict, its exit code and the signal that killed it
+    (one of the two is None)."""
+    if launch.distributed and code > 0 and (cause := torchrun_root_cause(tail)) is not None:
+        # How the first failing rank ended, not torchrun's own exit 1; the other ranks'
+        # errors are consequences of it.
+        rank, code = cause
+        watch.exception = watch.exceptions.get(rank)
+        watch.numerical = watch.numericals.get(rank)
+    sig = signal.Signals(-code).name if code is not None and code < 0 else None
+    if unstarted is not None:
+        return Verdict("config", f"The command could not be started: {unstarted.strerror}.",
+                       {"message": last_line(tail)}), code, sig
+    return classify(AttemptEnd(
+        exit_code=None if sig else code, signal=sig, tail=tail, exception=watch.exception,
+        numerical=watch.numerical, last_step=watch.last_step, stop_requested=stop_requested,
+        # a compiling trainer that hung before its first step: the compile did not finish
+        hung_for_s=None if watch.compiling else hung_for,
+        compiling_hung_for_s=hung_for if watch.compiling else None,
+        memory_percent=memory_percent, device=watch.device, slowdown=watch.slowdown,
+        command=launch.is_command, resumed_from=(launch.resume or {}).get("path"),
+        injected_crash=injected_crash)), None if sig else code, sig
