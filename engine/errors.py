@@ -7,6 +7,8 @@ what was expected.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ConfigError(Exception):
     """A user-fixable problem with a preset, an override or an argument."""
@@ -52,7 +54,8 @@ def _location(code: object) -> str | None:
     import inspect
 
     try:
-        function = inspect.unwrap(getattr(code, "__func__", code))
+        method: Any = getattr(code, "__func__", code)   # anything: a TypeError is caught below
+        function = inspect.unwrap(method)
         return f"{inspect.getsourcefile(function)}:{function.__code__.co_firstlineno}"
     except (TypeError, AttributeError, OSError):
         return None

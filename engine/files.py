@@ -101,7 +101,7 @@ def toml_error(where: str, text: str, message: str) -> ConfigError:
     if parser.startswith("Invalid value"):
         if column is None:
             what, expected = "never finished", "the string, [list] or {table} closed"
-        elif re.fullmatch(r"[A-Za-z][\w.-]*", value):   # device = cpu: a string without quotes
+        elif key and re.fullmatch(r"[A-Za-z][\w.-]*", value):   # device = cpu: a string without quotes
             expected = f'a quoted string ({key.rpartition(".")[2]} = "{value}")'
     shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in line.strip())  # no escapes
     shown = shown if len(shown) <= 60 else shown[:57] + "..."

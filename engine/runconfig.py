@@ -290,7 +290,7 @@ def check_faults(config: RunConfig, start_where: str) -> None:
         fault = vocabulary.parse(spec)
         blame = fault_from(spec, names, config.device_preset, start_where, config.overrides)
         last = None if fault.timed else last_step(config, [devices[n] for n in names])
-        if last is not None and fault.step > last[0]:
+        if last is not None and fault.step is not None and fault.step > last[0]:
             raise ConfigError(*blame, past_last_step(fault, *last))
         if config.workload.is_command and fault.kind in vocabulary.REPORTED_KINDS:
             command_ = config.workload.params
@@ -298,9 +298,10 @@ def check_faults(config: RunConfig, start_where: str) -> None:
             key = json.dumps(dict(devices[names[0]].env), sort_keys=True)
             if key not in asked:
                 asked[key] = interpreter.reporter(list(command_.command), command_.cwd or os.getcwd(), env)
-            if asked[key] is not None and not asked[key][1]:
+            python = asked[key]
+            if python is not None and not python[1]:
                 raise ConfigError(*blame, f"{fault.kind} is raised inside the script by "
-                                          f"cockpit.report.step, and {asked[key][0]} cannot import "
+                                          f"cockpit.report.step, and {python[0]} cannot import "
                                           "cockpit.report; expected cockpit installed for that "
                                           "interpreter, or native-crash, hang or slow (the "
                                           "supervisor delivers those from outside)")

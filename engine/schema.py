@@ -158,9 +158,9 @@ def nearest(typed: str, groups: typing.Sequence[dict[str, tuple[str, ...]]],
             cutoff: float = _CLOSE, n: int = 3) -> list[tuple[int, str]]:
     """(group, name) of the known keys `typed` most likely meant, best first, at most n: those
     as likely as the best (a group listed earlier wins a tie), down to `cutoff`."""
-    scored = sorted((-_likeness(typed, name, aka), g, i, name) for g, group in enumerate(groups)
+    ranked = sorted((-_likeness(typed, name, aka), g, i, name) for g, group in enumerate(groups)
                     for i, (name, aka) in enumerate(group.items()))
-    scored = [(-score, g, name) for score, g, _, name in scored if -score >= cutoff]
+    scored = [(-score, g, name) for score, g, _, name in ranked if -score >= cutoff]
     if scored and scored[0][0] > 1:   # same, aka or prefix: only those as good as the best
         scored = [s for s in scored if s[0] == scored[0][0]]
     return [(g, name) for _, g, name in scored[:n]]

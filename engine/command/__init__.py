@@ -24,7 +24,7 @@ import shutil
 import string
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, AbstractSet, Literal, Sequence
 
 from engine.errors import ConfigError
 from engine.monitor import machine
@@ -234,9 +234,9 @@ def step_in_name(path: str | Path) -> int | None:
     return int(found[-1]) if found else None
 
 
-def newest_checkpoint(spec: CommandSpec, run_dir: Path, reported: list[str] = (),
+def newest_checkpoint(spec: CommandSpec, run_dir: Path, reported: Sequence[str] = (),
                       since: float | None = None, before: float | None = None,
-                      exclude: set[str] = frozenset()) -> Path | None:
+                      exclude: AbstractSet[str] = frozenset()) -> Path | None:
     """The newest file among the glob's matches and the checkpoints the script reported
     (cockpit.report) that still exist, by modification time; only files written from `since`
     (a run's start: a glob outside the run directory may match an older run's files) and

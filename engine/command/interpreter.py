@@ -37,7 +37,8 @@ def reporter(argv: list[str], cwd: str, env: dict[str, str]) -> tuple[str, bool]
         return None
     if _PYTHON.fullmatch(os.path.basename(program)):
         python, flags, first = program, *_interpreter_args(argv[1:], cwd)
-    elif (python := _shebang_python(program, env)) is not None:
+    elif (shebang := _shebang_python(program, env)) is not None:
+        python = shebang
         script = next((a for a in argv[1:] if a.endswith(".py") and not a.startswith("-")), None)
         flags, first = [], os.path.dirname(os.path.abspath(os.path.join(cwd, script))) if script else cwd
     else:

@@ -151,7 +151,8 @@ def compile_regex(text: str) -> re.Pattern:
     try:
         pattern = re.compile(text)
     except (re.error, TypeError) as e:
-        where = f" at position {e.pos}" if getattr(e, "pos", None) is not None else ""
+        pos = getattr(e, "pos", None)   # re.error's; a TypeError has none
+        where = f" at position {pos}" if pos is not None else ""
         raise ValueError(f"invalid progress regex {text!r}: {getattr(e, 'msg', e)}{where}") from None
     if not {"step", "loss"} & set(pattern.groupindex):
         raise ValueError(
@@ -269,7 +270,7 @@ def _hf_dict(line: str, nested: bool = False) -> list[Observation] | None:
         return None
     if not isinstance(tree, ast.Dict):
         return None
-    values = {}
+    values: dict[str, float] = {}
     for key, node in zip(tree.keys, tree.values):
         if isinstance(key, ast.Constant) and isinstance(key.value, str):
             number = _literal(node)
@@ -311,22 +312,23 @@ def _bar(desc: str | None, n: str, total: str | None, values: dict, nested: bool
     desc = (desc or "").strip()
     if nested or _EVAL_DESC.match(desc) or _PREP_DESC.match(desc):
         return []
-    n, total = _count(n), _count(total)
+    count, of = _count(n), _count(total)
     values.pop("v_num", None)
     epoch_desc = _EPOCH_DESC.fullmatch(desc)
     if epoch_desc:  # counts batches within the epoch
-        if n == 0:
+        if count == 0:
             return []
         epoch = int(epoch_desc[1])
-        values["epoch"] = epoch + n / total if total else float(epoch)
+        values["epoch"] = epoch + count / of if of and count is not None else float(epoch)
         # an unknown total (an iterable dataset): the count is the step only in epoch 0
-        step = epoch * total + n if total else (n if epoch == 0 else None)
-        total = None
+        step = epoch * of + count if of and count is not None else (count if epoch == 0 else None)
+        of = None
     else:
-        if n == 0 and total is None:
+        if count == 0 and of is None:
             return []
-        step = n
-    return [_classify(values, source, step=step, total=total, always=True, evals=False)]
+        step = count
+    obs = _classify(values, source, step=step, total=of, always=True, evals=False)
+    return [obs] if obs is not None else []   # always: never None
 
 
 def _step_line(line: str, nested: bool = False) -> list[Observation] | None:
@@ -336,8 +338,8 @@ def _step_line(line: str, nested: bool = False) -> list[Observation] | None:
     step = int(m["step"] or m["bstep"])
     total = m["total"] or m["btotal"]
     values = _pairs(line[m.end():])
-    return [_classify(values, "steps", step=step, total=int(total) if total else None,
-                      always=True)]
+    obs = _classify(values, "steps", step=step, total=int(total) if total else None, always=True)
+    return [obs] if obs is not None else []   # always: never None
 
 
 def _key_values(line: str, nested: bool = False) -> list[Observation]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine.monitor.throughput import RateMeter
 
@@ -169,28 +170,30 @@ class Tracker:
         return self.total_steps or self.total or None
 
     def _close_window(self, t: float) -> dict:
-        w = self._window
+        w, meter, step = self._window, self._meter, self.step
+        assert w is not None and meter is not None and step is not None  # open, at a step
         elapsed = max(t - w.start_t, 1e-9)
-        steps_per_s = (self.step - w.start_step) / elapsed
+        steps_per_s = (step - w.start_step) / elapsed
         samples = max(0.0, self.samples_seen - w.start_samples)
         samples_per_s = samples / elapsed
-        self._meter.add(self.step - w.start_step, samples, elapsed)
+        meter.add(step - w.start_step, samples, elapsed)
         self._windows += 1
         total = self.total_known
-        eta = self._meter.seconds_for(total - self.step) if total else None
-        smoothed = self._meter.samples_per_s or 0.0
-        best = self._meter.best_samples_per_s or 0.0
-        event = {"step": self.step, "total": total, "samples_seen": int(self.samples_seen),
-                 "epoch": self.epoch, "loss": self.loss, "lr": self.lr,
-                 "samples_per_s": round(samples_per_s, 3), "steps_per_s": round(steps_per_s, 4),
-                 "window_s": round(elapsed, 4), "eta_s": None if eta is None else round(eta, 1),
-                 "smoothed_samples_per_s": round(smoothed, 3),
-                 "best_samples_per_s": round(best, 3), "source": self.source}
+        eta = meter.seconds_for(total - step) if total else None
+        smoothed = meter.samples_per_s or 0.0
+        best = meter.best_samples_per_s or 0.0
+        event: dict[str, Any] = {
+            "step": step, "total": total, "samples_seen": int(self.samples_seen),
+            "epoch": self.epoch, "loss": self.loss, "lr": self.lr,
+            "samples_per_s": round(samples_per_s, 3), "steps_per_s": round(steps_per_s, 4),
+            "window_s": round(elapsed, 4), "eta_s": None if eta is None else round(eta, 1),
+            "smoothed_samples_per_s": round(smoothed, 3),
+            "best_samples_per_s": round(best, 3), "source": self.source}
         if elapsed < self.report_every_s:
             event["partial"] = True  # flush's last window: too short to show as a rate
         if self.metrics:
             event["metrics"] = {k: v for k, v in self.metrics.items() if _finite_number(v)}
-        self._window = _Window(t, self.step, self.samples_seen)
+        self._window = _Window(t, step, self.samples_seen)
         return event
 
 

@@ -36,7 +36,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, cast
 
 from engine import command as commands
 from engine.errors import ConfigError
@@ -161,12 +161,10 @@ def _nice(value: float, low: int, high: int) -> int | None:
 
 def next_batch(start: int, cap: int, good: int | None, bad: int | None) -> int | None:
     """The next size to try, or None when the search is done."""
-    if good is None and bad is None:
-        return min(start, cap)
+    if good is None:
+        return min(start, cap) if bad is None else (None if bad <= 1 else bad // 2)
     if bad is None:
         return None if good >= cap else min(2 * good, cap)
-    if good is None:
-        return None if bad <= 1 else bad // 2
     if bad - good <= max(1, good // 8):
         return None
     return _nice((good + bad) / 2, good, bad)
@@ -232,7 +230,7 @@ def find_batch(config: RunConfig, preset_name: str, preset: DevicePreset, *,
                     worker = start_worker(config, preset, Path(scratch), batches=True, trial_s=trial_s)
                 tell({"type": "trial", "batch": batch})
                 last = next((t for t in reversed(trials) if t.fits and t.samples_per_s), None)
-                expected_step_s = batch / last.samples_per_s if last else None
+                expected_step_s = batch / last.samples_per_s if last and last.samples_per_s else None
                 kind, value = _trial(worker, batch, baseline, memory_limit_mb, trial_s,
                                      expected_step_s, deadline, cancel)
                 device = device or next((e["device"].split(":")[0]
@@ -241,13 +239,14 @@ def find_batch(config: RunConfig, preset_name: str, preset: DevicePreset, *,
                     out_of_time = True
                     break
                 if kind == "cap":  # the workload has only this many samples
-                    max_batch = value
+                    max_batch = cast(int, value)
                 else:
-                    trials.append(value)
-                    tell({"type": "trial_done", "trial": value})
-                    if value.fatal:
+                    trial = cast(Trial, value)   # ("trial", Trial)
+                    trials.append(trial)
+                    tell({"type": "trial_done", "trial": trial})
+                    if trial.fatal:
                         break
-                    if value.fits:
+                    if trial.fits:
                         good = batch
                     else:
                         bad = batch
@@ -354,7 +353,7 @@ def _trial(worker: Worker, batch: int, baseline: str | None, memory_limit_mb: fl
             ended = worker.end()
             if ended.verdict and ended.verdict.kind == "config":
                 why_not = ended.config_error or ended.verdict.sentence
-            elif ended.crashed:
+            elif ended.crashed and ended.verdict is not None:   # crashed: it has a verdict
                 crash = {"kind": ended.verdict.kind, "sentence": ended.verdict.sentence,
                          "evidence": ended.verdict.evidence}
             else:
@@ -402,9 +401,10 @@ def _result(config: RunConfig, preset_name: str, preset: DevicePreset, device: s
                 rounded = good * math.ceil(effective / good)
                 sentence += (f" ({effective} has no divisor between {micro} and {good}; an "
                              f"effective batch of {rounded} would run as {good} x {rounded // good}.)")
-        fastest = max((t for t in trials if t.fits and t.samples_per_s), key=lambda t: t.samples_per_s,
-                      default=None)
-        if fastest and fastest.batch != good and fastest.samples_per_s > 1.1 * (best.samples_per_s or 0):
+        fastest = max((t for t in trials if t.fits and t.samples_per_s),
+                      key=lambda t: t.samples_per_s or 0.0, default=None)
+        if fastest and fastest.samples_per_s and fastest.batch != good \
+                and fastest.samples_per_s > 1.1 * (best.samples_per_s or 0):
             sentence += (f" Batch {fastest.batch} was the fastest ({rate(fastest.samples_per_s)} "
                          f"samples/s against {rate(best.samples_per_s or 0)}).")
         if out_of_time and bad:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import cast
 
 import psutil
 
 from engine import runconfig
 from engine.errors import ConfigError
 from engine.numbers import count
-from engine.presets import DevicePreset, WorkloadPreset
+from engine.presets import Device, DevicePreset, WorkloadPreset
 from engine.monitor.machine import available_devices
 
 DEVICES = ("cuda", "mps", "cpu")
@@ -69,7 +70,9 @@ def build(workload: WorkloadPreset, *, devices: list[str], preset_names: list[st
         preset = _resolve(workload, base, overrides)
         # the base's compile holds on CUDA only: the cuda preset's compile = true is no reason
         # to compile on the CPU, and MPS refuses it
-        found = [(d, base, dataclasses.replace(preset, device=d, compile=preset.compile and d == "cuda"))
+        # cast: each is one of DEVICES (--devices is checked above, the machine's are)
+        found = [(d, base, dataclasses.replace(preset, device=cast(Device, d),
+                                               compile=preset.compile and d == "cuda"))
                  for d in devices or available_devices()]
     out = []
     for label, name, preset in found:

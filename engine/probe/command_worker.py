@@ -37,7 +37,7 @@ from engine import command as commands
 from engine.run import faults
 from engine.record.attempt_log import OutputFollower, log_tail
 from engine.run.crashes import AttemptEnd, Verdict
-from engine.run.launch import command_launch
+from engine.run.launch import Launch, command_launch
 from engine.presets import DevicePreset
 from engine.probe import MIN_WINDOW_S, TRIAL_MIN_STEPS, WARMUP_SHARE, WINDOWS
 from engine.probe.measure import Worker, WorkerEnd
@@ -53,15 +53,18 @@ class CommandWorker(Worker):
     is_command = True
 
     def _start(self) -> None:
-        self._launch = None
+        self._launch: Launch | None = None
         self._unstarted: str | None = None
         self._process_state()
 
     def _process_state(self) -> None:
         """What one run of the command is followed with."""
-        self._output = self._tracker = None
-        self._spawned = self._ready_at = None
-        self._until = self._warm_until = None      # time.time(), speed mode
+        self._output: OutputFollower | None = None
+        self._tracker: Tracker | None = None
+        self._spawned: float | None = None
+        self._ready_at: float | None = None
+        self._until: float | None = None           # time.time(), speed mode
+        self._warm_until: float | None = None
         self._trial: dict | None = None            # batch mode: {"batch", "t", "step", "samples", "done"}
         self._faults: list[faults.Fault] = []
         self._slowed = False
@@ -86,7 +89,7 @@ class CommandWorker(Worker):
         if text == "done" or not text:
             self.kill("probe")
             return True
-        if self.alive:  # the last trial's run: a fresh one for this size
+        if self.alive and self.proc is not None:  # the last trial's run: a fresh one for this size
             self._signal_group(signal.SIGKILL)
             self.proc.wait()
         self.events, self.samples, self._ended_by = [], [], None
@@ -119,7 +122,7 @@ class CommandWorker(Worker):
     # ------------------------------------------------------------ following it
 
     def _new_events(self) -> list[dict]:
-        if self._tracker is None:
+        if self._tracker is None or self._output is None:   # not started
             return []
         now, t = time.monotonic(), time.time()
         # What is read once the process is gone was written some time before: it counts for
@@ -139,7 +142,9 @@ class CommandWorker(Worker):
     def _progressed(self, produced: list[tuple[str, dict]], now: float, t: float,
                     gone: bool = False) -> list[dict]:
         """After each thing the tracker was told: the first step, windows, trials, faults."""
-        tracker, out = self._tracker, []
+        tracker = self._tracker
+        assert tracker is not None  # called with what it produced
+        out: list[dict] = []
         step = tracker.step
         if gone:
             return out
@@ -150,7 +155,8 @@ class CommandWorker(Worker):
         for kind, fields in produced:
             if kind != "step" or self._trial is not None:
                 continue  # evals are not timed; a batch trial times itself (below)
-            if self._ready_at is None or t - fields["window_s"] < self._warm_until:
+            if self._ready_at is None or self._warm_until is None \
+                    or t - fields["window_s"] < self._warm_until:
                 out.append({"type": "probe_warmup", "step": fields["step"], "seconds": fields["window_s"],
                             "samples": round(fields["samples_per_s"] * fields["window_s"], 3)})
             else:
@@ -164,27 +170,29 @@ class CommandWorker(Worker):
         return out
 
     def _ready(self, now: float, t: float) -> list[dict]:
+        launch, tracker = self._launch, self._tracker
+        assert launch is not None and tracker is not None and self._spawned is not None  # it runs
         self._ready_at = now
         self.startup_s = now - self._spawned
-        launch = self._launch
         out = [{"type": "trainer_ready", "device": launch.device, "precision": launch.precision,
                 "threads": self._threads, "startup_s": round(self.startup_s, 3),
                 "command_line": shlex.join(launch.argv), "samples_per_step": launch.samples_per_step}]
         if self._trial is not None:
-            self._trial.update(t=now, step=self._tracker.step, samples=self._tracker.samples_seen)
+            self._trial.update(t=now, step=tracker.step, samples=tracker.samples_seen)
             out.append({"type": "batch_trial", "batch": self._trial["batch"], "phase": "start",
-                        "step": self._tracker.step})
+                        "step": tracker.step})
         elif self._until is not None:
             left = max(0.0, self._until - t)
             self._warm_until = t + WARMUP_SHARE * left
-            self._tracker.report_every_s = max(MIN_WINDOW_S, (1 - WARMUP_SHARE) * left / WINDOWS)
+            tracker.report_every_s = max(MIN_WINDOW_S, (1 - WARMUP_SHARE) * left / WINDOWS)
         return out
 
     def _trial_end(self) -> dict:
         """The trial measured from its first step to the last step seen while it ran."""
-        trial = self._trial
+        trial, live = self._trial, self._last_live
+        assert trial is not None and live is not None and self._spawned is not None  # in a trial
         trial["done"] = True
-        now, step, samples = self._last_live
+        now, step, samples = live
         seconds = max(1e-9, now - trial["t"])
         return {"type": "batch_trial", "batch": trial["batch"], "phase": "end", "step": step,
                 "first_step_s": round(trial["t"] - self._spawned, 4),
@@ -197,8 +205,9 @@ class CommandWorker(Worker):
     def _on_time(self, now: float, t: float, gone: bool) -> list[dict]:
         """What the clock and the tracker's state decide: a NaN loss, the slow fault, the end
         of its time, a trial cut short by the script finishing."""
-        out = []
-        tracker = self._tracker
+        out: list[dict] = []
+        tracker, proc = self._tracker, self.proc
+        assert tracker is not None and proc is not None  # started
         if tracker.non_finite and not self.of_type("numerical") and not gone:
             # As the supervisor does: a NaN loss ends the run, classified `numerical`.
             bad = tracker.non_finite
@@ -206,28 +215,30 @@ class CommandWorker(Worker):
             self._signal_group(signal.SIGKILL)
             return out
         if self._slowed and not gone:
-            faults.throttle(self.proc.pid, now)
+            faults.throttle(proc.pid, now)
         if self._until is not None and t >= self._until and not gone:
             out.append({"type": "probe_done", "steps": tracker.step, "peak": {}, "device_memory": {}})
             self.kill("time")
         trial = self._trial
-        if gone and trial and "t" in trial and not trial["done"] and self.proc.returncode == 0 \
-                and self._last_live[1] > trial["step"]:
+        if gone and trial and "t" in trial and not trial["done"] and proc.returncode == 0 \
+                and self._last_live is not None and self._last_live[1] > trial["step"]:
             out.append(self._trial_end())  # it finished before the trial's time was up
         return out
 
     def _deliver_faults(self, step: int) -> None:
         """The preset's signal faults due at this step, as the supervisor delivers them."""
-        for fault in [f for f in self._faults if f.step <= step]:
+        for fault in [f for f in self._faults if f.step is not None and f.step <= step]:
             self._faults.remove(fault)
-            self._slowed |= faults.deliver(fault, self.proc.pid)
+            if self.proc is not None:
+                self._slowed |= faults.deliver(fault, self.proc.pid)
 
     # ------------------------------------------------------------ how it went
 
     @property
     def unit(self) -> str:
         tracker = self._tracker
-        if tracker is not None and tracker.samples is None and self._launch.samples_per_step == 1 \
+        if tracker is not None and tracker.samples is None and self._launch is not None \
+                and self._launch.samples_per_step == 1 \
                 and not self._takes("batch_size", "effective_batch"):
             return "steps"
         return "samples"

@@ -21,6 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from engine.record.attempt_log import log_tail
 from engine.run.crashes import AttemptEnd, Verdict, classify
@@ -34,15 +35,18 @@ from engine.runconfig import RunConfig
 from engine.schema import to_table
 from engine.monitor.sysmon import LEVELS, SystemSampler
 
+if TYPE_CHECKING:
+    from engine.record.event_types import MemoryFields
+
 SAMPLE_EVERY_S = 0.25
 POLL_S = 0.05
 # Workers run with a schedule that never ends, no evals and no checkpoints: the probe
 # decides when they stop.
-PROBE_TRAIN = {"epochs": 1e9, "max_steps": 0, "eval_every_steps": 0,
+PROBE_TRAIN: dict[str, Any] = {"epochs": 1e9, "max_steps": 0, "eval_every_steps": 0,
                "checkpoint_every_steps": 0, "checkpoint_every_minutes": 0.0}
 
 
-PRESSURE_RANK = {None: -1, **{level: i for i, level in enumerate(LEVELS)}}
+PRESSURE_RANK: dict[str | None, int] = {None: -1, **{level: i for i, level in enumerate(LEVELS)}}
 
 
 def worse(a: str | None, b: str | None) -> str | None:
@@ -68,7 +72,7 @@ class MemoryReading:
                     swap_growth=self.swap_growth, system_percent=self.system_percent)
 
 
-def read_memory(samples: list[tuple[float, dict]]) -> MemoryReading:
+def read_memory(samples: Sequence[tuple[float, Mapping[str, Any]]]) -> MemoryReading:
     rss = [s["rss"] for _, s in samples if s["rss"] is not None]
     pressure, source, swap_in = None, None, None
     for i, (t, s) in enumerate(samples):
@@ -110,14 +114,22 @@ class Worker:
     parity: str | None = None  # "also": check against the CPU before measuring; "only": just that
     preset_name: str = "probe"  # what the worker's errors call the preset
     events: list[dict] = field(default_factory=list)
-    samples: list[tuple[float, dict]] = field(default_factory=list)
+    samples: list[tuple[float, MemoryFields]] = field(default_factory=list)
 
     is_command = False       # CommandWorker: the user's own command instead of a trainer
-    startup_s = None         # a command's: its last start-up (spawn to first step), seconds
-    basis = ""               # a command's: how its samples/s was derived, in words
-    unit = "samples"         # what its rates count ("steps": a command that takes no batch size)
+
+    @property
+    def basis(self) -> str:
+        """A command's: how its samples/s was derived, in words."""
+        return ""
+
+    @property
+    def unit(self) -> str:
+        """What its rates count ("steps": a command that takes no batch size)."""
+        return "samples"
 
     def __post_init__(self):
+        self.startup_s: float | None = None  # a command's: its last start-up (spawn to first step), s
         workload = self.config.workload
         train = replace(workload.train, **PROBE_TRAIN)
         self._config = replace(self.config, device=self.preset, ladder={},
@@ -164,7 +176,7 @@ class Worker:
     def poll(self) -> list[dict]:
         """New events since the last call; takes a memory sample when one is due."""
         now = time.monotonic()
-        if now - self._sampled >= SAMPLE_EVERY_S and self.alive:
+        if now - self._sampled >= SAMPLE_EVERY_S and self.alive and self._sampler is not None:
             self._sampled = now
             self.samples.append((now, self._sampler.sample()))
         new = self._new_events()
@@ -202,6 +214,8 @@ class Worker:
 
     def send(self, line: str) -> bool:
         """A line on the worker's stdin (batch mode); False when it is gone."""
+        if self.proc is None or self.proc.stdin is None:
+            return False   # not started (a command between trials)
         try:
             self.proc.stdin.write(line + "\n")
             self.proc.stdin.flush()
@@ -216,7 +230,8 @@ class Worker:
 
     def _signal_group(self, sig: signal.Signals) -> None:
         """Its process group, and what left it (engine.run.process, as for any attempt)."""
-        signal_group(self.proc.pid, sig, strays=self.proc.returncode is None)
+        if self.proc is not None:
+            signal_group(self.proc.pid, sig, strays=self.proc.returncode is None)
 
     def wait(self, deadline: float, on_events=None, cancel: threading.Event | None = None) -> WorkerEnd:
         """Watch until the worker exits, `deadline` (time.time()) passes or `cancel` is set,
@@ -233,6 +248,7 @@ class Worker:
         return self.end()
 
     def end(self) -> WorkerEnd:
+        assert self.proc is not None  # spawned when created (CommandWorker has its own end)
         code = self.proc.wait()
         self._signal_group(signal.SIGKILL)  # what it left behind (DataLoader workers)
         if self.proc.stdin:

@@ -202,7 +202,7 @@ def settle_budget(results: list[CandidateResult], before_s: float) -> float | No
         return None
     shares = {id(r): COMPILE_SHARES if r.compiled else 1 for r in results}
     total = sum(shares.values())
-    need = max(((r.startup_s or 0.0) + (1 + SETTLE_TIMED) * r.waited_s + EXIT_MARGIN_S)
+    need = max(((r.startup_s or 0.0) + (1 + SETTLE_TIMED) * (r.waited_s or 0.0) + EXIT_MARGIN_S)
                * total / shares[id(r)] for r in slow)
     return float(math.ceil((before_s + need + FINISH_MARGIN_S) / 10) * 10)
 
@@ -241,15 +241,17 @@ def candidate_result(candidate: Candidate, worker: Worker, ended: WorkerEnd) -> 
         _command_figures(result, worker)
     else:
         _trainer_figures(result, worker)
-    if ended.config_error or (ended.verdict and ended.verdict.kind == "config"):
+    verdict = ended.verdict
+    if ended.config_error or (verdict and verdict.kind == "config"):
         result.status = "unavailable"
-        result.note = ended.config_error or ended.verdict.evidence.get("message") or ended.verdict.sentence
+        result.note = ended.config_error or (verdict.evidence.get("message") or verdict.sentence
+                                             if verdict else "")
         result.samples_per_s = None
-    elif ended.crashed:
+    elif ended.crashed and verdict is not None:   # crashed: it has a verdict
         result.status = "crashed"
-        result.crash = {"kind": ended.verdict.kind, "sentence": ended.verdict.sentence,
-                        "evidence": ended.verdict.evidence}
-        result.note = ended.verdict.sentence
+        result.crash = {"kind": verdict.kind, "sentence": verdict.sentence,
+                        "evidence": verdict.evidence}
+        result.note = verdict.sentence
     elif result.parity and not result.parity["ok"]:
         result.status, result.note = "wrong", result.parity["message"]  # fast garbage is no candidate
     elif result.samples_per_s is None:
@@ -316,12 +318,12 @@ def _command_figures(result: CandidateResult, worker: Worker) -> None:
     result.first_step_s = warmup[0]["seconds"] if warmup else None
     if steps:
         rates = [e["samples_per_s"] for e in steps]
-        result.samples_per_s = statistics.fmean(rates)
+        result.samples_per_s = mean = statistics.fmean(rates)
         interval = rates_interval(rates)
         result.spread = [round(v, 4) for v in interval] if interval else None
         result.windows = len(rates)
-        if len(rates) >= 2 and statistics.stdev(rates) > UNSTEADY * result.samples_per_s:
-            result.note = (f"unsteady: its windows vary by {statistics.stdev(rates) / result.samples_per_s:.0%} "
+        if len(rates) >= 2 and statistics.stdev(rates) > UNSTEADY * mean:
+            result.note = (f"unsteady: its windows vary by {statistics.stdev(rates) / mean:.0%} "
                            "of their mean (was something else running?)")
     elif len(warmup) >= 2:
         later = warmup[1:]  # the first window pays one-time costs
@@ -360,13 +362,14 @@ def _failures(results: list[CandidateResult]) -> list[str]:
     out = []
     for r in results:
         if r.status == "crashed":
-            out.append(f"{r.label} crashed ({r.crash['kind']})")
+            out.append(f"{r.label} crashed ({(r.crash or {}).get('kind')})")
         elif r.status == "too-slow":
             out.append(f"{r.label} was too slow to time ({r.note})")
         elif r.status == "unavailable":
             out.append(f"{r.label} is unavailable")
         elif r.status == "wrong":
-            out.append(f"{r.label} computes wrong numbers (parity check: {r.parity['message']})")
+            out.append(f"{r.label} computes wrong numbers (parity check: "
+                       f"{(r.parity or {}).get('message')})")
     return out
 
 
@@ -443,7 +446,7 @@ def recommend(workload: str, ranked: list[CandidateResult],
         sentence = f"{best.label} is the only candidate that trained {at}"
     else:
         other = others[0]
-        ratio = best.samples_per_s / max(other.samples_per_s, 1e-12)
+        ratio = (best.samples_per_s or 0.0) / max(other.samples_per_s or 0.0, 1e-12)  # trained: set
         times = f"{ratio:.2f}x" if ratio < 2 else f"{ratio:.1f}x"
         batch = "" if other.batch_text == best.batch_text or other.unit == "steps" \
             else f" (at batch {other.batch_text})"
@@ -481,8 +484,8 @@ def _compile_verdict(best: CandidateResult, trained: list[CandidateResult]) -> s
     if not twins:
         return ""
     compiled, eager = (best, twins[0]) if best.compiled else (twins[0], best)
-    ratio = compiled.samples_per_s / max(eager.samples_per_s, 1e-12)
+    ratio = (compiled.samples_per_s or 0.0) / max(eager.samples_per_s or 0.0, 1e-12)  # trained: set
     cost = f" after {compiled.compile_s:.0f} s of compiling" if compiled.compile_s is not None else ""
     if best.compiled:
-        return f"; compiling wins: {ratio:.2f}x eager's {rate(eager.samples_per_s)} samples/s{cost}"
+        return f"; compiling wins: {ratio:.2f}x eager's {rate(eager.samples_per_s or 0.0)} samples/s{cost}"
     return f"; compiling does not pay here: {ratio:.2f}x eager{cost}"

@@ -105,21 +105,23 @@ class LogLines:
         try:
             with open(self.path, "rb") as f:
                 size = f.seek(0, os.SEEK_END)
-                reset = self.offset is None or size < self.offset or size - self.offset > self.tail_bytes
-                if reset:
-                    self._start(f, size)
-                f.seek(self.offset)
-                data = f.read(size - self.offset)
+                offset = self.offset
+                reset = offset is None or size < offset or size - offset > self.tail_bytes
+                if offset is None or reset:
+                    offset = self._start(f, size)
+                f.seek(offset)
+                data = f.read(size - offset)
         except OSError:
             return [], False
-        self.offset += len(data)
+        self.offset = offset + len(data)
         lines = (self.partial + self._decoder.decode(data)).split("\n")
         self.partial = lines.pop()
         if len(self.partial) > PARTIAL_CHARS:  # a bar redrawn with \r for an hour, never ended
             self.partial = display_line(self.partial)[-PARTIAL_CHARS:]
         return [display_line(line) for line in lines], reset
 
-    def _start(self, f, size: int) -> None:
+    def _start(self, f, size: int) -> int:
+        """Read from the tail (the whole log, when it is short): the offset to read from."""
         self.partial = ""
         self._decoder.reset()
         start = max(0, size - self.tail_bytes)
@@ -130,6 +132,7 @@ class LogLines:
             # from the first whole line: a line cut in half would read as nonsense
             start += newline if newline >= 0 else len(block) - 1
         self.offset = self.skipped = start
+        return start
 
     def shown_partial(self) -> str:
         """The unfinished last line as shown, '' when there is none."""

@@ -66,7 +66,11 @@ def save(directory: Path, state: dict, keep: int) -> Path:
 
 
 def step_of(path: Path) -> int:
-    return int(_NAME.match(path.name).group(1))
+    """The step a checkpoint's file name says (checkpoint_files lists only such names)."""
+    named = _NAME.match(path.name)
+    if named is None:
+        raise ValueError(f"{path.name} is not a checkpoint's name")
+    return int(named.group(1))
 
 
 def verify(path: Path) -> None:

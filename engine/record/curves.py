@@ -14,7 +14,7 @@ time axis the crash still costs what it cost.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Sequence, TypeGuard
 
 AXES = ("step", "samples", "seconds")
 
@@ -45,7 +45,9 @@ class Curve:
 
     def points(self, axis: str) -> tuple[list[float], list[float]]:
         """(x, y) with x in `axis` (one of AXES); points whose x is not known are left out."""
-        xs = {"step": self.steps, "samples": self.samples, "seconds": self.seconds}[axis]
+        columns: dict[str, Sequence[float | None]] = {"step": self.steps, "samples": self.samples,
+                                                      "seconds": self.seconds}
+        xs = columns[axis]
         kept = [(x, y) for x, y in zip(xs, self.values) if x is not None]
         return [float(x) for x, _ in kept], [y for _, y in kept]
 
@@ -100,7 +102,8 @@ class CurveFold:
             for curve in self.curves.evals.values():
                 curve.drop_from(step + 1)
         samples = e.get("samples_seen") if isinstance(e.get("samples_seen"), int) else None
-        if None not in (samples, self._samples, self._step) and step > self._step:
+        if samples is not None and self._samples is not None and self._step is not None \
+                and step > self._step:
             self._per_step = (samples - self._samples) / (step - self._step)
         self._step, self._samples = step, samples
         loss = e.get("loss")
@@ -131,7 +134,7 @@ class CurveFold:
         return round(self._samples + (step - self._step) * self._per_step)
 
 
-def _is_number(value) -> bool:
+def _is_number(value) -> TypeGuard[float]:
     # bool is an int to Python; a metric that is True is not a point on a curve. NaN and inf
     # are left to the plot, which drops them (a diverged run still shows where it went).
     return isinstance(value, (int, float)) and not isinstance(value, bool)

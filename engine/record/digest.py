@@ -69,7 +69,7 @@ class RunDigest:
                 for e in self._follower.poll():
                     self._add(e)
                 self._seen = seen
-            if changed or self.summary.status == "running":
+            if changed or self.summary is None or self.summary.status == "running":
                 self.summary = self._summarize()
                 return True
         except UNREADABLE as e:

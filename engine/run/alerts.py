@@ -36,7 +36,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import IO, Callable, Iterable, Mapping
 
 from engine import settings as user_settings
 from engine.errors import ConfigError
@@ -216,7 +216,7 @@ class Terminal:
             os.close(fd)
 
 
-def escape(alert: Alert, mode: str, env: dict | None = None) -> str:
+def escape(alert: Alert, mode: str, env: Mapping[str, str] | None = None) -> str:
     """The bell and the notification escape for a terminal: OSC 9 (iTerm2, WezTerm, Ghostty...),
     OSC 99 (kitty's own) or OSC 777 (foot, urxvt, VTE); 'auto' picks by TERM, which SSH passes on."""
     env = os.environ if env is None else env
@@ -259,14 +259,14 @@ class _Running:
     proc: subprocess.Popen
     started: float
     label: str | None        # how a failure is reported; None: not reported (the desktop's)
-    stderr: object
+    stderr: IO[bytes]        # a temporary file: what it said, read if it fails
 
 
 class Commands:
     """Child processes started and polled: each in its own session, killed with its group
     once it has run `timeout_s`; a failure reported through `say` (one line)."""
 
-    def __init__(self, timeout_s: float, say: Callable[[str], None], clock=time.monotonic):
+    def __init__(self, timeout_s: float, say: Callable[[str], object], clock=time.monotonic):
         self.timeout_s = timeout_s
         self.say = say
         self.clock = clock
@@ -344,7 +344,7 @@ class Alerts:
     """Everything a supervisor does about alerts: `see` each batch of events, `close` at the end."""
 
     def __init__(self, settings: AlertSettings, *, run_id: str, run_dir: Path, workload: str,
-                 device_preset: str, terminal: Terminal | None, say: Callable[[str], None]):
+                 device_preset: str, terminal: Terminal | None, say: Callable[[str], object]):
         self.settings = settings
         self.rules = AlertRules(frozenset(settings.on), workload)
         self.run_id, self.run_dir = run_id, Path(run_dir)
@@ -386,7 +386,7 @@ class Alerts:
                 "terminal": t and {"path": t.path, "owner": t.owner and str(t.owner), "mode": t.mode}}
 
     @classmethod
-    def described(cls, d: dict, say: Callable[[str], None]) -> "Alerts":
+    def described(cls, d: dict, say: Callable[[str], object]) -> "Alerts":
         t = d.get("terminal")
         terminal = Terminal(t["path"], ProcessId.parse(t["owner"] or ""), t["mode"]) if t else None
         return cls(from_table(AlertSettings, d["settings"], where="alerts"), run_id=d["run_id"],
@@ -403,7 +403,7 @@ class Alerts:
 
 
 def for_run(run, config, *, terminal: Terminal | None, notify_command: str | None,
-            say: Callable[[str], None]) -> Alerts:
+            say: Callable[[str], object]) -> Alerts:
     """The run's alerts from settings.toml (a broken one is said, and the defaults used: the
     run was checked when it was started; the file changed since) and the command line."""
     try:

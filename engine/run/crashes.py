@@ -112,7 +112,7 @@ class Verdict:
         return self.kind not in CLEAN
 
 
-def _first_match(pattern: re.Pattern, *texts: str) -> str | None:
+def _first_match(pattern: re.Pattern, *texts: str | None) -> str | None:
     for text in texts:
         for line in (text or "").splitlines():
             if pattern.search(line):

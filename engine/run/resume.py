@@ -36,7 +36,7 @@ class History:
 
     attempts: int = 0                   # the last attempt's number
     started: float | None = None        # when the run first started
-    fired: set[tuple[str, str]] = field(default_factory=set)   # (preset, fault spec)
+    fired: set[tuple[str | None, str | None]] = field(default_factory=set)   # (preset, fault spec)
     checkpoints: dict[str, dict] = field(default_factory=dict)  # path -> checkpoint event
     unreadable: set[str] = field(default_factory=set)           # checkpoints that did not load
     process: dict | None = None         # the last attempt's process (attempt_process event)
@@ -66,6 +66,8 @@ class History:
     def orphan(self) -> ProcessId | None:
         """The last attempt's process if it is still running (its supervisor gone); None
         otherwise."""
+        if self.process is None:
+            return None
         try:
             process = ProcessId(self.process["pid"], self.process["start"])
         except (TypeError, KeyError):

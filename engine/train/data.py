@@ -19,12 +19,13 @@ class SampleOrder:
         self._perm: torch.Tensor | None = None
 
     def _permutation(self, epoch: int) -> torch.Tensor:
-        if epoch != self._epoch:
+        perm = self._perm
+        if epoch != self._epoch or perm is None:
             # modulo 2**64: a large seed times 1_000_003 would overflow manual_seed's 64 bits
             g = torch.Generator().manual_seed((self.seed * 1_000_003 + epoch) % 2**64)
-            self._perm = torch.randperm(self.num_samples, generator=g)
+            perm = self._perm = torch.randperm(self.num_samples, generator=g)
             self._epoch = epoch
-        return self._perm
+        return perm
 
     def indices(self, start: int, count: int) -> torch.Tensor:
         """Dataset indices for sample positions start .. start+count-1 (may span epochs)."""

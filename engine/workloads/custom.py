@@ -174,7 +174,7 @@ def absolute(name: str, base: Path | None, where: str) -> str:
         raise ConfigError(where, "workload", f"{name!r} is a relative path, and {where} is not a "
                                              "preset file it could be relative to; expected an "
                                              "absolute path")
-    path = Path(os.path.abspath(written if written.is_absolute() else base / written))
+    path = Path(os.path.abspath(written if written.is_absolute() or base is None else base / written))
     if not path.is_file():
         hint = "" if written.is_absolute() else f" (relative to {base}, the preset's directory)"
         raise ConfigError(where, "workload", f"{name!r}: no file {path}{hint}; expected a Python "
@@ -239,6 +239,9 @@ def _import_file(name: str, path: Path, where: str) -> ModuleType:
         sys.path.append(str(path.parent))  # after everything else: it never shadows a library
     module_name = _module_name(path)
     spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:   # a name Python has no loader for: not a .py file
+        raise ConfigError(where, "workload", f"{name!r}: {path} is not a Python source file; "
+                                             "expected a .py file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # before running it: dataclasses look their module up
     try:

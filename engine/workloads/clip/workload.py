@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+from typing import Iterable, cast
 
 import torch
 from torch import nn
@@ -171,7 +172,7 @@ class DualEncoder(nn.Module):
         self.logit_scale = nn.Parameter(torch.tensor(math.log(1 / 0.07)))
         self.apply(self._init)
         for tower, layers in ((self.vision, p.layers), (self.text, p.text_layers)):
-            for block in tower.blocks:
+            for block in cast("Iterable[Block]", tower.blocks):
                 # residual branches scaled down with depth, as GPT-2 does, so 12 layers start stable
                 nn.init.normal_(block.proj.weight, std=0.02 / math.sqrt(2 * layers))
                 nn.init.normal_(block.fc2.weight, std=0.02 / math.sqrt(2 * layers))

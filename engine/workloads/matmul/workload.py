@@ -16,6 +16,8 @@ def _orthogonal(n: int, generator: torch.Generator) -> torch.Tensor:
 class ProductChain(nn.Module):
     """scale -> `products` multiplications by a fixed orthogonal Q -> readout."""
 
+    q: torch.Tensor   # a buffer (register_buffer), as the type checker should see it
+
     def __init__(self, q: torch.Tensor, products: int, grad_checkpointing: bool):
         super().__init__()
         n = q.shape[0]

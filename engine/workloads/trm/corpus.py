@@ -47,7 +47,7 @@ def stdlib_dir() -> Path:
 def stdlib_files(root: Path | None = None) -> list[Path]:
     """The standard library's .py files, sorted by relative path (site-packages excluded)."""
     root = root or stdlib_dir()
-    found = []
+    found: list[Path] = []
     for directory, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
         found.extend(Path(directory, f) for f in files if f.endswith(".py"))

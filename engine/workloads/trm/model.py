@@ -163,6 +163,13 @@ class Stack(nn.Module):
 class RecursiveLM(nn.Module):
     """bytes [B, T] -> next-byte logits [B, T, 256] (fp32)."""
 
+    # The buffers (register_buffer), as the type checker should see them.
+    H_init: torch.Tensor
+    L_init: torch.Tensor
+    inv_freq: torch.Tensor
+    rope_cos: torch.Tensor
+    rope_sin: torch.Tensor
+
     def __init__(self, arch: Arch, grad_checkpointing: bool = False, positions: int = 1024):
         super().__init__()
         self.arch = arch

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import codecs
 import math
-from typing import Callable
+from typing import Any, Callable, cast
 
 import torch
 from torch import nn
@@ -28,9 +28,11 @@ class ByteLM:
     def __init__(self, *, seq_len: int, data_path: str, corpus_bytes: int, eval_bytes: int,
                  flops_per_sample: float | None):
         self.seq_len = seq_len
-        self._data = dict(data_path=data_path, corpus_bytes=corpus_bytes, eval_bytes=eval_bytes)
+        self._data: dict[str, Any] = dict(data_path=data_path, corpus_bytes=corpus_bytes,
+                                          eval_bytes=eval_bytes)
         self._corpus: corpus.Corpus | None = None
-        self._train, self._data_device = None, None
+        self._train: torch.Tensor | None = None
+        self._data_device: torch.device | None = None
         self.flops_per_sample = flops_per_sample
 
     @property
@@ -46,10 +48,12 @@ class ByteLM:
 
     def batch(self, indices: torch.Tensor, device: torch.device):
         # The text is a few MB of bytes: keep one copy on the device and cut windows there.
-        if self._data_device != device:
-            self._train, self._data_device = _bytes_tensor(self.corpus.train).to(device), device
+        train = self._train
+        if train is None or self._data_device != device:
+            train = self._train = _bytes_tensor(self.corpus.train).to(device)
+            self._data_device = device
         starts = indices.to(device, non_blocking=True) * self.seq_len
-        windows = self._train[starts[:, None] + torch.arange(self.seq_len + 1, device=device)].long()
+        windows = train[starts[:, None] + torch.arange(self.seq_len + 1, device=device)].long()
         return windows[:, :-1], windows[:, 1:]
 
     def loss(self, model: nn.Module, batch) -> torch.Tensor:
@@ -85,7 +89,8 @@ class ByteLM:
         pieces = []
         threads = FasterThreads()
         try:
-            for byte in threads.timed(stream(model, prompt.encode("utf-8"), tokens=tokens,
+            # build_model makes a RecursiveLM, in trm and in lora (with adapters inside)
+            for byte in threads.timed(stream(cast(RecursiveLM, model), prompt.encode("utf-8"), tokens=tokens,
                                              temperature=temperature, context=self.seq_len,
                                              seed=seed)):
                 pieces.append(decoder.decode(bytes((byte,))))

@@ -50,11 +50,13 @@ class Split:
         """[B, L, D] float32 context vectors for these pairs (on the CPU)."""
         if self.context_rows is not None:
             return bank[self.context_rows[indices]]
+        assert self.context_vectors is not None and self.select is not None  # the user's contexts
         return self.context_vectors[self.select[indices]]
 
     @property
     def context_len(self) -> int:
         rows = self.context_rows if self.context_rows is not None else self.context_vectors
+        assert rows is not None  # one or the other
         return rows.shape[1]
 
 

@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +59,7 @@ class Index:
     describe: str        # e.g. "ivf1414,probe16"
     build_s: float
     bank: np.ndarray     # [M, D] float32, normalised (a view of the workload's bank)
-    index: object | None = None
+    index: Any | None = None   # a faiss index (faiss has no type stubs); None: exact search
 
     @property
     def exact(self) -> bool:
