@@ -58,7 +58,7 @@ __all__ = ["step", "eval", "checkpoint", "active", "resumed_from"]
 
 SCHEMA_VERSION = 1  # engine.record.events.SCHEMA_VERSION; not imported, to keep this module light
 
-# The kinds raised from inside the process (engine.run.faults.IN_SCRIPT_KINDS); hang and slow
+# The kinds raised from inside the process (engine.vocabulary.IN_SCRIPT_KINDS); hang and slow
 # are delivered by the supervisor with real signals, from outside, and so is native-crash to
 # a script that never reports. Inside, native-crash aborts as Metal does: a handler a native
 # library installed for SIGABRT cannot stop it, as it can stop a SIGABRT sent from outside.
@@ -128,7 +128,7 @@ def _read_resumed() -> tuple[int, int] | None:
 
 
 def _parse_inject(text: str) -> list[tuple[str, str, int | None, float | None]]:
-    """The in-process faults of 'kind@step[+],kind@30s[+],...', as engine.run.faults.parse reads
+    """The in-process faults of 'kind@step[+],kind@30s[+],...', as engine.vocabulary.parse reads
     them (parsed here by hand: importing this module must not import engine)."""
     pending = []
     for spec in (s.strip() for s in text.split(",")):
@@ -241,10 +241,10 @@ def _emit(type: str, **fields) -> None:
 
 
 def _fire(step: int) -> None:
-    """Fire every fault due at `step` or by now, each once, as engine.run.faults.Injector does."""
+    """Fire every fault due at `step` or by now, each once, as engine.train.faults.Injector does."""
     global _poison_loss
     # engine loads into the user's script only when a fault is injected: report is stdlib-only
-    from engine.run import faults
+    from engine.train import faults
 
     elapsed = time.time() - _started
     due = [p for p in _pending if (p[2] <= step if p[3] is None else p[3] <= elapsed)]

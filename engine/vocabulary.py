@@ -9,7 +9,8 @@ plain strings they always did. Membership of a plain string is tested against th
 (`kind in CRASH_KINDS`): `"oom" in CrashKind` raises on Python 3.11.
 
 What is done with the words lives with whoever does it: classifying an attempt's end
-(engine.run.crashes), the rules (engine.run.fallback), firing a fault (engine.run.faults).
+(engine.run.crashes), the rules (engine.run.fallback), firing a fault (engine.train.faults
+inside a process, engine.run.faults from outside).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ ENV_FIXES: dict[str, dict[str, str]] = {CrashKind.OPENMP: {"KMP_DUPLICATE_LIB_OK
 
 
 class FaultKind(StrEnum):
-    """A failure the fault injector reproduces for real (engine.run.faults)."""
+    """A failure the fault injector reproduces for real (engine.train.faults, engine.run.faults)."""
 
     NATIVE_CRASH = "native-crash"
     OOM = "oom"
@@ -85,7 +86,7 @@ class FaultKind(StrEnum):
 FAULT_KINDS: tuple[FaultKind, ...] = tuple(FaultKind)
 # What a supervisor delivers to a command from outside, as real signals (engine.run.faults.
 # deliver); the other kinds are raised inside a command by cockpit.report, inside the trainer
-# by engine.run.faults.Injector.
+# by engine.train.faults.Injector.
 SIGNAL_KINDS = (FaultKind.NATIVE_CRASH, FaultKind.HANG, FaultKind.SLOW)
 # What cockpit.report raises inside a command that reports its steps: native-crash as both, the
 # script's own abort at its step, else the supervisor's SIGABRT at the step it reads.

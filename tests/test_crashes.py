@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.run import faults
+from engine import vocabulary
+from engine.train import faults
 from engine.run.crashes import AttemptEnd, classify
 from engine.run.fallback import Ladder, Rung, decide, got_further
 from engine.presets import DevicePreset
@@ -231,12 +232,12 @@ def test_a_presets_own_rules_override_the_defaults():
 @pytest.mark.parametrize("spec", ["oom", "oom@", "explode@3", "oom@-1", "oom@3x"])
 def test_bad_fault_specs(spec):
     with pytest.raises(ValueError, match="expected KIND@STEP"):
-        faults.parse(spec)
+        vocabulary.parse(spec)
 
 
 def test_fault_specs():
-    assert faults.parse("native-crash@117") == faults.Fault("native-crash", 117, False, "native-crash@117")
-    assert faults.parse("oom@120+").repeat
+    assert vocabulary.parse("native-crash@117") == vocabulary.Fault("native-crash", 117, False, "native-crash@117")
+    assert vocabulary.parse("oom@120+").repeat
 
 
 def test_every_trainer_is_starting_up_until_its_first_step():

@@ -16,7 +16,8 @@ import pytest
 
 from conftest import ROOT, TINY, child_env, cockpit_cmd, user_preset
 from engine import runconfig
-from engine.run import faults
+from engine import vocabulary
+from engine.train import faults
 from engine.record.rundir import RunDir, list_runs
 from engine.run.supervisor import Supervisor
 
@@ -73,11 +74,11 @@ def test_a_repeating_fault_fires_in_every_attempt_down_the_ladder_and_a_plain_on
 
 
 def test_timed_faults_parse_and_fire_in_the_injector_by_the_attempts_clock(monkeypatch):
-    assert faults.parse("hang@30s") == faults.Fault("hang", None, False, "hang@30s", 30.0)
-    assert faults.parse("nan@1.5s+") == faults.Fault("nan", None, True, "nan@1.5s+", 1.5)
+    assert vocabulary.parse("hang@30s") == vocabulary.Fault("hang", None, False, "hang@30s", 30.0)
+    assert vocabulary.parse("nan@1.5s+") == vocabulary.Fault("nan", None, True, "nan@1.5s+", 1.5)
     for bad in ("hang@30m", "hang@s", "hang@.5s", "hang@-1s", "hang@30 s"):
         with pytest.raises(ValueError, match="KIND@SECONDSs"):
-            faults.parse(bad)
+            vocabulary.parse(bad)
     # The attempt started an hour ago (its launch says so): a fault due a minute in has come,
     # one due in a day has not. after_micro_batch calls check_time between micro-batches.
     monkeypatch.setenv(faults.STARTED_ENV, repr(time.time() - 3600))

@@ -43,3 +43,12 @@ def test_every_package_is_in_the_wheel():
     found = {".".join(p.parent.relative_to(ROOT).parts) for top in ("engine", "cockpit")
              for p in (ROOT / top).rglob("__init__.py")}
     assert found <= listed, f"add to pyproject's packages: {sorted(found - listed)}"
+
+
+def test_the_layers_hold():
+    """pyproject.toml's import-linter contract: each layer imports only from those below it,
+    and the engine never from a front end (docs/ARCHITECTURE.md draws them)."""
+    lint = subprocess.run([sys.executable, "-c", "import sys; from importlinter.cli import lint_imports; "
+                           "sys.exit(lint_imports(config_filename='pyproject.toml', no_cache=True))"],
+                          capture_output=True, text=True, env=child_env(), cwd=ROOT)
+    assert lint.returncode == 0, lint.stdout[-3000:] + lint.stderr[-2000:]

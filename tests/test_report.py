@@ -13,7 +13,7 @@ import pytest
 
 from cockpit import report
 from conftest import ROOT, child_env
-from engine.run import faults
+from engine.train import faults
 from engine.record.events import read_events
 
 ENV = ("COCKPIT_EVENTS", "COCKPIT_ATTEMPT", "COCKPIT_DEVICE", "COCKPIT_INJECT", "RANK")

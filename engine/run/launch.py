@@ -26,7 +26,8 @@ from pathlib import Path
 
 import engine
 from engine import command as commands
-from engine.run import faults
+from engine import vocabulary
+from engine.train.faults import STARTED_ENV
 from engine.train.distributed import launch_prefix
 from engine.presets import DevicePreset
 from engine.command.progress import OutputParser
@@ -104,7 +105,7 @@ def trainer_launch(run: RunDir, attempt: int, name: str, preset: DevicePreset,
     # must not shadow engine or the workload).
     started = time.time() if started is None else started
     env = child_env({**preset.env, **({"PYTHONSAFEPATH": "1"} if launcher else {}),
-                     faults.STARTED_ENV: repr(started)})  # timed faults count from it
+                     STARTED_ENV: repr(started)})  # timed faults count from it
     argv = launcher + trainer if launcher else [sys.executable, "-P", *trainer]
     return Launch(argv=argv, env=env, distributed=bool(launcher), started=started)
 
@@ -118,9 +119,9 @@ def command_launch(run: RunDir, config: RunConfig, attempt: int, preset: DeviceP
     # its step too, as a real abort(); the supervisor signals native-crash, hang and slow at the
     # step it reads or reports, and at their time. A timed native-crash is the supervisor's alone:
     # it knows the time, and the script only looks at its next report.
-    inject = [faults.parse(s) for s in preset.inject]
-    in_script = [f.spec for f in inject if f.kind in faults.IN_SCRIPT_KINDS
-                 and not (f.timed and f.kind in faults.SIGNAL_KINDS)]
+    inject = [vocabulary.parse(s) for s in preset.inject]
+    in_script = [f.spec for f in inject if f.kind in vocabulary.IN_SCRIPT_KINDS
+                 and not (f.timed and f.kind in vocabulary.SIGNAL_KINDS)]
     checkpoint = Path(resume["path"]) if resume else None
     values = commands.values(preset, run.path, attempt, checkpoint)
     argv = commands.fill(spec.command, values)
@@ -135,7 +136,7 @@ def command_launch(run: RunDir, config: RunConfig, attempt: int, preset: DeviceP
            # what cockpit.report reads: where to write, and the faults it raises
            "COCKPIT_EVENTS": str(run.events_path.resolve()), "COCKPIT_ATTEMPT": str(attempt),
            "COCKPIT_RUN_DIR": str(run.path.resolve()), "COCKPIT_DEVICE": values["device"],
-           "COCKPIT_INJECT": ",".join(in_script), faults.STARTED_ENV: repr(started)}
+           "COCKPIT_INJECT": ",".join(in_script), STARTED_ENV: repr(started)}
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         if preset.threads and var not in preset.env:  # the preset's own env wins
             env[var] = str(preset.threads)
@@ -152,7 +153,7 @@ def command_launch(run: RunDir, config: RunConfig, attempt: int, preset: DeviceP
         total_steps=spec.total_steps, resume=resume,
         group=True, stop_signals=(signal.SIGINT, signal.SIGTERM, signal.SIGKILL),
         stop_grace_s=spec.stop_grace_s,
-        signal_faults=tuple(f.spec for f in inject if f.kind in faults.SIGNAL_KINDS and not f.timed),
-        timed_faults=tuple(f.spec for f in inject if f.kind in faults.SIGNAL_KINDS and f.timed),
+        signal_faults=tuple(f.spec for f in inject if f.kind in vocabulary.SIGNAL_KINDS and not f.timed),
+        timed_faults=tuple(f.spec for f in inject if f.kind in vocabulary.SIGNAL_KINDS and f.timed),
         script_faults=tuple(in_script),
         started=started, device=values["device"], precision=values["precision"])

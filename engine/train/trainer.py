@@ -48,7 +48,7 @@ from engine.errors import ConfigError, ProtocolError
 from engine.record.event_types import Emit, StepFields, TrainerReadyFields
 from engine.record.events import EventWriter
 from engine.monitor.throughput import RateMeter
-from engine.run.faults import Injector
+from engine.train.faults import Injector
 from engine.presets import DevicePreset
 from engine.record.rundir import RunDir
 from engine.schema import to_table
