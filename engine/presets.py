@@ -265,7 +265,8 @@ def misplaced(kind: str | None, name: str) -> str:
         actual = _kind_of(stray) or kind
         where = f"{root / actual / stray.name}" if actual else f"{root}/devices/ or workloads/"
         return (f"{stray} is in the presets folder itself, where nothing is read: move it to "
-                f"{where}" + (f" (it is a {actual[:-1]} preset)" if actual and kind and actual != kind else ""))
+                f"{where}" + (f" (it is a {actual[:-1]} preset)"
+                              if actual and kind and actual != kind else ""))
     if kind is not None:
         other = "devices" if kind == "workloads" else "workloads"
         for directory, shipped in _dirs(other):

@@ -79,8 +79,9 @@ def main(argv: list[str] | None = None) -> int:
             stale.append(path)
             if not args.check:
                 path.write_text(new)
+    said = "stale, run python tools/event_overloads.py" if args.check else "rewritten"
     for path in stale:
-        print(f"{path.relative_to(ROOT)}: {'stale, run python tools/event_overloads.py' if args.check else 'rewritten'}")
+        print(f"{path.relative_to(ROOT)}: {said}")
     return 1 if stale and args.check else 0
 
 

@@ -487,5 +487,6 @@ def _compile_verdict(best: CandidateResult, trained: list[CandidateResult]) -> s
     ratio = (compiled.samples_per_s or 0.0) / max(eager.samples_per_s or 0.0, 1e-12)  # trained: set
     cost = f" after {compiled.compile_s:.0f} s of compiling" if compiled.compile_s is not None else ""
     if best.compiled:
-        return f"; compiling wins: {ratio:.2f}x eager's {rate(eager.samples_per_s or 0.0)} samples/s{cost}"
+        eager_rate = rate(eager.samples_per_s or 0.0)
+        return f"; compiling wins: {ratio:.2f}x eager's {eager_rate} samples/s{cost}"
     return f"; compiling does not pay here: {ratio:.2f}x eager{cost}"

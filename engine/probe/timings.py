@@ -87,7 +87,8 @@ def estimate(timings: list[Timing], micro_batch: int, accumulation: int) -> Esti
     per_micro = sum(t.seconds for t in micro) / sum(t.micro_batches for t in micro) if micro else None
     if tails:
         optimizer = statistics.fmean(t.seconds for t in tails)
-    elif per_micro is not None and whole:  # no step's tail timed alone: what whole steps take beyond their passes
+    elif per_micro is not None and whole:
+        # no step's tail timed alone: what whole steps take beyond their passes
         whole_step = sum(t.seconds for t in whole) / sum(t.steps for t in whole)
         optimizer = max(0.0, whole_step - accumulation * per_micro)
     else:

@@ -211,7 +211,8 @@ class RunStats:
             samples_per_s=self.samples / train_s if train_s > 0 else None,
             steps_per_s=self.steps / train_s if train_s > 0 else None,
             train_s=train_s,
-            duration_s=None if self.first_t is None else self.last_t - self.first_t,
+            duration_s=None if self.first_t is None or self.last_t is None
+            else self.last_t - self.first_t,
             steps_lost=self.steps_lost,
             final_loss=self.final_loss,
             final_metrics=dict(self.final_metrics),

@@ -53,7 +53,8 @@ class TrainerKind:
 
     def continue_from(self, history: History) -> None:
         """What earlier supervisors of a continued run recorded."""
-        self.since = history.started
+        if history.started is not None:   # its run_started: a continued run has one
+            self.since = history.started
         self.checkpoints.update(history.checkpoints)
 
     def fixed_settings(self) -> frozenset[str]:
@@ -179,29 +180,36 @@ class CommandKind(TrainerKind):
 
     def progress(self, observations: list, final: bool) -> None:
         """Progress parsed from new output; at the attempt's end (`final`), the last window."""
-        t = time.time()
+        t, tracker = time.time(), self.tracker
+        assert tracker is not None  # begin() made it
         for obs in observations:
-            self._emit(self.tracker.parsed(obs, t))
-            if obs.kind == "step" and not self.tracker.reported_steps:
+            self._emit(tracker.parsed(obs, t))
+            if obs.kind == "step" and not tracker.reported_steps:
                 self._watch.ready = True  # training has begun: the start-up allowance is over
                 if obs.step is not None:
-                    self._rehearsal.at_step(obs.step, self.tracker.reported_steps)
+                    self._rehearsal.at_step(obs.step, tracker.reported_steps)
         if final:
-            self._emit(self.tracker.flush(t))
+            self._emit(tracker.flush(t))
 
     def see(self, event: dict) -> None:
         """What the script reported through cockpit.report: its progress, its evals."""
+        tracker = self.tracker
+        if tracker is None:  # no attempt begun: nothing of it to see
+            return
         if event["type"] == "progress":
-            self._emit(self.tracker.reported(event))
+            self._emit(tracker.reported(event))
             if event.get("step") is not None:
-                self._rehearsal.at_step(event["step"], self.tracker.reported_steps)
+                self._rehearsal.at_step(event["step"], tracker.reported_steps)
         elif event["type"] == "eval" and event.get("source") == "report":
-            self.tracker.saw_reported_eval()
+            tracker.saw_reported_eval()
 
     def _emit(self, produced: list[tuple[str, dict]]) -> None:
         attempt, tracker, watch = self._watch.attempt, self.tracker, self._watch
+        assert tracker is not None  # begin() made it
         for kind, fields in produced:
-            self.events.emit(kind, attempt=attempt, **fields)
+            # the tracker's step, eval and warning events, as their TypedDicts name the fields
+            # (engine.command.tracker builds them); `kind` is a str here, not one literal
+            self.events.emit(kind, attempt=attempt, **fields)  # type: ignore[call-overload]
             if kind == "warning" and fields.get("kind") == "no-step-numbers":
                 self._rehearsal.stepless(tracker.reported_steps)
         if tracker.non_finite and watch.numerical is None:

@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import time
+from signal import Signals  # in annotations: AttemptProcess.signal hides the module there
 from typing import TYPE_CHECKING
 
 import psutil
@@ -84,7 +85,7 @@ class AttemptProcess:
                  grace_s: float | None = None, group: bool = True, distributed: bool = False):
         self.popen = popen
         self.identity = identity
-        self.pid = popen.pid if popen is not None else identity.pid
+        self.pid = popen.pid if popen is not None else self._adopted().pid
         self.stop_signals = tuple(stop_signals)
         self.grace_s = grace_s          # each stop signal escalates to the next after this long
         self.group = group
@@ -111,25 +112,33 @@ class AttemptProcess:
 
     # ------------------------------------------------------------ state
 
+    def _started(self) -> subprocess.Popen:
+        assert self.popen is not None, "an adopted process's exit status is not ours to read"
+        return self.popen
+
+    def _adopted(self) -> ProcessId:
+        assert self.identity is not None, "a process needs a Popen or an identity"
+        return self.identity
+
     def poll(self) -> int | None:
         """Its exit status once it has ended (a negative signal number), else None."""
-        return self.popen.poll()
+        return self._started().poll()
 
     @property
     def returncode(self) -> int | None:
-        return self.popen.returncode
+        return self._started().returncode
 
     @property
     def running(self) -> bool:
         """Not seen to have ended (as of the last poll)."""
-        return self.popen.returncode is None if self.popen is not None else self.identity.alive()
+        return self.popen.returncode is None if self.popen is not None else self._adopted().alive()
 
     def alive(self) -> bool:
-        return self.popen.poll() is None if self.popen is not None else self.identity.alive()
+        return self.popen.poll() is None if self.popen is not None else self._adopted().alive()
 
     # ------------------------------------------------------------ signals
 
-    def signal(self, sig: signal.Signals) -> None:
+    def signal(self, sig: Signals) -> None:
         """A stop signal, where it goes (the class says where); SIGKILL to the whole group."""
         try:
             if sig == signal.SIGKILL or self.group:
@@ -144,7 +153,7 @@ class AttemptProcess:
         except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
             pass
 
-    def signal_group(self, sig: signal.Signals) -> None:
+    def signal_group(self, sig: Signals) -> None:
         """Its process group and torchrun's stray workers; once it has ended, SIGKILL alone (for
         what it left behind)."""
         running = self.running
@@ -170,9 +179,9 @@ class AttemptProcess:
     def stop_overdue(self) -> bool:
         """A stop signal went unanswered for its grace period, and a further one is left."""
         return bool(self.grace_s) and 0 < self.stops_sent < len(self.stop_signals) and \
-            time.monotonic() - self.stop_sent_at > self.grace_s
+            time.monotonic() - self.stop_sent_at > (self.grace_s or 0.0)
 
-    def stop(self, poll_s: float) -> signal.Signals | None:
+    def stop(self, poll_s: float) -> Signals | None:
         """The whole stop sequence at once, each signal given its grace to work, then SIGKILL to
         the group for what it left behind (DataLoader workers); returns the last stop signal
         sent (None: it was gone already)."""
@@ -186,9 +195,9 @@ class AttemptProcess:
         """SIGTERM first (a slow step can still checkpoint and exit), then SIGKILL: a wedged
         kernel answers nothing else."""
         if self._escalate((signal.SIGTERM, signal.SIGKILL), grace_s, poll_s) == signal.SIGKILL:
-            self.popen.wait()
+            self._started().wait()
 
-    def _escalate(self, signals, grace_s: float, poll_s: float) -> signal.Signals | None:
+    def _escalate(self, signals, grace_s: float, poll_s: float) -> Signals | None:
         sent = None
         for sig in signals:
             if not self.alive():

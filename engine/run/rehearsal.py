@@ -49,14 +49,14 @@ class Rehearsal:
         """What the clock decides, at every poll: timed faults, the `slow` fault's throttle, a
         SIGABRT survived."""
         self._deliver_timed()
-        if self._slowed and self._running():
+        if self._slowed and self.process is not None and self.process.running:
             faults.throttle(self.process.pid, time.monotonic())
         self._escalate_abort()
 
     def at_step(self, step: int, reported_steps: bool) -> None:
         """The signal faults due at this step, delivered for real (engine.run.faults.deliver);
         `reported_steps`: the script reports its steps through cockpit.report."""
-        for fault in [f for f in self._faults if f.step <= step]:
+        for fault in [f for f in self._faults if f.step is not None and f.step <= step]:
             if not self._running():
                 return  # read after it ended: nothing left to deliver to
             self._faults.remove(fault)
@@ -66,7 +66,7 @@ class Rehearsal:
 
     def release(self) -> None:
         """End the `slow` fault's throttling (before a stop: the command must run to obey it)."""
-        if self._slowed:
+        if self._slowed and self.process is not None:
             self._slowed = False
             self.process.signal_group(signal.SIGCONT)
 
@@ -74,7 +74,7 @@ class Rehearsal:
         """A command's timed signal faults whose time has come: counted from the attempt's
         start, which the script's cockpit.report counts from too."""
         elapsed = time.time() - self._launch.started
-        for fault in [f for f in self._timed if f.after_s <= elapsed]:
+        for fault in [f for f in self._timed if (f.after_s or 0.0) <= elapsed]:
             if not self._running():
                 return
             self._timed.remove(fault)
@@ -83,6 +83,7 @@ class Rehearsal:
     def _deliver(self, fault: faults.Fault, **where) -> None:
         if fault.spec in self._watch.fired:
             return  # a script that reports its steps aborted itself at it (cockpit.report)
+        assert self.process is not None  # delivered only while it runs (_running)
         self._events.emit("fault_injected", attempt=self._watch.attempt, spec=fault.spec,
                           kind=fault.kind, by="supervisor", **where)
         self._slowed |= faults.deliver(fault, self.process.pid)
@@ -101,7 +102,8 @@ class Rehearsal:
                                   f"{faults.ABORT_GRACE_S:.0f} s (a native library in it catches "
                                   "the signal when it comes from outside); SIGKILL ends it as the "
                                   "crash would have", advice=[], fallback=False)
-        self.process.kill()
+        if self.process is not None:
+            self.process.kill()
 
     # ------------------------------------------------------------ what cannot fire
 
@@ -132,7 +134,8 @@ class Rehearsal:
         not called report.step yet: said now, not when the attempt ends (hours later, maybe). A
         script that reports at an interval fires it at its next report; one that never does,
         never."""
-        due = [f.spec for f in self._in_script if f.kind in faults.REPORTED_KINDS and f.step <= step
+        due = [f.spec for f in self._in_script if f.kind in faults.REPORTED_KINDS
+               and f.step is not None and f.step <= step
                and f.spec not in self._watch.fired and f.spec not in self._overdue_told]
         if due:
             self._overdue_told.update(due)
@@ -164,7 +167,8 @@ class Rehearsal:
         reached = self._watch.last_step or 0
         for fault in self._in_script:
             spec = fault.spec
-            if fault.step <= reached and spec not in self._watch.fired and spec not in self._overdue_told:
+            if fault.step is not None and fault.step <= reached and spec not in self._watch.fired \
+                    and spec not in self._overdue_told:
                 self._events.emit("warning", attempt=self._watch.attempt, kind="fault-not-fired",
                                   message=f"fault {spec} was not injected: cockpit.report.step raises "
                                           "it inside the script, and this command never calls it "

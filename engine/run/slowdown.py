@@ -149,7 +149,8 @@ class SlowdownDetector:
 
     # ------------------------------------------------------------ feeds
 
-    def step(self, samples_per_s: float, t: float, window_s: float | None = None) -> WarningFields | None:
+    def step(self, samples_per_s: float, t: float,
+             window_s: float | None = None) -> WarningFields | None:
         window_s = window_s if window_s and window_s > 0 else 1.0
         self.windows.append((t - window_s, t, float(samples_per_s)))
         self.longest_window = max(self.longest_window, window_s)

@@ -34,11 +34,12 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from engine.record import events as event_log, stats
 from engine.run import alerts, fallback, kinds, launch as launches
 from engine.record.attempt_log import TAIL_LINES, OutputFollower, log_tail
+from engine.record.event_types import FallbackFields, RunStartedFields, WarningFields
 from engine.record.events import EventFollower, EventWriter
 from engine.run.fallback import Decision, Ladder, Rung
 from engine.run.launch import Launch, child_env
@@ -64,7 +65,7 @@ class Supervisor:
                  notify_command: str | None = None):
         self.run = run
         # engine.run.alerts: where crashes, fallbacks, the finish... are told (settings.toml)
-        self._alert_to = dict(terminal=terminal, notify_command=notify_command)
+        self._alert_to: dict[str, Any] = dict(terminal=terminal, notify_command=notify_command)
         self._alerts: alerts.Alerts | None = None
         self.config = run.config()
         self.on_events = on_events
@@ -99,12 +100,12 @@ class Supervisor:
                                                   "the lifeline stopping its attempt, holds run.lock)")
         self.run.write_supervisor_pid(os.getpid())
         self._install_signal_handlers()
-        self._lifeline = Lifeline(self.run.path, self.run.supervisor_log, child_env({}), lock)
+        self._lifeline = lifeline = Lifeline(self.run.path, self.run.supervisor_log, child_env({}), lock)
         ended = False
         try:
             resume = self._begin_run()
             self._alerts = alerts.for_run(self.run, self.config, **self._alert_to, say=self._alert_trouble)
-            self._lifeline.alerts(self._alerts.describe())   # it tells of our death
+            lifeline.alerts(self._alerts.describe())   # it tells of our death
             status, results = self._attempts(resume)
             self.events.emit("run_finished", status=status, attempts=len(results),
                              summary=run_summary(self.run))
@@ -117,7 +118,7 @@ class Supervisor:
             # Without the lifeline's `bye` (a supervisor bug escaped), it records the run as
             # interrupted, with the command that continues it.
             if ended:
-                self._lifeline.close()
+                lifeline.close()
                 self.run.pid_path.unlink(missing_ok=True)
             self.events.close()
             os.close(lock)  # the lifeline's copy keeps the run locked until it is done
@@ -131,9 +132,10 @@ class Supervisor:
         """run_started, or run_resumed for a run that earlier supervisors worked on; returns
         where a continued run's first attempt resumes."""
         history = History.of(self.run.events())
-        fields = dict(run=self.run.id, workload=self.config.workload_preset,
-                      device_preset=self.config.device_preset, pid=os.getpid(),
-                      overrides=list(self.config.overrides), command=self.config.workload.is_command)
+        fields = RunStartedFields(run=self.run.id, workload=self.config.workload_preset,
+                                  device_preset=self.config.device_preset, pid=os.getpid(),
+                                  overrides=list(self.config.overrides),
+                                  command=self.config.workload.is_command)
         if history.started is None:
             self.events.emit("run_started", **fields)
             return None
@@ -142,7 +144,7 @@ class Supervisor:
         event_log.end_torn_line(self.run.events_path)
         self.follower.offset = self.run.events_path.stat().st_size
         self._first_attempt = history.attempts + 1
-        self._fired = {spec for _, spec in history.fired}
+        self._fired = {spec for _, spec in history.fired if spec is not None}
         self.kind.continue_from(history)
         resume = self.kind.resume_point()
         self.events.emit("run_resumed", **fields, next_attempt=self._first_attempt, resume=resume)
@@ -151,7 +153,8 @@ class Supervisor:
     def _attempts(self, resume: dict | None) -> tuple[str, list[AttemptResult]]:
         start = Rung(self.config.device_preset, self.config.device)
         ladder = Ladder(start, self.config.ladder)
-        current, fired, results = start, self._fired, []
+        current, fired = start, self._fired
+        results: list[AttemptResult] = []
         while True:
             attempt = self._first_attempt + len(results)
             # A fault fires once per run, whatever preset the attempt runs (unless it ends in
@@ -183,13 +186,16 @@ class Supervisor:
             current = decision.next
 
     def _emit_fallback(self, result: AttemptResult, decision: Decision, resume: dict | None) -> None:
-        to = decision.next.name + (f" ({fallback.describe_change(decision.changed)})"
-                                   if decision.action != "next" and decision.changed else "")
-        self.events.emit("fallback", attempt=result.attempt, **{"from": result.step.name}, to=to,
-                         to_preset=decision.next.name, action=decision.action,
-                         reason=result.verdict.kind, why=decision.why,
-                         sentence=result.verdict.sentence, changed=decision.changed,
-                         resume=resume, next_attempt=result.attempt + 1)
+        following = decision.next
+        assert following is not None  # _attempts ends the run on a decision with none
+        to = following.name + (f" ({fallback.describe_change(decision.changed)})"
+                               if decision.action != "next" and decision.changed else "")
+        fields: FallbackFields = {"from": result.step.name, "to": to, "to_preset": following.name,
+                                  "action": decision.action, "reason": result.verdict.kind,
+                                  "why": decision.why, "sentence": result.verdict.sentence,
+                                  "changed": decision.changed, "resume": resume,
+                                  "next_attempt": result.attempt + 1}
+        self.events.emit("fallback", attempt=result.attempt, **fields)
         self._pump()
 
     def run_attempt(self, attempt: int, name: str, preset, resume: dict | None = None) -> AttemptResult:
@@ -199,6 +205,8 @@ class Supervisor:
                          log=log_path.name, **launch.describe())
         self._watch = watch = AttemptWatch(attempt)
         self._begin_attempt(launch, log_path, name, preset)
+        rehearsal, lifeline = self._rehearsal, self._lifeline
+        assert rehearsal is not None and lifeline is not None  # _begin_attempt's; supervise's
         with open(log_path, "ab") as log:
             # Its own session: a Ctrl-C in the terminal reaches only the supervisor, which
             # forwards exactly one stop request.
@@ -208,7 +216,7 @@ class Supervisor:
                 log.write(f"cockpit: cannot start {launch.argv[0]!r}: {e.strerror}\n".encode())
                 return self._end_attempt(attempt, name, preset, None, log_path, None, unstarted=e)
         self._tell_lifeline(launch)  # first: from here on, the attempt must not outlive us
-        self._rehearsal.process = process
+        rehearsal.process = process
         self._sampler = SystemSampler(process.pid, env=launch.env)
         hung_for = None
         try:
@@ -217,7 +225,7 @@ class Supervisor:
                 self._pump()
                 self._read_output()
                 self._sample_memory(attempt)
-                self._rehearsal.tick()
+                rehearsal.tick()
                 if hung_for is None and (quiet := time.monotonic() - watch.last_progress) > \
                         watch.hang_timeout(preset, self._slowest_gap):
                     hung_for = quiet
@@ -230,23 +238,26 @@ class Supervisor:
             raise
         code = process.returncode
         self.kind.exited(process)   # a command: what it left behind (its DataLoader workers)
-        self._lifeline.attempt_ended()
+        lifeline.attempt_ended()
         return self._end_attempt(attempt, name, preset, code, log_path, hung_for)
 
     def _tell_lifeline(self, launch: Launch) -> None:
         """The attempt's identity and how it is stopped gracefully, for the lifeline (should this
         supervisor die) and in the events (should the lifeline die too: `runs stop` then)."""
+        lifeline, watch, process = self._lifeline, self._watch, self._process
+        assert lifeline is not None and watch is not None and process is not None  # just started
         signals, grace = self.kind.stop_plan(launch, self._slowest_gap)
-        stop = self._lifeline.attempt(self._watch.attempt, self._process.pid, signals, grace,
-                                      group=launch.group)
+        stop = lifeline.attempt(watch.attempt, process.pid, signals, grace, group=launch.group)
         if stop is not None:
-            self.events.emit("attempt_process", attempt=self._watch.attempt, **stop)
+            self.events.emit("attempt_process", attempt=watch.attempt, **stop)
 
     def _begin_attempt(self, launch: Launch, log_path: Path, name: str, preset) -> None:
+        watch = self._watch
+        assert watch is not None  # run_attempt's
         self._process = None
-        self._rehearsal = Rehearsal(launch, self._watch, self.events)
+        self._rehearsal = Rehearsal(launch, watch, self.events)
         self._output = OutputFollower(log_path, launch.parser())
-        self.kind.begin(launch, self._watch, name, preset, self._rehearsal, self._stop_at_once)
+        self.kind.begin(launch, watch, name, preset, self._rehearsal, self._stop_at_once)
         self._detector = SlowdownDetector(Context(workload=self.config.workload.workload,
                                                   params=self.config.workload.params, preset=preset),
                                           **SLOWDOWN_SETTINGS)
@@ -255,15 +266,16 @@ class Supervisor:
 
     def _end_attempt(self, attempt: int, name: str, preset, code: int | None, log_path: Path,
                      hung_for: float | None, unstarted: OSError | None = None) -> AttemptResult:
-        watch, launch = self._watch, self._launch
+        watch, launch, rehearsal = self._watch, self._launch, self._rehearsal
+        assert watch is not None and launch is not None and rehearsal is not None  # run_attempt's
         self._read_output(final=True)
         self._pump()
         tail = log_tail(log_path, lines=TAIL_LINES * (3 if launch.distributed else 1))
         verdict, code, sig = judge(watch, launch, code, tail, hung_for=hung_for, unstarted=unstarted,
                                    stop_requested=bool(self.stop_requests),
                                    memory_percent=self._memory_percent,
-                                   injected_crash=self._rehearsal.abort_escalated)
-        self._rehearsal.unfired(verdict.kind == "finished", self.kind.reported_steps)
+                                   injected_crash=rehearsal.abort_escalated)
+        rehearsal.unfired(verdict.kind == "finished", self.kind.reported_steps)
         result = AttemptResult(attempt, Rung(name, preset), verdict, code, sig, tail, watch)
         if verdict.crashed:
             self.events.emit("crash", attempt=attempt, preset=name, kind=verdict.kind,
@@ -281,10 +293,12 @@ class Supervisor:
     def _read_output(self, final: bool = False) -> None:
         """New output since the last poll: a sign of life, and progress where the kind reads it
         there (a command). At the end of an attempt (`final`) it reads to the end of the log."""
-        wrote, observations = self._output.observe(to_end=final)
+        output, watch = self._output, self._watch
+        assert output is not None and watch is not None  # an attempt's
+        wrote, observations = output.observe(to_end=final)
         if wrote and self._running():
-            gap = self._watch.touch(time.monotonic())
-            if self._watch.ready:
+            gap = watch.touch(time.monotonic())
+            if watch.ready:
                 self._slowest_gap = max(self._slowest_gap, gap)
         self.kind.progress(observations, final)
 
@@ -298,24 +312,27 @@ class Supervisor:
         if now - self._memory_sampled < MEMORY_EVERY_S:
             return
         self._memory_sampled = now
-        sample = self._sampler.sample()
+        sampler, detector = self._sampler, self._detector
+        assert sampler is not None and detector is not None  # the attempt's, once it started
+        sample = sampler.sample()
         self._memory_percent = 100.0 * sample["system_used"] / sample["system_total"]
         if sample["rss"] is None:
             return  # the attempt exited since poll(): nothing of it left to measure
         self.events.emit("memory", attempt=attempt, **sample)
-        self._on_warning(self._detector.memory(sample, time.time()))
+        self._on_warning(detector.memory(sample, time.time()))
         self._on_warning(self._contention.sample(sample, time.time()))
         self.kind.look_for_checkpoints()
 
-    def _on_warning(self, warning: dict | None) -> None:
-        if warning is None:
+    def _on_warning(self, warning: WarningFields | None) -> None:
+        watch, process = self._watch, self._process
+        if warning is None or watch is None:   # (an attempt's: it has a watch)
             return
-        self.events.emit("warning", attempt=self._watch.attempt, **warning)
-        if warning["fallback"] and self._watch.slowdown is None and not self.stop_requests:
+        self.events.emit("warning", attempt=watch.attempt, **warning)
+        if warning["fallback"] and watch.slowdown is None and not self.stop_requests:
             # The preset asks to fall back: a graceful stop (checkpoint first), then the
             # rule for 'slowdown' picks the next attempt.
-            self._watch.slowdown = warning
-            if self._running() and not self._process.stops_sent:
+            watch.slowdown = dict(warning)
+            if process is not None and process.running and not process.stops_sent:
                 self._escalate_stop()
 
     # ------------------------------------------------------------ stopping
@@ -328,20 +345,22 @@ class Supervisor:
         # The trainer: first request, stop after a checkpoint; second, stop now; third, it is
         # wedged and answers no signal it can handle. A command moves on by itself too, after
         # its grace period: SIGINT, SIGTERM, SIGKILL.
-        if not self._running():
+        process, watch = self._process, self._watch
+        if process is None or not process.running or watch is None:   # (not self._running())
             return
-        process = self._process
         signals = process.stop_signals
         while process.stops_sent < min(self.stop_requests, len(signals)):
-            self.events.emit("stop_requested", attempt=self._watch.attempt, request=process.stops_sent + 1,
+            self.events.emit("stop_requested", attempt=watch.attempt, request=process.stops_sent + 1,
                              signal=signals[process.stops_sent].name)
             self._escalate_stop()
         if process.stop_overdue():
             self._escalate_stop()
 
     def _escalate_stop(self, skip_graceful: bool = False) -> None:
-        self._rehearsal.release()  # the `slow` fault's pauses end: it must run to obey
-        self._process.send_stop(skip_graceful=skip_graceful)
+        rehearsal, process = self._rehearsal, self._process
+        assert rehearsal is not None and process is not None  # called while it runs
+        rehearsal.release()  # the `slow` fault's pauses end: it must run to obey
+        process.send_stop(skip_graceful=skip_graceful)
 
     def _stop_at_once(self) -> None:
         """Without the graceful stop: a command's loss went non-finite (a script that saves on

@@ -113,7 +113,8 @@ def judge(watch: AttemptWatch, launch: Launch, code: int | None, tail: str, *,
     """How the attempt ended, from its exit status `code` (None: never started), the log's
     `tail` and what was learnt of it: the verdict, its exit code and the signal that killed it
     (one of the two is None)."""
-    if launch.distributed and code > 0 and (cause := torchrun_root_cause(tail)) is not None:
+    if launch.distributed and code is not None and code > 0 \
+            and (cause := torchrun_root_cause(tail)) is not None:
         # How the first failing rank ended, not torchrun's own exit 1; the other ranks'
         # errors are consequences of it.
         rank, code = cause

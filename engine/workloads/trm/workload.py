@@ -90,9 +90,9 @@ class ByteLM:
         threads = FasterThreads()
         try:
             # build_model makes a RecursiveLM, in trm and in lora (with adapters inside)
-            for byte in threads.timed(stream(cast(RecursiveLM, model), prompt.encode("utf-8"), tokens=tokens,
-                                             temperature=temperature, context=self.seq_len,
-                                             seed=seed)):
+            for byte in threads.timed(stream(cast(RecursiveLM, model), prompt.encode("utf-8"),
+                                             tokens=tokens, temperature=temperature,
+                                             context=self.seq_len, seed=seed)):
                 pieces.append(decoder.decode(bytes((byte,))))
                 if pieces[-1] and on_text is not None:
                     on_text(pieces[-1])
