@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from conftest import TINY, user_preset
 from engine import runconfig
-from engine.run import supervisor as supervisor_module
+from engine.run import health as health_module
 from engine.record.events import EventWriter
 from engine.record.rundir import RunDir
 from engine.run.supervisor import Supervisor
@@ -53,8 +53,7 @@ def test_a_sample_taken_after_the_attempt_exited_is_not_an_event(home):
     run = RunDir.create(runconfig.resolve("matmul", "cpu", STEADY))
     sup = Supervisor(run)
     gone = {"rss": None, "processes": 0, "system_total": 8e9, "system_used": 2e9}
-    sup._sampler = SimpleNamespace(sample=lambda: dict(gone))
-    sup._launch = SimpleNamespace(is_command=False)
+    sup._health = SimpleNamespace(sample=lambda: dict(gone), warnings=lambda sample: [])
     sup._sample_memory(attempt=1)
     assert of_type(run, "memory") == [] and sup._memory_percent == 25.0
 
@@ -111,11 +110,11 @@ class SwappingSampler:
 
 
 def test_a_slowdown_with_swapping_warns_with_advice_and_falls_back(home, monkeypatch):
-    monkeypatch.setattr(supervisor_module, "SystemSampler", SwappingSampler)
+    monkeypatch.setattr(health_module, "SystemSampler", SwappingSampler)
     # Fractions of a second instead of the production half-minute, so the test is short. The
     # healthy stretch before the fault (200 steps, about 1.5 s here) must outlast smooth_s
     # several times over, or no healthy best exists to fall from on a faster machine.
-    monkeypatch.setattr(supervisor_module, "SLOWDOWN_SETTINGS", {"smooth_s": 0.3, "sustain_s": 1.0})
+    monkeypatch.setattr(health_module, "SLOWDOWN_SETTINGS", {"smooth_s": 0.3, "sustain_s": 1.0})
     monkeypatch.setattr(SwappingSampler, "attempts", 0)
     user_preset(home, "devices", "laptop",
                 'device = "cpu"\nbatch_size = 32\naccumulation = 2\nthreads = 1\n'

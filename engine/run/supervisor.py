@@ -42,21 +42,16 @@ from engine.record.attempt_log import TAIL_LINES, OutputFollower, log_tail
 from engine.record.event_types import FallbackFields, RunStartedFields, WarningFields
 from engine.record.events import EventFollower, EventWriter
 from engine.run.fallback import Decision, Ladder, Rung
+from engine.run.health import AttemptHealth
 from engine.run.launch import Launch, child_env
 from engine.run.lifeline import Lifeline
 from engine.run.process import AttemptProcess
 from engine.run.rehearsal import Rehearsal
 from engine.run.resume import History
 from engine.record.rundir import RunDir
-from engine.run.slowdown import Context, SlowdownDetector
 from engine.run.watch import AttemptResult, AttemptWatch, judge
-from engine.monitor.hardware import ContentionDetector
-from engine.monitor.sysmon import SystemSampler
 from engine.errors import ConfigError
 from engine.schema import to_table
-
-MEMORY_EVERY_S = 1.0
-SLOWDOWN_SETTINGS: dict = {}  # SlowdownDetector keyword overrides (tests shorten its windows)
 
 
 class Supervisor:
@@ -78,10 +73,8 @@ class Supervisor:
         self._launch: Launch | None = None
         self._watch: AttemptWatch | None = None
         self._slowest_gap = 0.0       # the longest quiet interval seen in a healthy attempt
-        self._memory_percent: float | None = None
-        self._memory_sampled = 0.0
-        self._sampler: SystemSampler | None = None
-        self._detector: SlowdownDetector | None = None
+        self._health: AttemptHealth | None = None   # memory, slowdown (engine.run.health)
+        self._memory_percent: float | None = None   # system memory in use at the last sample
         self._output: OutputFollower | None = None   # attempt-N.log as it is written
         self._rehearsal: Rehearsal | None = None   # the faults it delivers to a command
         self._lifeline: Lifeline | None = None
@@ -217,7 +210,7 @@ class Supervisor:
                 return self._end_attempt(attempt, name, preset, None, log_path, None, unstarted=e)
         self._tell_lifeline(launch)  # first: from here on, the attempt must not outlive us
         rehearsal.process = process
-        self._sampler = SystemSampler(process.pid, env=launch.env)
+        self._health = AttemptHealth(process.pid, launch.env, self.config.workload, preset)
         hung_for = None
         try:
             while process.poll() is None:
@@ -258,11 +251,7 @@ class Supervisor:
         self._rehearsal = Rehearsal(launch, watch, self.events)
         self._output = OutputFollower(log_path, launch.parser())
         self.kind.begin(launch, watch, name, preset, self._rehearsal, self._stop_at_once)
-        self._detector = SlowdownDetector(Context(workload=self.config.workload.workload,
-                                                  params=self.config.workload.params, preset=preset),
-                                          **SLOWDOWN_SETTINGS)
-        self._contention = ContentionDetector()  # a warning only: it never asks for a fallback
-        self._memory_sampled = 0.0
+        self._health = None
 
     def _end_attempt(self, attempt: int, name: str, preset, code: int | None, log_path: Path,
                      hung_for: float | None, unstarted: OSError | None = None) -> AttemptResult:
@@ -302,25 +291,20 @@ class Supervisor:
                 self._slowest_gap = max(self._slowest_gap, gap)
         self.kind.progress(observations, final)
 
-    # ------------------------------------------------------------ memory
+    # ------------------------------------------------------------ health
 
     def _sample_memory(self, attempt: int) -> None:
-        """A `memory` event about once a second, sampled here so it goes on when the
-        trainer is stuck; fed to the slowdown detector. How full memory was just before a
-        SIGKILL also tells the kernel's OOM killer from a user's kill -9."""
-        now = time.monotonic()
-        if now - self._memory_sampled < MEMORY_EVERY_S:
+        """A `memory` event about once a second, sampled from outside so that it goes on when
+        the attempt is stuck (engine.run.health), and what it warns of."""
+        assert self._health is not None  # the attempt's, once it started
+        if (sample := self._health.sample()) is None:
             return
-        self._memory_sampled = now
-        sampler, detector = self._sampler, self._detector
-        assert sampler is not None and detector is not None  # the attempt's, once it started
-        sample = sampler.sample()
         self._memory_percent = 100.0 * sample["system_used"] / sample["system_total"]
         if sample["rss"] is None:
             return  # the attempt exited since poll(): nothing of it left to measure
         self.events.emit("memory", attempt=attempt, **sample)
-        self._on_warning(detector.memory(sample, time.time()))
-        self._on_warning(self._contention.sample(sample, time.time()))
+        for warning in self._health.warnings(sample):
+            self._on_warning(warning)
         self.kind.look_for_checkpoints()
 
     def _on_warning(self, warning: WarningFields | None) -> None:
@@ -391,11 +375,8 @@ class Supervisor:
                 gap = self._watch.see(e, now)
                 if was_ready:  # start-up (a compile's first step too) is not a step interval
                     self._slowest_gap = max(self._slowest_gap, gap)
-                if e["type"] == "trainer_ready" and self._detector:
-                    self._detector.context = dataclasses.replace(
-                        self._detector.context, device=e.get("device"), precision=e.get("precision"))
-                elif e["type"] == "step" and self._detector and e.get("samples_per_s") is not None:
-                    self._on_warning(self._detector.step(e["samples_per_s"], e["t"], e.get("window_s")))
+                if self._health is not None:
+                    self._on_warning(self._health.saw(e))
                 self.kind.see(e)
             if e["type"] == "checkpoint":
                 self.kind.checkpoints[e["path"]] = e
