@@ -17,8 +17,9 @@ Both kinds of workload run through the same loop; the rooms beside it say how ea
 an attempt's launch (engine.run.launch) and process (engine.run.process: its session, signals
 and stop escalation), its kind (engine.run.kinds: the trainer or the user's command, how
 progress is read, which checkpoints there are, where the next attempt resumes), what is learnt
-of it and the hang watch (engine.run.watch), fault rehearsal in a command
-(engine.run.rehearsal), and the lifeline that stops it should the supervisor die.
+of it and the hang watch (engine.run.watch), its memory and slowdown (engine.run.health), fault
+rehearsal in a command (engine.run.rehearsal), and the lifeline that stops it should the
+supervisor die.
 
 Stopping: SIGINT/SIGTERM to the supervisor (or `request_stop`) forwards the attempt's first stop
 signal (the trainer's SIGTERM: it finishes its step, checkpoints and exits; a command's SIGINT,
