@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from engine import paths
-from engine.files import atomic_write, dump_toml, read_toml
+from engine.command import CommandSpec
 from engine.errors import ConfigError
+from engine.files import atomic_write, dump_toml, read_toml
+from engine.schema import FieldError, fields, from_table, setting, to_table, unknown_key
 from engine.vocabulary import ACTIONS, CRASH_KINDS, ENV_FIXES, parse as parse_fault
-from engine.schema import FieldError, from_table, setting, to_table, unknown_key
+from engine.workloads import BUILTIN, custom, params_class
 
 KINDS = ("workloads", "devices")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -293,9 +295,6 @@ def _kind_of(path: Path) -> str | None:
         table = read_toml(path)
     except ConfigError:
         return None
-    from engine.command import CommandSpec
-    from engine.schema import fields
-
     if any(k in table for k in (*_WORKLOAD_KEYS, *fields(CommandSpec))):
         return "workloads"
     return "devices" if any(k in fields(DevicePreset) for k in table) else None
@@ -318,9 +317,6 @@ _WORKLOAD_KEYS = ("workload", "train", "params")
 
 
 def _workload_keys() -> tuple[str, ...]:
-    from engine.command import CommandSpec
-    from engine.schema import fields
-
     return (*_WORKLOAD_KEYS, *fields(CommandSpec))
 
 
@@ -334,9 +330,6 @@ def device_from_table(table: dict, where: str) -> DevicePreset:
 def _params_fields(name: object) -> tuple[str, ...]:
     """A built-in workload's [params] keys, for pointing a misplaced one there; a custom
     workload's are not looked up (that would import the user's code to word an error)."""
-    from engine.workloads import BUILTIN, params_class
-    from engine.schema import fields
-
     return tuple(fields(params_class(name, "workload"))) if name in BUILTIN else ()
 
 
@@ -344,12 +337,7 @@ def workload_from_table(table: dict, where: str, base: Path | None = None) -> Wo
     """A workload preset's table, checked. `base` is the directory of the file it came from:
     a workload named by a relative file path ('./model.py:factory') is taken from there and kept
     absolute, so the run (and every later attempt, probe and resume) finds it from anywhere."""
-    from engine.workloads import custom, params_class
-
     table = dict(table)
-    from engine.command import CommandSpec
-    from engine.schema import fields
-
     # `command = [...]`, or a command's companions without it ("command: missing" says more
     # than "cwd: unknown key")
     if table.get("workload") == COMMAND or any(k in fields(CommandSpec) for k in table):
@@ -397,8 +385,6 @@ def workload_from_table(table: dict, where: str, base: Path | None = None) -> Wo
 
 def command_from_table(table: dict, where: str) -> WorkloadPreset:
     """A command preset: `command = [...]` and its companions at the top level."""
-    from engine.command import CommandSpec
-
     if "workload" in table:
         problem = ("a preset names either a workload or a command; expected one of them" if "command"
                    in table else "'command' is not a workload; expected command = [...] at the top level")
@@ -444,8 +430,6 @@ def check(ref: PresetRef, table: dict) -> None:
     if ref.kind == "devices":
         check_ladder(ref.name, device_from_table(table, where), where)
         return
-    from engine.workloads import BUILTIN, custom
-
     name = table.get("workload")
     if not isinstance(name, str) or name == COMMAND or name in BUILTIN:
         workload_from_table(table, where, ref.path.parent)

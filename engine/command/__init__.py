@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, AbstractSet, Literal, Sequence
 
+from engine.command.progress import compile_regex
 from engine.errors import ConfigError
 from engine.monitor import machine
 from engine.schema import FieldError, setting
@@ -96,8 +97,6 @@ class CommandSpec:
             raise FieldError("command", f"the program {self.command[0]!r} has a placeholder; "
                                         "expected a fixed program name or path")
         if self.progress_regex:
-            from engine.command.progress import compile_regex
-
             try:
                 compile_regex(self.progress_regex)
             except ValueError as e:

@@ -43,7 +43,8 @@ from engine.errors import ConfigError
 from engine.numbers import rate
 from engine.presets import DevicePreset
 from engine.probe import FINDER_BUDGET_S, MAX_BATCH, TRIAL_S
-from engine.probe.measure import POLL_S, PRESSURE_RANK, SAMPLE_EVERY_S, Worker, start_worker
+from engine.probe.measure import POLL_S, PRESSURE_RANK, SAMPLE_EVERY_S, Worker
+from engine.probe.workers import start_worker
 from engine.runconfig import RunConfig
 from engine.schema import to_table
 from engine.monitor.sysmon import SystemSampler

@@ -16,7 +16,7 @@ from typing import cast
 
 import psutil
 
-from engine import runconfig
+from engine import command, presets, runconfig
 from engine.errors import ConfigError
 from engine.numbers import count
 from engine.presets import Device, DevicePreset, WorkloadPreset
@@ -101,14 +101,10 @@ def _threads_fixed(workload: WorkloadPreset, preset: DevicePreset) -> bool:
     {threads}: the thread count cannot reach it, so one candidate is enough."""
     if not workload.is_command or "OMP_NUM_THREADS" not in preset.env:
         return False
-    from engine import command
-
     return "threads" not in command.used(workload.params)
 
 
 def _resolve(workload: WorkloadPreset, device_name: str, overrides: list[str]) -> DevicePreset:
-    from engine import presets
-
     device = presets.load_device(device_name)
     # Only the device section of --set applies to each candidate's preset; params and train
     # were applied to the workload already (the same split a run makes).

@@ -7,7 +7,7 @@ worker the probe itself ended (time up, batch too big) is not a crash.
 
 `Worker` runs the probe's trainer (engine.probe.worker); a command workload's worker
 (engine.probe.command_worker.CommandWorker) differs only in what it spawns and when, and in
-how it reads its events: from the command's output. `start_worker` picks the one.
+how it reads its events: from the command's output. engine.probe.workers picks the one.
 """
 
 from __future__ import annotations
@@ -276,12 +276,3 @@ class Worker:
             last_step=max(steps) if steps else None,
             memory_percent=100.0 * last["system_used"] / last["system_total"] if last else None,
             device=next((e.get("device") for e in self.of_type("trainer_ready")), None))
-
-
-def start_worker(config: RunConfig, preset: DevicePreset, scratch: Path, **kwargs) -> Worker:
-    """The probe's worker for this workload: the trainer, or the user's own command."""
-    if config.workload.is_command:
-        from engine.probe.command_worker import CommandWorker
-
-        return CommandWorker(config, preset, scratch, **kwargs)
-    return Worker(config, preset, scratch, **kwargs)

@@ -23,7 +23,8 @@ from typing import Callable
 from engine.numbers import rate
 from engine.probe import PROBE_BUDGET_S, cache
 from engine.probe.candidates import Candidate
-from engine.probe.measure import POLL_S, Worker, WorkerEnd, start_worker
+from engine.probe.measure import POLL_S, Worker, WorkerEnd
+from engine.probe.workers import start_worker
 from engine.probe.timings import CONFIDENCE, Estimate, Timing, estimate, rates_interval
 from engine.runconfig import RunConfig
 

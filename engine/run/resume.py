@@ -117,7 +117,7 @@ def plan(run: RunDir, history: History, device: str | None = None,
     resumed = runconfig.configure(config.workload, config.workload_preset, str(run.config_path),
                                   name, start, start_where, overrides, known=known)
     if not resumed.workload.is_command:
-        from engine.monitor import device as devices
+        from engine.monitor import device as devices  # torch, for a trainer's resume alone
 
         devices.resolve(resumed.device, where=f"device preset {name!r}")
     return dataclasses.replace(resumed, overrides=config.overrides + tuple(overrides))

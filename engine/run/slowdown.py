@@ -22,6 +22,7 @@ import dataclasses
 from collections import deque
 from typing import Any, Mapping
 
+from engine import command
 from engine.presets import DevicePreset
 from engine.record.event_types import Advice, WarningFields
 from engine.schema import fields
@@ -106,8 +107,6 @@ def _takes(ctx: Context, settings: list[str]) -> bool:
     device.batch_size is no use to a script that takes no {batch_size}."""
     if ctx.workload != "command" or not hasattr(ctx.params, "command"):
         return True
-    from engine import command
-
     takes = command.used(ctx.params)
     keys = {item.partition("=")[0].removeprefix("device.") for item in settings}
     return all(k in takes for k in keys if k in ("batch_size", "accumulation", "precision",

@@ -36,7 +36,7 @@ from typing import Any, Callable, cast
 import torch
 from torch import nn
 
-from engine import presets, workloads
+from engine import presets, runconfig, workloads
 from engine.monitor import device as devices
 from engine.record import checkpoint
 from engine.train import optim, parity, peaks
@@ -237,8 +237,6 @@ class Trainer:
         in silence. engine.runconfig.check_faults refuses it before the run where a workload
         tells its size without building its data; for the others (trm) only the trainer knows
         the run's length, so its first attempt refuses it, with the same line."""
-        from engine import runconfig
-
         # counted as runconfig counts, on the ladder's smallest step (a fault may be meant for a
         # fallback's attempt), with the data set's size this process has built
         known = runconfig.last_step(config, [config.device, *config.ladder.values()],
