@@ -8,7 +8,7 @@ import subprocess
 import torch
 
 from conftest import TINY, child_env, cockpit_cmd, user_preset
-from engine import runconfig
+from engine import runconfig, vocabulary
 from engine.run import crashes, fallback
 from engine.record.events import EventWriter
 from engine.record.rundir import RunDir
@@ -102,9 +102,9 @@ def test_a_parity_failure_at_attempt_start_falls_back_to_the_next_preset(home):
 
 def test_the_rule_and_the_classification():
     assert fallback.DEFAULT_RULES["numerical-parity"] == "next"
-    assert "numerical-parity" in crashes.CRASH_KINDS
+    assert "numerical-parity" in vocabulary.CRASH_KINDS
     verdict = crashes.classify(crashes.AttemptEnd(
-        exit_code=crashes.EXIT_PARITY, signal=None, device="mps",
+        exit_code=vocabulary.EXIT_PARITY, signal=None, device="mps",
         tail="parity: mps in fp32 computes wrong numbers: the gradient of w is off by 99"))
     assert verdict.kind == "numerical-parity" and verdict.sentence.startswith("The MPS computed wrong")
     assert verdict.evidence["message"].endswith("off by 99")

@@ -11,6 +11,7 @@ each in its own process (a crash is a result, not the end of the probe), and ran
     timings.py      from timed micro-batches to samples/s and its confidence interval
     measure.py      runs one worker and watches it: memory, pressure, swap, how it ended
     command_worker.py  the same for a command workload: the user's script, timed from its output
+    workers.py      which of the two times a candidate
     speed.py        the probe: budget, ranking, the recommendation in a sentence
     batch.py        the batch finder: the largest micro-batch that fits, and keeps memory calm
     cache.py        results per machine and workload configuration

@@ -34,6 +34,7 @@ import signal
 import time
 
 from engine import command as commands
+from engine import vocabulary
 from engine.run import faults
 from engine.record.attempt_log import OutputFollower, log_tail
 from engine.run.crashes import AttemptEnd, Verdict
@@ -66,7 +67,7 @@ class CommandWorker(Worker):
         self._until: float | None = None           # time.time(), speed mode
         self._warm_until: float | None = None
         self._trial: dict | None = None            # batch mode: {"batch", "t", "step", "samples", "done"}
-        self._faults: list[faults.Fault] = []
+        self._faults: list[vocabulary.Fault] = []
         self._slowed = False
         self._last_live: tuple[float, int, float] | None = None  # (when, step, samples) read while it ran
 
@@ -116,7 +117,7 @@ class CommandWorker(Worker):
         self._output = OutputFollower(self.log_path, launch.parser())
         # No window closes before its first step: then windows of the measurement's length.
         self._tracker = Tracker(launch.samples_per_step, launch.total_steps, report_every_s=float("inf"))
-        self._faults = [faults.parse(s) for s in launch.signal_faults]
+        self._faults = [vocabulary.parse(s) for s in launch.signal_faults]
         return True
 
     # ------------------------------------------------------------ following it

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 # Outcomes after which the next attempt does not repeat the attempt's last steps: its trainer
-# checkpointed them on the way out, or it trained none (engine.run.crashes.CLEAN).
+# checkpointed them on the way out, or it trained none (engine.vocabulary.CLEAN).
 _CLEAN_ENDS = ("finished", "stopped", "config")
 
 

@@ -12,10 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-# The words (crash kinds, the clean ends, the trainer's exit codes) are engine.vocabulary's,
-# named here too for the readers of a verdict.
-from engine.vocabulary import (CLEAN, CRASH_KINDS, EXIT_CONFIG, EXIT_FAILED,  # noqa: F401
-                               EXIT_FINISHED, EXIT_NUMERICAL, EXIT_PARITY, EXIT_STOPPED)
+# The words (crash kinds, the clean ends, the trainer's exit codes) are engine.vocabulary's.
+from engine.vocabulary import (CLEAN, EXIT_CONFIG, EXIT_FINISHED, EXIT_NUMERICAL, EXIT_PARITY,
+                               EXIT_STOPPED)
 
 _OOM = re.compile(r"MPS backend out of memory|CUDA out of memory|OutOfMemoryError|"
                   r"DefaultCPUAllocator: (?:not enough memory|can't allocate memory)|std::bad_alloc|"

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING
 
 from engine.run.crashes import Verdict
 # The actions and the environment fixes are engine.vocabulary's (presets check rules against
-# them without importing this floor), named here too.
-from engine.vocabulary import ACTIONS, ENV_FIXES  # noqa: F401
+# them without importing this floor).
+from engine.vocabulary import ENV_FIXES
 
 if TYPE_CHECKING:
     from engine.presets import DevicePreset

@@ -11,9 +11,7 @@ from __future__ import annotations
 import os
 import signal
 
-# The grammar, named here too for the callers that deliver what it reads.
-from engine.vocabulary import (FAULT_KINDS as KINDS, GRAMMAR, IN_SCRIPT_KINDS,  # noqa: F401
-                               REPORTED_KINDS, SIGNAL_KINDS, Fault, parse)
+from engine.vocabulary import Fault
 
 SLOW_PERIOD_S = 0.4  # `slow` from outside: the process stopped three quarters of each period
 

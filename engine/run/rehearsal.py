@@ -20,6 +20,7 @@ import signal
 import time
 
 from engine.record.events import EventWriter
+from engine import vocabulary
 from engine.run import faults
 from engine.run.launch import Launch
 from engine.run.process import AttemptProcess
@@ -30,10 +31,10 @@ class Rehearsal:
     def __init__(self, launch: Launch, watch: AttemptWatch, events: EventWriter):
         self._launch, self._watch, self._events = launch, watch, events
         self.process: AttemptProcess | None = None   # set once the attempt is started
-        self._faults = [faults.parse(s) for s in launch.signal_faults]   # due at a step
-        self._timed = [faults.parse(s) for s in launch.timed_faults]     # due at a time
+        self._faults = [vocabulary.parse(s) for s in launch.signal_faults]   # due at a step
+        self._timed = [vocabulary.parse(s) for s in launch.timed_faults]     # due at a time
         # the step faults cockpit.report raises inside the command, parsed once for the attempt
-        self._in_script = [f for f in map(faults.parse, launch.script_faults) if not f.timed]
+        self._in_script = [f for f in map(vocabulary.parse, launch.script_faults) if not f.timed]
         self._stepless_told = False            # its step faults were said unable to fire
         self._overdue_told: set[str] = set()   # in-script faults said due and not fired
         self._slowed = False                   # the `slow` fault is throttling the command
@@ -80,7 +81,7 @@ class Rehearsal:
             self._timed.remove(fault)
             self._deliver(fault, step=self._watch.last_step, at_s=round(elapsed, 3))
 
-    def _deliver(self, fault: faults.Fault, **where) -> None:
+    def _deliver(self, fault: vocabulary.Fault, **where) -> None:
         if fault.spec in self._watch.fired:
             return  # a script that reports its steps aborted itself at it (cockpit.report)
         assert self.process is not None  # delivered only while it runs (_running)
@@ -134,7 +135,7 @@ class Rehearsal:
         not called report.step yet: said now, not when the attempt ends (hours later, maybe). A
         script that reports at an interval fires it at its next report; one that never does,
         never."""
-        due = [f.spec for f in self._in_script if f.kind in faults.REPORTED_KINDS
+        due = [f.spec for f in self._in_script if f.kind in vocabulary.REPORTED_KINDS
                and f.step is not None and f.step <= step
                and f.spec not in self._watch.fired and f.spec not in self._overdue_told]
         if due:
