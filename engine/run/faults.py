@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 
+from engine.run.process import signal_group
 from engine.vocabulary import Fault
 
 SLOW_PERIOD_S = 0.4  # `slow` from outside: the process stopped three quarters of each period
@@ -24,13 +25,13 @@ def deliver(fault: Fault, pid: int) -> bool:
     """A signal fault, for real, to the process `pid` leads (its own session): SIGABRT to it
     for native-crash (as Metal's abort), SIGSTOP to its group for hang (a process that
     answers nothing but SIGKILL). True for slow: the caller then calls `throttle` as it polls."""
-    try:
-        if fault.kind == "native-crash":
+    if fault.kind == "native-crash":
+        try:
             os.kill(pid, signal.SIGABRT)
-        elif fault.kind == "hang":
-            os.killpg(pid, signal.SIGSTOP)
-    except ProcessLookupError:
-        pass
+        except ProcessLookupError:
+            pass
+    elif fault.kind == "hang":
+        signal_group(pid, signal.SIGSTOP, strays=False)
     return fault.kind == "slow"
 
 
@@ -38,7 +39,5 @@ def throttle(pid: int, now: float) -> None:
     """The `slow` fault from outside: the group runs a quarter of each SLOW_PERIOD_S (steps
     four times longer, what swapping looks like from the loop); `now` is a monotonic clock."""
     running = (now % SLOW_PERIOD_S) < SLOW_PERIOD_S / 4
-    try:
-        os.killpg(pid, signal.SIGCONT if running else signal.SIGSTOP)
-    except ProcessLookupError:
-        pass
+    # its group alone, as before: a walk of its descendants at every poll would cost the loop
+    signal_group(pid, signal.SIGCONT if running else signal.SIGSTOP, strays=False)
