@@ -26,7 +26,6 @@ import sys
 from typing import TextIO
 
 from cockpit.present.transcript import LOG_EVERY_S, Transcript
-from cockpit.present.words import duration  # noqa: F401 (commands/train.py's import of it, for now)
 
 
 class HeadlessPrinter:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cockpit.headless import LOG_EVERY_S, HeadlessPrinter, duration
+from cockpit.headless import LOG_EVERY_S, HeadlessPrinter
+from cockpit.present.words import duration
 from engine import command, presets, runconfig, settings
 from engine.errors import ConfigError
 from engine.numbers import rate
