@@ -169,7 +169,6 @@ class CommandKind(TrainerKind):
                              "checked: cockpit check)")
         # what the placeholders said; a command has no trainer_ready to say it
         watch.device, watch.precision = launch.device, launch.precision
-        watch.resumed_step = (launch.resume or {}).get("step") or 0
         self.tracker = Tracker(launch.samples_per_step, launch.total_steps)
         self._watch, self._rehearsal, self._stop_at_once = watch, rehearsal, stop_at_once
         self._newest_file = None

@@ -39,8 +39,6 @@ class AttemptWatch:
     last_step: int | None = None
     precision: str | None = None
     device: str | None = None
-    resumed_step: int = 0
-    checkpoint_step: int | None = None   # the last checkpoint it wrote
     exception: dict | None = None
     numerical: dict | None = None
     fired: list[str] = field(default_factory=list)
@@ -70,15 +68,12 @@ class AttemptWatch:
             # Compiling happens in the first step: until that step, the trainer is starting up.
             self.compiles = bool(event.get("compile"))
             self.precision, self.device = event.get("precision"), event.get("device")
-            self.resumed_step = (event.get("resumed_from") or {}).get("step", 0)
         elif kind == "exception":
             self.exceptions.setdefault(event.get("rank", 0), event)
             self.exception = self.exception or event
         elif kind == "numerical":
             self.numericals.setdefault(event.get("rank", 0), event)
             self.numerical = self.numerical or event
-        elif kind == "checkpoint" and event.get("step") is not None:
-            self.checkpoint_step = event["step"]
         elif kind == "fault_injected":
             self.fired.append(event["spec"])
         return gap
