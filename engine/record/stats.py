@@ -30,9 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-# Outcomes after which the next attempt does not repeat the attempt's last steps: its trainer
-# checkpointed them on the way out, or it trained none (engine.vocabulary.CLEAN).
-_CLEAN_ENDS = ("finished", "stopped", "config")
+from engine.vocabulary import CLEAN
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +190,8 @@ class RunStats:
         for a, after in zip(self.attempts, self.attempts[1:] + [None]):
             if after is not None and after.start_step is not None:
                 lost += max(0, a.reached - after.start_step)
-            elif a.outcome is not None and a.outcome not in _CLEAN_ENDS:
+            # a clean end (finished, stopped, config) checkpointed its steps or trained none
+            elif a.outcome is not None and a.outcome not in CLEAN:
                 lost += max(0, a.reached - a.kept)
         return lost
 
