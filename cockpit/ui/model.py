@@ -124,7 +124,6 @@ class RunModel:
     smoothed_samples_per_s: float | None = None  # recent windows, by time (engine.monitor.throughput)
     avg_samples_per_s: float | None = None  # the run's average over time spent training
     avg_steps_per_s: float | None = None
-    steps_lost: int = 0               # steps trained again after crashes (engine.record.stats)
     gflop_s: float | None = None
     avg_gflop_s: float | None = None  # over the same training time as avg_samples_per_s
     mfu: float | None = None          # model FLOP utilisation, where the GPU's peak is known
@@ -148,6 +147,12 @@ class RunModel:
     eval_series: dict[str, Series] = field(default_factory=dict)  # per metric, x as loss_series
     marks: list[tuple[float, str]] = field(default_factory=list)  # crashes, at run time x
     stats: RunStats = field(default_factory=RunStats, repr=False)  # behind the avg_* figures
+
+    @property
+    def steps_lost(self) -> int:
+        """Steps trained again after crashes: the run's one accounting's (engine.record.stats),
+        current with every event folded."""
+        return self.stats.steps_lost
 
     # ------------------------------------------------------------ folding
 
@@ -278,7 +283,6 @@ def _attempt_started(m: RunModel, e: dict) -> Change:
     if e.get("command_line"):  # a command: no trainer_ready will say where it runs
         m.attempts[-1].device, m.attempts[-1].precision = e.get("device"), e.get("precision")
         m.attempts[-1].resumed_from = e.get("resume")
-        m.steps_lost = m.stats.steps_lost  # where it resumes is known now (a trainer's, at trainer_ready)
         m._say(e, human_line(e))
     else:
         m._say(e, f"attempt {e.get('attempt')} starts on preset {e.get('preset')}")
@@ -292,7 +296,6 @@ def _trainer_ready(m: RunModel, e: dict) -> Change:
         a.batch = f"{e.get('batch_size', '?')} x {e.get('accumulation', '?')}"
         a.resumed_from = e.get("resumed_from")
     m.total = e.get("total_steps", m.total)
-    m.steps_lost = m.stats.steps_lost  # it resumed: the steps past its checkpoint are lost
     m._say(e, human_line(e))
     return Change.RUN | Change.ATTEMPTS | Change.PROGRESS | Change.LOG
 
@@ -318,7 +321,6 @@ def _step(m: RunModel, e: dict) -> Change:
         m.avg_steps_per_s = averages.steps / averages.train_s
     if averages.gflop_s_time > 0:
         m.avg_gflop_s = averages.gflop / averages.gflop_s_time
-    m.steps_lost = averages.steps_lost  # a command resumed from a file of unknown step: its first window says where
     t = get("t")
     x = t - m.started_t if t is not None and m.started_t is not None else 0.0
     partial = get("partial")  # a window cut short by a checkpoint or the end: its rate is noise
@@ -404,7 +406,6 @@ def _attempt_ended(m: RunModel, e: dict) -> Change:
         a.outcome, a.exit = e.get("outcome", "?"), e.get("exit", "")
         a.last_step = e.get("last_step", a.last_step)
     m.mining_active = m.eval_active = False
-    m.steps_lost = m.stats.steps_lost
     m._say(e, human_line(e) or f"attempt {e.get('attempt')} ended: {e.get('outcome')} ({e.get('exit', '')})")
     return Change.RUN | Change.ATTEMPTS | Change.LOG
 
@@ -429,7 +430,6 @@ def _run_finished(m: RunModel, e: dict) -> Change:
     m.status, m.ended_t = e.get("status", "?"), e.get("t")
     m.eta_s = None
     m.mining_active = m.eval_active = False
-    m.steps_lost = m.stats.steps_lost
     m._say(e, human_line(e))
     return Change.RUN | Change.PROGRESS | Change.LOG
 
