@@ -46,8 +46,10 @@ def follow(run: RunDir, poll_s: float = POLL_S) -> Iterator[Batch]:
     events are written, at most one batch a poll."""
     follower, end = EventFollower(run.events_path), None
     while True:
-        working = at_work(run)   # first: what was written before this is all read below
-        live = working and run.supervisor_pid() is not None
+        # first: what was written before this is all read below. The supervisor's pid is read
+        # once a poll (a file and a process lookup), for both questions.
+        live = run.supervisor_pid() is not None
+        working = live or resume.at_work(run)
         events = follower.poll()
         end = run_end(events, end)
         ended = not working and (end is not None or not events)
