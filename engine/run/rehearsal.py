@@ -108,6 +108,11 @@ class Rehearsal:
 
     # ------------------------------------------------------------ what cannot fire
 
+    def _warn(self, kind: str, faults: list[str], message: str) -> None:
+        """A warning about faults that cannot fire, or did not, naming them."""
+        self._events.emit("warning", attempt=self._watch.attempt, kind=kind, faults=faults,
+                          advice=[], fallback=False, message=message)
+
     def _pending(self) -> list[str]:
         """A command's step faults not fired yet: the supervisor's signals and cockpit.report's."""
         specs = [f.spec for f in self._faults] + [
@@ -123,12 +128,10 @@ class Rehearsal:
         pending = self._pending()
         if pending:
             self._stepless_told = True
-            self._events.emit("warning", attempt=self._watch.attempt, kind="fault-cannot-fire",
-                              faults=pending, advice=[], fallback=False,
-                              message=f"{_named(pending)} cannot fire: a step fault waits for "
-                                      "a step number, which this command's output does not give "
-                                      "(unless the script calls cockpit.report.step); a timed fault "
-                                      "(KIND@SECONDSs, e.g. hang@30s) needs none")
+            self._warn("fault-cannot-fire", pending,
+                       f"{_named(pending)} cannot fire: a step fault waits for a step number, "
+                       "which this command's output does not give (unless the script calls "
+                       "cockpit.report.step); a timed fault (KIND@SECONDSs, e.g. hang@30s) needs none")
 
     def _overdue(self, step: int) -> None:
         """A fault cockpit.report raises whose step the output has reached, in a script that has
@@ -140,14 +143,11 @@ class Rehearsal:
                and f.spec not in self._watch.fired and f.spec not in self._overdue_told]
         if due:
             self._overdue_told.update(due)
-            self._events.emit("warning", attempt=self._watch.attempt, kind="fault-not-fired",
-                              faults=due, advice=[], fallback=False,
-                              message=f"{_named(due)} {'is' if len(due) == 1 else 'are'} due "
-                                      f"(the output is at step {step}) and not injected: "
-                                      "cockpit.report.step raises it inside the script, which has "
-                                      "not called it (a script that never does cannot fire oom, "
-                                      "backend, openmp, nan or user-code; native-crash, hang and "
-                                      "slow work on any command)")
+            self._warn("fault-not-fired", due,
+                       f"{_named(due)} {'is' if len(due) == 1 else 'are'} due (the output is at step "
+                       f"{step}) and not injected: cockpit.report.step raises it inside the script, "
+                       "which has not called it (a script that never does cannot fire oom, backend, "
+                       "openmp, nan or user-code; native-crash, hang and slow work on any command)")
 
     def unfired(self, finished: bool, reported_steps: bool) -> None:
         """At the attempt's end, step faults that could not fire: a fault that cockpit.report
@@ -157,24 +157,20 @@ class Rehearsal:
             return
         if self._watch.last_step is None and finished:
             if pending := self._pending():
-                self._events.emit("warning", attempt=self._watch.attempt, kind="fault-not-fired",
-                                  faults=pending, advice=[], fallback=False,
-                                  message=f"{_named(pending)} "
-                                          f"{'was' if len(pending) == 1 else 'were'} not injected: the command's "
-                                          "output gave no step number and it never called "
-                                          "cockpit.report.step (a timed fault, KIND@SECONDSs, "
-                                          "needs neither)")
+                self._warn("fault-not-fired", pending,
+                           f"{_named(pending)} {'was' if len(pending) == 1 else 'were'} not injected: "
+                           "the command's output gave no step number and it never called "
+                           "cockpit.report.step (a timed fault, KIND@SECONDSs, needs neither)")
             return
         reached = self._watch.last_step or 0
         for fault in self._in_script:
             spec = fault.spec
             if fault.step is not None and fault.step <= reached and spec not in self._watch.fired \
                     and spec not in self._overdue_told:
-                self._events.emit("warning", attempt=self._watch.attempt, kind="fault-not-fired",
-                                  message=f"fault {spec} was not injected: cockpit.report.step raises "
-                                          "it inside the script, and this command never calls it "
-                                          "(native-crash, hang and slow work on any command)",
-                                  advice=[], fallback=False)
+                self._warn("fault-not-fired", [spec],
+                           f"fault {spec} was not injected: cockpit.report.step raises it inside the "
+                           "script, and this command never calls it (native-crash, hang and slow work "
+                           "on any command)")
 
 
 def _named(specs: list[str]) -> str:
