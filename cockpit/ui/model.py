@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from enum import Flag, auto
 
 from cockpit.present.lines import human_line as _human_line
-from cockpit.present.words import duration
 from engine.record.stats import RunStats
 
 MAX_POINTS = 256
@@ -456,4 +455,4 @@ def rate_text(value: float | None, unit: str) -> str:
     return f"{value:,.0f} {unit}" if value >= 100 else f"{value:.3g} {unit}"
 
 
-__all__ = ["RunModel", "Change", "Attempt", "Series", "bytes_text", "rate_text", "warning_text", "duration"]
+__all__ = ["RunModel", "Change", "Attempt", "Series", "bytes_text", "rate_text", "warning_text"]
