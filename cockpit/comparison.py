@@ -10,7 +10,7 @@ import dataclasses
 from cockpit.present.words import duration
 from engine.errors import ConfigError
 from engine.numbers import count, rate
-from engine.presets import read_toml
+from engine.files import read_toml
 from engine.record.curves import RunCurves
 from engine.record.digest import RunDigest
 from engine.record.rundir import RunDir, RunSummary

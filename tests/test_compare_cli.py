@@ -80,7 +80,7 @@ def test_curves_without_json_is_refused(home, capsys):
 
 def test_one_differing_setting_is_counted_in_the_singular(home, capsys):
     """engine.numbers.count, as everywhere else: '1 setting differs', never '1 settings differ'."""
-    from engine.presets import dump_toml, read_toml
+    from engine.files import dump_toml, read_toml
 
     copy_run(home, "finished", FINISHED)
     other = copy_run(home, "finished", "20261123-000003-finished")

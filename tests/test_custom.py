@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, cockpit_cmd, user_preset
-from engine import presets, runconfig, workloads
+from engine import files, presets, runconfig, workloads
 from engine.errors import ConfigError
 from engine.record.rundir import list_runs
 from engine.schema import to_table
@@ -214,7 +214,7 @@ def test_the_example_runs_end_to_end_and_the_trainer_imports_the_module_the_cli_
     r2 = float(re.search(r"r2 ([0-9.]+)", last).group(1))
     assert r2 > 0.9, last  # predicting the mean scores 0
     (run,) = list_runs()
-    assert presets.read_toml(run.config_path)["workload"]["workload"] == "sine_workload:build"
+    assert files.read_toml(run.config_path)["workload"]["workload"] == "sine_workload:build"
     assert "decoy" not in run.attempt_log(1).read_text()
 
 

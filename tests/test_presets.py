@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from conftest import FIXTURES, user_preset
-from engine import presets, runconfig
+from engine import files, presets, runconfig
 from engine.errors import ConfigError
 from engine.presets import DevicePreset
 from engine.schema import to_table
@@ -57,7 +57,7 @@ def test_round_trip_through_user_dir_and_shadowing(home):
     assert loaded == DevicePreset(**{**{f: getattr(original, f) for f in to_table(original)},
                                      "batch_size": 12, "description": "mine"})
     # the shipped file is untouched
-    shipped = presets.device_from_table(presets.read_toml(presets.paths.shipped_presets_dir()
+    shipped = presets.device_from_table(files.read_toml(presets.paths.shipped_presets_dir()
                                                           / "devices" / "cpu.toml"), "shipped")
     assert shipped == original
 

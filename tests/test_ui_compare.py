@@ -16,7 +16,7 @@ from cockpit.app import make_app
 from cockpit.ui import compare as compare_screen
 from cockpit.ui.compare import CompareScreen, colour
 from cockpit.ui.runs import RunsScreen
-from engine import presets
+from engine import files
 from engine.runconfig import resolve
 from ui_support import RUNS, copy_run, fake_live, run, wait_for
 
@@ -141,7 +141,7 @@ def test_runs_of_different_workloads_and_runs_without_steps(home):
     copy_run(home, "finished", FINISHED)
     # a trm-tiny run that failed before its first step: its own workload's settings, no curves
     other = copy_run(home, "finished", "20261123-000002-trm")
-    presets.atomic_write(other / "run.toml", presets.dump_toml(resolve("trm-tiny", "cpu").to_table()))
+    files.atomic_write(other / "run.toml", files.dump_toml(resolve("trm-tiny", "cpu").to_table()))
     lines = (other / "events.jsonl").read_text().splitlines(keepends=True)
     first_step = next(i for i, line in enumerate(lines) if '"type":"step"' in line)
     end = '{"v":1,"t":1795432621.0,"type":"run_finished","attempt":0,"status":"failed","attempts":1}\n'

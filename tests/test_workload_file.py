@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, cockpit_cmd, user_preset
-from engine import presets, runconfig, workloads
+from engine import files, presets, runconfig, workloads
 from engine.errors import ConfigError
 from engine.record.rundir import list_runs
 
@@ -119,7 +119,7 @@ def test_file_mistakes_are_one_line_naming_the_preset(home, spec, source, messag
     assert e.value.line() == f"{preset}: " + message.format(dir=preset.parent, mod="spelt_wl")
     if source is None:  # presets list sees a missing file without importing anything
         with pytest.raises(ConfigError, match="no file"):
-            presets.check(presets.find("workloads", "broken"), presets.read_toml(preset))
+            presets.check(presets.find("workloads", "broken"), files.read_toml(preset))
 
 
 def test_a_relative_path_outside_a_preset_file_is_refused(home):
@@ -148,7 +148,7 @@ def test_the_cli_the_resume_and_the_probe_find_it_from_another_directory(home):
                    *[a for s in sets for a in ("--set", s)], cwd="a")
     assert done.returncode == 1 and "crashed: user-code" in done.stdout, done.stdout + done.stderr
     (run,) = list_runs()
-    assert presets.read_toml(run.config_path)["workload"]["workload"] == f"{path}:build"
+    assert files.read_toml(run.config_path)["workload"]["workload"] == f"{path}:build"
 
     done = cockpit("runs", "resume", "last", cwd="b")
     assert done.returncode == 0, done.stdout + done.stderr

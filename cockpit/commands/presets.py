@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from engine import paths, presets, settings
+from engine import files, paths, presets, settings
 from engine.errors import ConfigError
 from engine.schema import to_table
 
@@ -22,7 +22,7 @@ def _read(ref: presets.PresetRef) -> tuple[str, str | None]:
     """(description, error): a preset that cannot be read or checked is listed as broken, with
     the line `presets show` would give, and the rest are still listed."""
     try:
-        table = presets.read_toml(ref.path)
+        table = files.read_toml(ref.path)
         presets.check(ref, table)
     except ConfigError as e:
         return "", e.line()
@@ -63,7 +63,7 @@ def show(args: argparse.Namespace) -> int:
         else:
             table = presets.workload_to_table(presets.load_workload(args.name))
         print(f"# {kind[:-1]} preset {ref.name} ({_where(ref)}): {ref.path}")
-        print(presets.dump_toml(table).decode())
+        print(files.dump_toml(table).decode())
         shown += 1
     if not shown:
         names = "; ".join(f"{kind}: " + ", ".join(r.name for r in presets.list_presets(kind))

@@ -21,7 +21,7 @@ from textual.screen import ModalScreen, Screen
 from textual.content import Content
 from textual.widgets import Button, Footer, Header, Input, Label, Select, Static
 
-from engine import paths, presets
+from engine import files, paths, presets
 from engine.errors import ConfigError
 from engine.presets import DevicePreset, TrainSettings
 from engine.schema import expected, fields, parse_value, to_table
@@ -179,7 +179,7 @@ one puts your copy in your preset dir, where it shadows the shipped one.
         super().__init__()
         self.kind, self.preset_name = kind, name
         self.ref = presets.find(kind, name)
-        raw = presets.read_toml(self.ref.path)
+        raw = files.read_toml(self.ref.path)
         loaded = full_table(kind, raw, str(self.ref.path), self.ref.path.parent)
         # as loaded: a workload file's path made absolute, so the preset saves anywhere
         self.workload = loaded.get("workload") if kind == "workloads" else None
@@ -193,7 +193,7 @@ one puts your copy in your preset dir, where it shadows the shipped one.
         if not path.is_file():
             return None
         try:
-            return flat(self.kind, full_table(self.kind, presets.read_toml(path), str(path), path.parent))
+            return flat(self.kind, full_table(self.kind, files.read_toml(path), str(path), path.parent))
         except ConfigError:
             return None
 
