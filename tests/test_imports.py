@@ -31,9 +31,10 @@ def test_help_and_presets_do_not_import_torch():
 def test_a_cached_probe_answers_without_torch():
     """The launch screen's probe line and a cache lookup stay light: no torch."""
     mods = _modules_after("from engine.probe import cache, candidates, speed, batch, measure; "
+                          "from engine.monitor.machine import machine; "
                           "from engine import runconfig; c = runconfig.resolve('matmul', 'auto'); "
                           "cands = candidates.build(c.workload, devices=[], preset_names=[], base='auto', "
-                          "overrides=[]); cache.key(cache.machine(), c.workload, cands, 60); "
+                          "overrides=[]); cache.key(machine(), c.workload, cands, 60); "
                           "cache.latest(); import cockpit.ui.probe")
     assert "torch" not in mods
 

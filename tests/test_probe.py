@@ -14,6 +14,7 @@ import pytest
 
 from conftest import child_env, cockpit_cmd, user_preset
 from engine import runconfig
+from engine.monitor.machine import machine as machine_info
 from engine.probe import batch as finder, cache, candidates, measure, speed
 from engine.probe.measure import MemoryReading
 from engine.probe.speed import CandidateResult, probe, recommend, settle_budget
@@ -201,7 +202,7 @@ def test_the_cache_key_follows_params_presets_and_machine(home):
     other = runconfig.resolve("matmul", "auto", ["params.n=128"])
     cands = candidates.build(config.workload, devices=["cpu"], preset_names=[], base="auto",
                              overrides=[], threads=False)
-    machine = cache.machine()
+    machine = machine_info()
     base = cache.key(machine, config.workload, cands, 60)
     assert base == cache.key(machine, runconfig.resolve("matmul", "auto", []).workload, cands, 60)
     assert base != cache.key(machine, other.workload, cands, 60)
