@@ -16,7 +16,8 @@ import pytest
 
 from conftest import TINY, child_env, cockpit_cmd, user_preset
 from engine import runconfig
-from engine.run.alerts import Alert, AlertRules, Alerts, Commands, Terminal, desktop_argv, escape
+from engine.run.alert_rules import Alert, AlertRules
+from engine.run.alerts import Alerts, Commands, Terminal, desktop_argv, escape
 from engine.record.identity import ProcessId
 from engine.record.rundir import RunDir, list_runs, summarize
 from engine.settings import AlertSettings

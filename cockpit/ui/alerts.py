@@ -11,7 +11,8 @@ from textual.app import App
 
 from engine import settings
 from engine.errors import ConfigError
-from engine.run.alerts import Alert, AlertRules, escape
+from engine.run.alert_rules import Alert, AlertRules
+from engine.run.alerts import escape
 from engine.settings import AlertSettings
 
 SEVERITY = {"finish": "information", "slowdown": "warning", "fallback": "warning"}
