@@ -257,3 +257,33 @@ def test_every_trainer_is_starting_up_until_its_first_step():
         assert not watch.ready  # a group under way is a sign of life, not the first step
         watch.see({"type": "step", "step": 1}, 90.0)
         assert watch.ready and watch.last_step == 1 and not watch.compiling
+
+
+# Lightning's Rich traceback as a terminal-less Rich still colours it (FORCE_COLOR, a CI runner):
+# bold red exception names, a hyperlink to the file, a box around it.
+RICH_TAIL = ("\x1b[31m╭─\x1b[0m\x1b[31m──── \x1b[0m\x1b[1;31mTraceback \x1b[0m\x1b[1;2;31m(most recent call last)"
+             "\x1b[0m\x1b[31m ────\x1b[0m\x1b[31m─╮\x1b[0m\n"
+             "\x1b[31m│\x1b[0m \x1b]8;id=1;file:///home/u/train.py\x1b\\\x1b[33mtrain.py\x1b[0m\x1b]8;;\x1b\\:\x1b[94m42\x1b[0m"
+             " in \x1b[92mtraining_step\x1b[0m \x1b[31m│\x1b[0m\n"
+             "\x1b[1;91mRuntimeError: \x1b[0mexpected scalar type Float but found Half\n")
+
+
+def test_a_crash_excerpt_carries_no_terminal_escapes():
+    verdict = classify(AttemptEnd(exit_code=1, signal=None, tail=RICH_TAIL, command=True, last_step=130))
+    assert verdict.kind == "user-code"
+    assert verdict.evidence["message"] == "RuntimeError: expected scalar type Float but found Half"
+    assert "\x1b" not in verdict.sentence and "RuntimeError" in verdict.sentence
+
+
+def test_the_log_tail_read_as_evidence_drops_escapes_but_the_log_keeps_them(tmp_path):
+    from engine.record.attempt_log import LogLines, log_tail
+
+    log = tmp_path / "attempt-1.log"
+    log.write_text("step 130 loss 0.5\n" + RICH_TAIL)
+    tail = log_tail(log)
+    assert "\x1b" not in tail and "]8;" not in tail
+    assert "train.py:42 in training_step" in tail
+    assert "\x1b[1;91m" in log.read_text()   # on disk, as the script wrote it
+    lines, _ = LogLines(log).read()          # the log view, as a terminal showed it
+    assert lines[-1] == "RuntimeError: expected scalar type Float but found Half"
+    assert not any("\x1b" in line or "]8;" in line for line in lines)

@@ -18,14 +18,17 @@ OUTPUT_CHUNK = 1 << 20   # bytes of output read per call, at most
 
 
 def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
-    """The last `lines` lines (of at most the last 16 KiB), decoded leniently."""
+    """The last `lines` lines (of at most the last 16 KiB), decoded leniently, without terminal
+    escapes: the evidence of a crash that people read (a crash's excerpt, attempt_ended's tail),
+    and Rich's coloured tracebacks (Lightning's) would carry them raw. The log on disk stays as
+    the script wrote it."""
     try:
         with open(path, "rb") as f:
             f.seek(max(0, f.seek(0, os.SEEK_END) - 16384))
             data = f.read()
     except OSError:
         return ""
-    return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
+    return "\n".join(strip_ansi(data.decode(errors="replace")).splitlines()[-lines:])
 
 
 class OutputFollower:
@@ -68,7 +71,12 @@ class OutputFollower:
 TAIL_BYTES = 4 << 20        # what a log view starts from: the last 4 MiB, however big the log
 PARTIAL_CHARS = 1 << 16  # of an unfinished line, kept at most
 TRACEBACK = "Traceback (most recent call last):"
-_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]")
+# Terminal escapes: CSI (colours, cursor moves), OSC (Rich's hyperlinks, window titles, ended by
+# BEL or ST), character-set designations, keypad modes and the other two-byte ones. The same
+# pattern as engine.command.progress's _ANSI, which cannot import this floor, plus the
+# character-set and keypad escapes a log view meets.
+ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][0-9A-Za-z]"
+                  r"|\x1b[=>]|\x1b[@-Z\\-_]")
 _CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
@@ -80,8 +88,13 @@ def display_line(raw: str) -> str:
     if "\r" in raw:
         raw = raw.rsplit("\r", 1)[1]
     if "\x1b" in raw:
-        raw = _ESCAPES.sub("", raw)
+        raw = ANSI.sub("", raw)
     return _CONTROLS.sub("", raw).expandtabs()
+
+
+def strip_ansi(text: str) -> str:
+    """`text` without terminal escapes (colour, cursor moves, hyperlinks)."""
+    return ANSI.sub("", text) if "\x1b" in text else text
 
 
 class LogLines:

@@ -10,7 +10,9 @@ themselves are engine.vocabulary's CrashKind.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+from engine.record.attempt_log import strip_ansi
 
 # The words (crash kinds, the clean ends, the trainer's exit codes) are engine.vocabulary's.
 from engine.vocabulary import (CLEAN, EXIT_CONFIG, EXIT_FINISHED, EXIT_NUMERICAL, EXIT_PARITY,
@@ -120,9 +122,11 @@ def _first_match(pattern: re.Pattern, *texts: str | None) -> str | None:
 
 
 def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
+    # The evidence is read by people: Rich's tracebacks (Lightning's) colour it with escapes.
+    end = replace(end, tail=strip_ansi(end.tail))
     code, sig = end.exit_code, end.signal
     exc = end.exception or {}
-    message = f"{exc.get('error', '')}: {exc.get('message', '')}" if exc else ""
+    message = strip_ansi(f"{exc.get('error', '')}: {exc.get('message', '')}") if exc else ""
     evidence = {"exit_code": code, "signal": sig, "last_step": end.last_step}
     # The last step the trainer reported: the crash came after it (steps are not synced one
     # by one, so the exact step is not known from outside).
@@ -234,13 +238,17 @@ def torchrun_root_cause(tail: str) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
+_BOX = "│╭╰┃┏┗"
+
+
 def _raised(tail: str) -> str | None:
     """The exception type of the last Python traceback in a log tail ('ValueError')."""
     after = (tail or "").rsplit(_TRACEBACK, 1)
     if len(after) < 2:
         return None
     for line in after[1].splitlines()[1:]:  # past the header's own line
-        if line and not line[0].isspace():
+        # Rich's traceback (Lightning's) draws its frames in a box: the exception follows it
+        if line and not line[0].isspace() and line[0] not in _BOX:
             match = re.match(r"([A-Za-z_][\w.]*)(?::|$)", line)
             return match.group(1).rsplit(".", 1)[-1] if match else None
     return None
