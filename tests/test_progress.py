@@ -94,23 +94,45 @@ def test_hf_trainer_fixture():
 def test_lightning_fixture():
     text = read("lightning.txt")
     found = parse(text)
-    assert {o.source for o in found} == {"tqdm"} and {o.kind for o in found} == {"step"}
-    steps = steps_of(found)
+    train = [o for o in found if o.kind == "step"]
+    assert {o.source for o in train} == {"tqdm"} and {o.unit for o in train} == {"batch"}
+    steps = steps_of(train)
     assert_increasing(steps)  # validation and sanity-check bars are skipped
-    assert steps[0] == 1 and steps[-1] == 20 and {o.total for o in found} == {None}
-    assert found[-1].epoch == 2.0 and found[-1].loss == 0.191
-    assert found[-1].metrics == {"val_loss": 0.407}  # no v_num
-    epoch_one = [o for o in found if o.step == 13]
+    assert steps[0] == 1 and steps[-1] == 20
+    assert train[-1].epoch == 2.0 and train[-1].loss == 0.191
+    assert train[-1].metrics == {}  # no v_num; val_loss is an eval
+    assert (train[-1].epoch_index, train[-1].batch, train[-1].batches) == (1, 10, 10)
+    epoch_one = [o for o in train if o.step == 13]
     assert epoch_one and all(o.epoch == pytest.approx(1.3) for o in epoch_one)
+    assert all((o.epoch_index, o.batch) == (1, 3) for o in epoch_one)
     printed = {float(v) for v in re.findall(r"train_loss=([\d.]+)", text)}
-    assert {o.loss for o in found if o.loss is not None} == printed
+    assert {o.loss for o in train if o.loss is not None} == printed
+    # val_loss, redrawn on every frame of the bar, is an eval each time it changes
+    evals = [o for o in found if o.kind == "eval"]
+    assert [(o.step, o.metrics) for o in evals] == [(10, {"val_loss": 2.06}), (20, {"val_loss": 0.407})]
+    # `Trainer.fit` stopped: `max_epochs=2` reached: the epochs, and then the total
+    (facts,) = [o for o in found if o.kind == "facts"]
+    assert facts.facts == {"epochs": 2} and facts.source == "stated"
+    assert facts.said == "`Trainer.fit` stopped: `max_epochs=2` reached."
+    at = found.index(facts)
+    assert {o.total for o in found[:at] if o.kind == "step"} == {None}
+    assert {o.total for o in found[at:] if o.kind == "step"} == {20}
 
 
 def test_nanogpt_fixture():
     text = read("nanogpt.txt")
     found = parse(text)
-    assert {o.source for o in found} == {"steps"}  # the config echo gives nothing
+    # the config echo gives only what it states about the run's length and units
+    facts = [o for o in found if o.kind == "facts"]
+    assert [(o.facts, o.said) for o in facts] == [
+        ({"accumulation": 1}, "gradient_accumulation_steps = 1"),
+        ({"total": 5000}, "max_iters = 5000"),          # the config file's
+        ({"total": 500}, "Overriding: max_iters = 500"),  # then the command line's
+        ({"tokens_per_step": 16384}, "tokens per iteration will be: 16,384")]
+    assert {o.source for o in facts} == {"stated"}
+    assert {o.source for o in found if o not in facts} == {"steps"}
     train = [o for o in found if o.kind == "step"]
+    assert {o.unit for o in train} == {"step"}
     assert steps_of(train) == list(range(0, 501, 10))
     assert [o.loss for o in train] == [float(v) for v in re.findall(r"iter \d+: loss ([\d.]+)", text)]
     assert all(o.metrics == {} for o in train)  # `time 45.67ms` and `mfu 5.3%` are not read
@@ -240,7 +262,6 @@ def test_nanogpt_eval_line():
 @pytest.mark.parametrize("line, kind, loss, metrics", [
     ("loss=0.12 lr=3e-4", "step", 0.12, {}),
     ("loss: 0.12, acc: 0.9", "step", 0.12, {"acc": 0.9}),
-    ("Epoch [1/5], Step [100/600], Loss: 0.2174", "step", 0.2174, {}),
     ("train_loss=0.4 val_loss=0.5", "eval", None, {"train_loss": 0.4, "val_loss": 0.5}),
     ("val_loss: 2.3, val_acc: 0.61", "eval", None, {"val_loss": 2.3, "val_acc": 0.61}),
     ("Val Loss: 2.3 | Test Acc: 0.5", "eval", None, {"val_loss": 2.3, "test_acc": 0.5}),
@@ -356,7 +377,7 @@ def test_user_regex_match_without_numbers_gives_nothing():
 @pytest.mark.parametrize("regex, says", [
     (r"step (?P<step>\d+", "missing ), unterminated subpattern at position 5"),
     (r"(?P<1step>\d+)", "bad character in group name"),
-    (r"loss (\S+)", "needs a named group (?P<step>...) or (?P<loss>...)"),
+    (r"loss (\S+)", "needs a named group (?P<step>...), (?P<batch>...) or (?P<loss>...)"),
     (r"(?P<acc>\S+)", "understood names: step, total, loss, lr, epoch"),
 ])
 def test_bad_regex(regex, says):
@@ -436,14 +457,21 @@ def test_a_bar_of_another_total_after_training_is_not_training():
 
 def test_lightning_rich_bar():
     """Rich's live frames: the epoch bar's count and train_loss; its second row (val_loss,
-    indented under the bar and redrawn every frame) is not an evaluation of its own."""
+    indented under the bar and redrawn every frame) is an evaluation each time it changes."""
     found = parse(read("lightning_rich.txt"))
-    bar = [o for o in found if o.source == "rich"]
+    bar = [o for o in found if o.source == "rich" and o.kind == "step"]
     assert_increasing(steps_of(bar))
     assert bar[0].step == 1 and bar[-1].step == 20 and bar[-1].epoch == 1.0
     assert all(o.loss is not None for o in bar) and bar[-1].loss == 4.69
-    # the only evaluation is the script's own last line, `done: step 20 val_loss ...`
-    assert [o.metrics for o in found if o.kind == "eval"] == [{"val_loss": 3.8569}]
+    assert {o.unit for o in bar} == {"batch"} and (bar[-1].epoch_index, bar[-1].batches) == (0, 20)
+    # the bar's val_loss at the step it was drawn beside (the sanity check's, at 0/20, is
+    # not), then the script's own last line, `done: step 20 val_loss ...`
+    evals = [o for o in found if o.kind == "eval"]
+    assert [(o.source, o.step, o.metrics) for o in evals] == [
+        ("rich", 10, {"val_loss": 4.5}), ("rich", 20, {"val_loss": 3.857}),
+        ("keyvalue", None, {"val_loss": 3.8569})]
+    # `Trainer.fit` stopped: `max_steps=20` reached., drawn after a Validation bar
+    assert [o.facts for o in found if o.kind == "facts"] == [{"total": 20}]
 
 
 @pytest.mark.parametrize("line, step, loss", [
@@ -462,11 +490,15 @@ def test_rich_bars_that_are_not_training():
     for line in ("Validation ━━━━━━━━━━━━━━━━━━━━━━ 2/4 0:00:00 • 0:00:01 28.90it/s",
                  "Sanity Checking ━━━━━━━━━━━━━━━━━━━━━━ 1/2 0:00:00 • -:--:-- 0.00it/s"):
         assert parse(line + "\n") == []
-    # a second row under a Rich frame is the frame's; an indented line in other output is not
+    # a second row under a Rich frame is the frame's: its eval values count once, at the
+    # frame's step; an indented line in other output is a line of its own
     frame = "Epoch 0/-2 ━━━━━━━━━ 7/60 0:00:00 • 0:00:04 16.87it/s train_loss: 5.294\n"
     indented = " " * 40 + "val_loss: 3.628\n"
-    assert [o.kind for o in parse(frame + indented)] == ["step"]
+    found = parse(frame + indented + frame + indented)
+    assert [(o.kind, o.step) for o in found] == [("step", 7), ("eval", 7), ("step", 7)]
     assert [o.kind for o in parse(indented)] == ["eval"]
+    # metrics other than evals on that row are not an evaluation
+    assert [o.kind for o in parse(frame + " " * 40 + "train_loss_epoch: 3.1\n")] == ["step"]
 
 
 def test_rich_bar_of_unknown_total():
@@ -482,3 +514,244 @@ def test_a_second_training_loop_with_a_loss_beside_its_bar_is_read():
     second = "".join(f" {n}%|#| {n}/30 [00:01<00:01, 5it/s, loss={2 / n:.3f}]\n" for n in range(1, 4))
     steps = [(o.step, o.total) for o in parse(first + evaluation + second)]
     assert steps[-3:] == [(1, 30), (2, 30), (3, 30)] and (2, 4) not in steps
+
+
+# -- facts: lines that state a unit or a total --
+
+def facts_of(found) -> list[dict]:
+    return [o.facts for o in found if o.kind == "facts"]
+
+
+HF_PREFIX = "[INFO|trainer.py:2314] 2026-01-01 10:00:00,000 >> "
+HF_RUNNING = [
+    "***** Running training *****",
+    "  Num examples = 2,000",
+    "  Num Epochs = 3",
+    "  Instantaneous batch size per device = 8",
+    "  Total train batch size (w. parallel, distributed & accumulation) = 32",
+    "  Gradient Accumulation steps = 4",
+    "  Total optimization steps = 189",
+    "  Number of trainable parameters = 124,439,808",
+]
+
+
+@pytest.mark.parametrize("prefix", ["", HF_PREFIX, "01/01/2026 10:00:00 - INFO - transformers.trainer - "])
+def test_hf_running_training_block(prefix):
+    found = parse("".join(prefix + row + "\n" for row in HF_RUNNING))
+    assert {o.kind for o in found} == {"facts"} and {o.source for o in found} == {"stated"}
+    assert facts_of(found) == [{"epochs": 3}, {"samples_per_step": 32}, {"accumulation": 4},
+                               {"total": 189}]
+    # `said` quotes the statement, without the logging prefix
+    assert [o.said for o in found] == [row.strip() for row in HF_RUNNING[2:3] + HF_RUNNING[4:7]]
+
+
+def test_hf_log_metrics_tables_give_nothing():
+    text = "\n".join([
+        " 100%|##########| 189/189 [00:20<00:00, 9.1it/s]",
+        "{'loss': 4.8123, 'grad_norm': 1.2, 'learning_rate': 1e-06, 'epoch': 3.0}",
+        "{'train_runtime': 2.11, 'train_samples_per_second': 250.2, 'train_loss': 5.0598, 'epoch': 3.0}",
+        "***** train metrics *****",
+        "  epoch                    =        3.0",
+        "  total_flos               =     1234GF",
+        "  train_loss               =     5.0598",
+        "  train_runtime            = 0:00:02.11",
+        "  train_samples_per_second =    250.2",
+        "***** Running Evaluation *****",
+        "  Num examples = 100",
+        "  Batch size = 8",
+        "***** eval metrics *****",
+        "  epoch                   =        3.0",
+        "  eval_loss               =        4.9",
+        "  eval_runtime            = 0:00:00.11",
+        "  eval_samples_per_second =    250.2",
+        "  eval_steps_per_second   =     31.3",
+        "  perplexity              =   134.2898",
+        HF_PREFIX + "***** predict metrics *****",
+        HF_PREFIX + "  predict_loss = 4.9",
+        "***** Running Prediction *****",
+        "  Num examples: Unknown",
+        "  Batch size = 8",
+        # the table ends at the first line that is not one of its rows
+        "step 190 loss=0.5",
+        "  eval_loss = 4.9",
+    ]) + "\n"
+    found = parse(text)
+    assert [(o.kind, o.step, o.loss) for o in found] == [
+        ("step", 189, None), ("step", None, 4.8123), ("step", 190, 0.5), ("eval", None, None)]
+    assert found[-1].metrics == {"eval_loss": 4.9}
+
+
+@pytest.mark.parametrize("line, facts", [
+    ("tokens per iteration will be: 491,520", {"tokens_per_step": 491520}),
+    ("Overriding: max_iters = 200", {"total": 200}),
+    ("Overriding: gradient_accumulation_steps = 4", {"accumulation": 4}),
+    ("Overriding: batch_size = 12", None),
+    ("Overriding: max_iters = 5 * 40", None),
+    ("max_iters = 200", {"total": 200}),
+    ("max_steps: 300", {"total": 300}),
+    ("num_train_steps=500", {"total": 500}),
+    ("  trainer.max_steps=300  # a comment", {"total": 300}),
+    ("INFO:__main__:max_epochs: 4", {"epochs": 4}),
+    ("num_train_epochs = 3.0", {"epochs": 3}),
+    ("accumulate_grad_batches: 2", {"accumulation": 2}),
+    ("lr_decay_iters = 5000 # make equal to max_iters usually", None),
+    ("max_steps = -1", None),
+    ("steps = 100", None),   # alone it may count the steps done so far
+    ("batch_size = 12", None),
+    ("`Trainer.fit` stopped: `max_steps=300` reached.", {"total": 300}),
+    ("`Trainer.fit` stopped: `max_epochs=3` reached.", {"epochs": 3}),
+])
+def test_stating_lines(line, facts):
+    found = parse(line + "\n")
+    assert facts_of(found) == ([facts] if facts else [])
+    assert all(o.kind == "facts" for o in found)  # never a metric, never a step
+    if facts:
+        assert found[0].said == line.strip().removeprefix("INFO:__main__:")
+
+
+def test_a_restated_fact_is_not_repeated_and_a_changed_one_is():
+    found = parse("max_iters = 5000\nmax_iters = 5000\nOverriding: max_iters = 200\n")
+    assert facts_of(found) == [{"total": 5000}, {"total": 200}]
+
+
+def test_said_is_bounded():
+    line = "Overriding: max_iters = 200" + " " * 200
+    assert parse(line + "\n")[0].said == "Overriding: max_iters = 200"
+    long = HF_PREFIX + "  Total train batch size (w. parallel, distributed & accumulation) = " + "9" * 200
+    assert len(parse(long + "\n")[0].said) == 120
+
+
+@pytest.mark.parametrize("line, loss, metrics", [
+    ("loss=0.5 max_steps=300 batch_size=8 eval_steps=50", 0.5, {}),
+    ("step 5: loss 0.5, num_epochs: 3, grad_accum: 4, max_lr: 0.1", 0.5, {}),
+    ("Epoch 2: 45%|####5| 45/100 [00:12<00:15, 3.61it/s, train_loss=0.1, max_steps=300]", 0.1, {}),
+    ("{'loss': 0.5, 'max_steps': 300, 'num_input_tokens_seen': 1024}", 0.5,
+     {"num_input_tokens_seen": 1024}),
+])
+def test_settings_are_never_metrics(line, loss, metrics):
+    (o,) = [o for o in parse(line + "\n") if o.kind != "facts"]
+    assert (o.kind, o.loss, o.metrics) == ("step", loss, metrics)
+
+
+def test_settings_are_never_evals():
+    assert parse("val_batch_size=8 eval_max_steps: 40\n") == []
+
+
+# -- per-epoch counters: unit "batch" --
+
+@pytest.mark.parametrize("line, epoch, epochs, batch, batches, loss", [
+    ("epoch 1 batch 927/2244 loss 0.51", 1, None, 927, 2244, 0.51),
+    ("Epoch 1 | batch 30/200 | loss=0.4", 1, None, 30, 200, 0.4),
+    ("epoch 1/3 batch 927/2244 loss 0.51", 1, 3, 927, 2244, 0.51),
+    ("Epoch [1/5], Step [100/600], Loss: 0.2174", 1, 5, 100, 600, 0.2174),
+    ("2026-05-09 07:35:25,101 INFO epoch: 1, batch: 7 of 10, loss: 0.3", 1, None, 7, 10, 0.3),
+    ("epoch 1 batch 12 loss 0.5", 1, None, 12, None, 0.5),
+])
+def test_epoch_lines(line, epoch, epochs, batch, batches, loss):
+    parser = OutputParser()
+    (o,) = parser.feed(line + "\n")
+    assert parser.epoch_base == 1  # the first epoch seen is 1
+    assert (o.kind, o.unit, o.source, o.loss) == ("step", "batch", "epochs", loss)
+    assert (o.epoch_index, o.batch, o.batches) == (epoch - 1, batch, batches)
+    assert o.step == (epoch - 1) * batches + batch if batches else o.step == batch
+    assert o.total == (epochs * batches if epochs else None)
+
+
+def test_steps_in_an_epoch_line_need_their_count_per_epoch():
+    # `epoch 2 step 500` may count steps globally: not a per-epoch counter
+    o = one("epoch 2 step 500: loss=0.4")
+    assert (o.unit, o.step, o.source) == ("step", None, "keyvalue")
+
+
+def test_the_global_count_goes_on_across_epochs():
+    lines = [f"epoch {e} batch {b}/4 loss {1 / (e * 4 + b):.3f}" for e in range(1, 4) for b in range(1, 5)]
+    found = parse("\n".join(lines) + "\n")
+    assert steps_of(found) == list(range(1, 13))
+    assert [o.epoch_index for o in found] == [0] * 4 + [1] * 4 + [2] * 4
+
+
+@pytest.mark.parametrize("first, base", [(0, 0), (1, 1)])
+def test_epoch_base_from_the_first_epoch_seen(first, base):
+    parser = OutputParser()
+    found = parser.feed(f"epoch {first} batch 5/10 loss 1\nepoch {first + 1} batch 5/10 loss 1\n")
+    assert parser.epoch_base == base and steps_of(found) == [5, 15]
+
+
+def test_an_epoch_zero_makes_the_base_zero():
+    parser = OutputParser()
+    parser.feed("epoch 0 batch 5/10 loss 1\n")
+    (o,) = parser.feed("epoch 1 batch 5/10 loss 1\n")
+    assert parser.epoch_base == 0 and (o.step, o.epoch_index) == (15, 1)
+
+
+def test_a_resumed_attempt_takes_the_runs_epoch_base():
+    for base, step in ((0, 35), (1, 25)):
+        parser = OutputParser(epoch_base=base)
+        (o,) = parser.feed("epoch 3 batch 5/10 loss 1\n")
+        assert parser.epoch_base == base and (o.step, o.epoch_index) == (step, 3 - base)
+    # unsettled, the first epoch 3: counted from 1, and the base stays open
+    parser = OutputParser()
+    assert parser.feed("epoch 3 batch 5/10 loss 1\n")[0].step == 25 and parser.epoch_base is None
+    # `epoch 3/3` is the last of three counted from 1
+    parser = OutputParser()
+    assert parser.feed("epoch 3/3 batch 5/10 loss 1\n")[0].step == 25 and parser.epoch_base == 1
+
+
+def test_the_total_from_known_epochs():
+    line = "epoch 1 batch 5/10 loss 1\n"
+    assert parse(line)[0].total is None
+    for known in ({"epochs": (3, "--epochs 3")}, {"epochs": 3}):
+        assert OutputParser(known=known).feed(line)[0].total == 30
+    # a stated fact, seen earlier, says it too; the line's own `1/4` wins over both
+    parser = OutputParser(known={"epochs": 3})
+    assert [o.total for o in parser.feed("num_epochs = 5\n" + line)] == [None, 50]
+    assert parser.feed("epoch 1/4 batch 5/10 loss 1\n")[0].total == 40
+    assert OutputParser(known={"epochs": "x", "total": None}).feed(line)[0].total is None
+
+
+def test_lightning_bars_count_from_epoch_zero_whatever_was_seen():
+    parser = OutputParser(epoch_base=1, known={"epochs": (2, "--max_epochs 2")})
+    o = parser.feed("Epoch 1:  50%|#####| 5/10 [00:01<00:01, 5it/s, v_num=0, train_loss=0.5]\n")[0]
+    assert (o.unit, o.step, o.epoch_index, o.batch, o.batches, o.total) == ("batch", 15, 1, 5, 10, 20)
+    # Rich says the last epoch's number: `Epoch 1/9` is of ten
+    o = one("Epoch 1/9 ━━━━━━━╸━━━━━━━━━━ 5/10 0:00:12 • 0:00:15 3.61it/s train_loss: 0.123")
+    assert (o.step, o.total) == (15, 100)
+
+
+def test_bar_evals_are_kept_when_they_change():
+    frame = "Epoch 0:  {n}0%|#| {n}/10 [00:01<00:01, 5it/s, v_num=0, train_loss=0.5{extra}]\n"
+    text = (frame.format(n=1, extra="") + frame.format(n=2, extra=", val_loss=2.0, val_acc=0.5")
+            + frame.format(n=3, extra=", val_loss=2.0, val_acc=0.5")
+            + frame.format(n=4, extra=", val_loss=1.5, val_acc=0.5"))
+    found = parse(text)
+    assert [(o.kind, o.step) for o in found] == [
+        ("step", 1), ("step", 2), ("eval", 2), ("step", 3), ("step", 4), ("eval", 4)]
+    assert [o.metrics for o in found if o.kind == "eval"] == [
+        {"val_loss": 2.0, "val_acc": 0.5}, {"val_loss": 1.5, "val_acc": 0.5}]
+    assert all(o.metrics == {} for o in found if o.kind == "step")
+    # train_loss_step / train_loss_epoch stay the step's
+    o = one("Epoch 0:  10%|#| 1/10 [00:01<00:01, 5it/s, train_loss_step=0.5, train_loss_epoch=0.6]")
+    assert (o.loss, o.metrics) == (0.5, {"train_loss_epoch": 0.6})
+
+
+# -- the user's regex with per-epoch groups --
+
+def test_user_regex_with_epoch_and_batch_groups():
+    regex = r"E(?P<epoch>\d+)/(?P<epochs>\d+) B(?P<batch>\d+)/(?P<batches>\d+) L(?P<loss>\S+)"
+    parser = OutputParser(regex)
+    found = parser.feed("E0/2 B5/10 L0.5\nE1/2 B5/10 L0.25\n")
+    assert [(o.unit, o.step, o.total, o.epoch_index, o.batch, o.loss, o.source) for o in found] == [
+        ("batch", 5, 20, 0, 5, 0.5, "regex"), ("batch", 15, 20, 1, 5, 0.25, "regex")]
+    assert parser.epoch_base == 0
+    # a batch count alone is the step as it is
+    o = one("batch 7 loss 0.5", r"batch (?P<batch>\d+) loss (?P<loss>\S+)")
+    assert (o.unit, o.step, o.epoch_index, o.batch) == ("batch", 7, None, 7)
+
+
+def test_compile_regex_accepts_a_batch_group():
+    assert compile_regex(r"epoch (?P<epoch>\d+) batch (?P<batch>\d+)").groupindex.keys() == {"epoch", "batch"}
+
+
+def test_a_banner_of_stars_is_not_a_block():
+    found = parse("*" * 40 + "\nloss = 0.5\n")
+    assert [(o.kind, o.loss) for o in found] == [("step", 0.5)]

@@ -2,8 +2,27 @@
 
 A command workload is the user's unmodified script; cockpit only sees what it prints.
 `OutputParser` takes that output in chunks of any size and turns each line it understands
-into an `Observation` (a training step or an evaluation). A line it does not understand
-gives nothing, and no input makes it raise.
+into an `Observation`: a training step, an evaluation, or facts the script states about
+its run (kind "facts"). A line it does not understand gives nothing, and no input makes it
+raise.
+
+A step's counter has a unit. ``"step"``: it is the script's optimizer step or iteration
+(``iter N``, ``step N``, HF's bar). ``"batch"``: it counts batches within epochs (a bar
+described ``Epoch E``, ``epoch E batch B/N`` lines, a regex with a ``batch`` group); then
+``step`` is the global batch count E' x N + B (E' the epochs done, from 0), with
+``epoch_index`` (E'), ``batch`` (B) and ``batches`` (N, None if unknown), and ``total`` is
+epochs x N where the epochs are known: from the line (``epoch 1/3``, Rich's ``Epoch 1/9``:
+ten), else from a fact stated earlier, else from the argv's facts given to the parser
+(``OutputParser(known=statements.from_argv(argv))``). Without N, the count is the step in
+the first epoch only. Lightning's bars count epochs from 0; printed lines from the base
+the parser settles on (``OutputParser.epoch_base``): 0 once it has seen an epoch 0, else 1
+once the first epoch it sees is 1 (or the last, ``epoch 3/3``); a resumed attempt, whose
+first epoch may be 3, is given the run's base (``OutputParser(epoch_base=1)``); unsettled,
+it counts from 1.
+
+Settings are never values: names ``max_*``, ``num_*``, ``*_steps``, ``*_iters``,
+``*_epochs``, ``*_batches``, ``batch_size`` and accumulation names
+(engine.command.statements.is_setting) are left out wherever values are read.
 
 Lines end at a newline or a carriage return (tqdm redraws its bar with ``\\r``); ANSI escape
 sequences are removed first. A line longer than 64 KiB (65,536 characters) is dropped.
@@ -12,10 +31,33 @@ Names are lowercased, with spaces, ``/`` and ``-`` turned into ``_`` (``val loss
 
 Understood formats, tried in this order on each line:
 
+0. Statements (kind "facts", source "stated"; each fact once, again only when its value
+   changes; ``said`` quotes the line without its logging prefix, at most 120 characters):
+       ``tokens per iteration will be: 491,520`` (nanoGPT) -> tokens_per_step
+       ``Overriding: max_iters = 200`` (nanoGPT's configurator) -> total; a setting that is
+       not a fact (``Overriding: batch_size = 12``) gives nothing
+       a config line alone, ``max_iters = 200``, ``max_steps: 300``, ``num_train_steps=500``,
+       ``trainer.max_epochs: 3  # ...`` -> total, epochs or accumulation by its name (see
+       engine.command.statements; ``steps = 100`` alone may be a count, and gives nothing)
+       "`Trainer.fit` stopped: `max_steps=300` reached." (Lightning, anywhere on a line)
+       the HF Trainer's ``***** Running training *****`` rows, with or without a logging
+       prefix (``[INFO|trainer.py:2314] 2026-01-01 10:00:00,000 >>``):
+       ``  Num Epochs = 3`` -> epochs,
+       ``  Total train batch size (w. parallel, distributed & accumulation) = 32`` ->
+       samples_per_step, ``  Gradient Accumulation steps = 4`` -> accumulation,
+       ``  Total optimization steps = 189`` -> total; its other rows give nothing.
+   Any other ``***** ... *****`` block gives nothing: ``trainer.log_metrics()``'s tables
+   (``***** train metrics *****`` then ``  train_loss = 5.0598`` rows) are a summary, and
+   ``***** Running Evaluation *****``'s rows are settings. A block ends at the first line
+   that is not a ``  name = value`` row.
+
 1. Your own regex (``progress_regex``), with named groups ``step``, ``total``, ``loss``,
    ``lr``, ``epoch``; any other group name is a metric. When it matches, the line is
    its alone: it gives an observation if at least one group captured a number, else nothing.
        ``(?P<step>\\d+) \\| loss (?P<loss>\\S+)``
+   With a ``batch`` group it counts batches (unit "batch"): ``epoch`` is then the epoch's
+   number as printed, ``batches`` the batches per epoch, ``epochs`` the number of epochs.
+       ``epoch (?P<epoch>\\d+) it (?P<batch>\\d+)/(?P<batches>\\d+) loss (?P<loss>\\S+)``
 
 2. A Python dict or JSON object alone on a line, as Hugging Face Trainer prints its logs
    (values may be numbers, numeric strings, ``nan``, ``inf`` or ``np.float64(0.5)``):
@@ -31,22 +73,30 @@ Understood formats, tried in this order on each line:
        ``train:  45%|████▌     | 45/100 [00:12<00:15,  3.61it/s, loss=0.123, lr=1e-3]``
        ``45it [00:12, 3.61it/s]``  (no total)
    A bar described ``Epoch E`` (PyTorch Lightning's, or your own) counts batches within
-   the epoch: step = E x batches per epoch + N (epochs counted from 0, as Lightning
-   does), total unknown, epoch = E + N/M. Lightning's ``v_num`` is dropped. Bars
+   the epoch (unit "batch"): step = E x batches per epoch + N (epochs counted from 0, as
+   Lightning does), epoch = E + N/M. Lightning's ``v_num`` is dropped. Evaluation values
+   on a training bar (Lightning's ``val_loss``, also on the row Rich draws under its bar)
+   are an eval at the bar's step, each time they change, not on every redraw. Bars
    described as validation, evaluation, testing, sanity checking or prediction, and bars
    drawn below another one (tqdm's nested bars, e.g. the Trainer's evaluation bar) give
    nothing, as does an epoch bar at 0. Once a loss has been read beside a bar (on it, or
    on a log line while it counts), a bar of another total is another loop and gives
    nothing: the Trainer's `evaluate()` after training draws a plain bar of its own.
 
-4. A line that starts with a step count, followed by values as in 5:
+4. A per-epoch counter (unit "batch", source "epochs"), followed by values as in 6:
+       ``epoch 1 batch 927/2244 loss 0.51``, ``Epoch 2 | batch 30/200 | loss=0.4``,
+       ``epoch 1/3 batch 927/2244 ...`` (of three epochs), ``Epoch [1/5], Step [100/600],
+       Loss: 0.2174`` (a step or iteration within an epoch needs its ``/N``: ``epoch 2
+       step 500`` may count globally)
+
+5. A line that starts with a step count, followed by values as in 6:
        ``step 120/5000 loss=2.31``, ``Step 3 of 10: loss: 0.5``, ``iter 10: loss 3.1234,
        time 45.67ms, mfu 12.34%`` (nanoGPT), ``iteration 7 ...``, ``[120/5000] ...``
    A line whose values are all evaluation ones (named ``val_*``, ``eval_*``, ``valid*``,
    ``test_*``, next to which only ``train_*`` ones may stand, as in nanoGPT's
    ``step 250: train loss 2.1, val loss 2.3``) is an eval; any other is a step.
 
-5. ``key=value`` or ``key: value`` pairs anywhere on a line, alone:
+6. ``key=value`` or ``key: value`` pairs anywhere on a line, alone:
        ``loss=0.12 lr=3e-4``, ``epoch: 1, loss: 0.12, acc: 0.9`` -> step (needs a loss
        or a ``step``/``iter`` key)
        ``val_loss: 2.3, val_acc: 0.61`` -> eval
@@ -67,11 +117,15 @@ import ast
 import math
 import re
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
+
+from engine.command.statements import fact_of, is_setting, whole_number
 
 MAX_LINE = 64 * 1024  # characters; a longer line is dropped
+SAID_MAX = 120        # characters of a stating line kept in Observation.said
 
-_FIELDS = ("step", "total", "loss", "lr", "epoch")
+_FIELDS = ("step", "total", "loss", "lr", "epoch", "batch", "batches", "epochs")
 _LOSS_NAMES = ("loss", "train_loss", "train_loss_step")
 _LR_NAMES = ("lr", "learning_rate")
 _STEP_NAMES = ("step", "global_step", "iter", "iteration")
@@ -105,7 +159,7 @@ _TQDM_BAR = re.compile(rf"(?:(?P<desc>.*?):\s*)?(?:\d{{1,3}}%)?\|[^|]*\|\s*"
                        rf"(?P<n>{_COUNT})/(?P<total>{_COUNT}|\?)\s*\[(?P<inner>[^\]]*)\]")
 _TQDM_COUNT = re.compile(rf"(?:(?P<desc>.*?):\s*)?(?P<n>{_COUNT})[A-Za-z]*\s*"
                          r"\[(?P<inner>(?:\d+:)?\d+:\d+[^\]]*)\]")
-_EPOCH_DESC = re.compile(r"epoch\s+(\d+)(?:\s*/\s*-?\d+)?", re.IGNORECASE)  # Rich's "0/-2"
+_EPOCH_DESC = re.compile(r"epoch\s+(\d+)(?:\s*/\s*(-?\d+))?", re.IGNORECASE)  # Rich's "0/-2"
 # Rich's progress bar (Lightning's default where rich is installed): description, bar,
 # done/total (`--`: unknown), elapsed • remaining (blank in the last frame), rate, then
 # `name: value` metrics.
@@ -126,6 +180,46 @@ _PREP_DESC = re.compile(r"(?:map|filter|tokeniz|tokenis|load|download|fetch|reso
 # A logging prefix may come first: `2026-05-09 07:35:25,101 INFO `, `INFO:__main__:`.
 _LOG_PREFIX = (r"(?:[\[(]?\d{4}-\d\d-\d\d[ T][\d:.,]+[\])]?\s*(?:[-|:]\s*)?)?"
                r"(?:[\[(]?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)[\])]?(?::[\w.]+:|\s*[-|:]?)\s*)?")
+# A per-epoch counter: `epoch 1 batch 927/2244`, `Epoch 2 | batch 30/200`, `epoch 1/3 batch ..`,
+# `Epoch [1/5], Step [100/600]` (a step or iteration of N within the epoch: with its `/N` only,
+# since `epoch 2 step 500` may count globally).
+_EPOCH_LINE = re.compile(_LOG_PREFIX + r"epoch\b\s*[:#=]?\s*\[?\s*(?P<epoch>\d+)"
+                         r"(?:\s*(?:/|\bof\b)\s*(?P<epochs>\d+))?\s*\]?\s*[,|:;\-]?\s*"
+                         r"(?P<word>batch|step|iteration|iter)\b\s*[:#=]?\s*\[?\s*(?P<batch>\d+)"
+                         r"(?:\s*(?:/|\bof\b)\s*(?P<batches>\d+))?\s*\]?(?![\d.])", re.IGNORECASE)
+
+# What a logging setup puts before a message: the HF Trainer's explicit format
+# (`[INFO|trainer.py:2314] 2026-01-01 10:00:00,000 >> `), the examples' basicConfig
+# (`01/01/2026 10:00:00 - INFO - transformers.trainer - `), or _LOG_PREFIX's.
+_LEVEL = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)"
+_MESSAGE_PREFIX = re.compile(
+    rf"\[{_LEVEL}\|[^\]]*\]\s*(?:[^>]*>>\s*)?"
+    rf"|(?:[\d/\-]+[ T][\d:,.]+\s+-\s+)?{_LEVEL}\s+-\s+[\w.]+\s+-\s*"
+    rf"|{_LOG_PREFIX}")
+# The HF Trainer's blocks: `***** Running training *****` then `  Num examples = 2,000` rows;
+# `***** train metrics *****` (trainer.log_metrics) then `  train_loss = 5.0598` rows.
+_BLOCK_HEAD = re.compile(r"\*{3,}\s*(?P<title>[^*\s][^*]*?)\s*\*{3,}")
+_BLOCK_ROW = re.compile(r"[A-Za-z][\w .,&()'/\-]*?(?:\s+=\s+\S+|:\s*Unknown)")
+# Lines that state a unit or a total, whole messages (after a logging prefix).
+_STATED = (
+    (re.compile(r"tokens per iteration will be:\s*(?P<v>\d[\d,]*)", re.IGNORECASE),
+     "tokens_per_step"),  # nanoGPT
+    (re.compile(r"Total train batch size \(w\. parallel, distributed (?:&|and) accumulation\)"
+                r"\s*=\s*(?P<v>\d[\d,]*)"), "samples_per_step"),  # the HF Trainer's, and below
+    (re.compile(r"Total optimization steps\s*=\s*(?P<v>\d[\d,]*)"), "total"),
+    (re.compile(r"Gradient Accumulation steps\s*=\s*(?P<v>\d[\d,]*)"), "accumulation"),
+    (re.compile(r"Num Epochs\s*=\s*(?P<v>\d[\d,]*)"), "epochs"),
+)
+# nanoGPT's configurator: `Overriding: max_iters = 200`; a printed config line alone:
+# `max_iters = 200`, `max_steps: 300`, `trainer.max_steps=300  # a comment`.
+_OVERRIDING = re.compile(r"Overriding:\s*(?P<name>[\w.]+)\s*=\s*(?P<v>.*)")
+_CONFIG_LINE = re.compile(r"(?P<name>[A-Za-z_][\w.\-]*)\s*[:=]\s*(?P<v>\d[\d,_]*(?:\.0+)?)\s*(?:#.*)?")
+# `steps = 100` alone may be a count so far, not a setting: read from an argv only.
+_BARE_AMBIGUOUS = frozenset(("steps", "iters"))
+# Lightning, at the end: "`Trainer.fit` stopped: `max_steps=300` reached." (anywhere on a
+# line: Rich draws it after a bar).
+_FIT_STOPPED = re.compile(r"`Trainer\.fit` stopped: `(?P<name>\w+)=(?P<v>\d+)` reached")
+
 _STEP_LINE = re.compile(_LOG_PREFIX + r"(?:(?:step|iteration|iter)\b\s*[:#=]?\s*\[?\s*(?P<step>\d+)"
                         r"(?:\s*(?:/|\bof\b)\s*(?P<total>\d+))?\s*\]?"
                         r"|\[\s*(?P<bstep>\d+)\s*/\s*(?P<btotal>\d+)\s*\])(?![\d.])",
@@ -134,16 +228,39 @@ _STEP_LINE = re.compile(_LOG_PREFIX + r"(?:(?:step|iteration|iter)\b\s*[:#=]?\s*
 
 @dataclass(frozen=True)
 class Observation:
-    """One thing a line says: a training step, or an evaluation."""
+    """One thing a line says: a training step, an evaluation, or facts about the run."""
 
-    kind: str                 # "step" or "eval"
-    step: int | None = None   # optimizer step / iteration as the script counts it (global)
-    total: int | None = None  # total steps, when the output says it
+    kind: str                 # "step", "eval" or "facts"
+    step: int | None = None   # the counter, global: see `unit`
+    total: int | None = None  # the counter's total, when the output says it
     loss: float | None = None
     lr: float | None = None
     epoch: float | None = None
     metrics: dict = field(default_factory=dict)  # other values by name (rates left out)
-    source: str = ""          # "tqdm" | "steps" | "keyvalue" | "hf" | "regex"
+    source: str = ""          # "tqdm" | "rich" | "steps" | "epochs" | "keyvalue" | "hf" | "regex" | "stated"
+    # "step": `step` is the script's optimizer step / iteration; "batch": it counts batches,
+    # `step` = epoch_index x batches + batch, `total` = epochs x batches where both are known
+    unit: str = "step"
+    epoch_index: int | None = None  # "batch": epochs done before this one, from 0
+    batch: int | None = None        # "batch": the count within the epoch, as printed
+    batches: int | None = None      # "batch": batches per epoch, None if unknown
+    # "facts": any of total, samples_per_step, tokens_per_step, accumulation, epochs
+    facts: dict = field(default_factory=dict)
+    said: str = ""            # "facts": the line that stated them, stripped, at most SAID_MAX
+
+
+class _PerEpoch(NamedTuple):
+    """A count within an epoch, before the parser composes it into a global batch count
+    (which needs what it has seen: the epoch numbering's base, the number of epochs)."""
+
+    epoch: int | None         # as printed
+    epochs: int | None        # the epochs the line itself states (`epoch 1/3`), else None
+    batch: int
+    batches: int | None
+    values: dict
+    source: str
+    zero_based: bool          # a Lightning bar: epochs count from 0, whatever was seen
+    evals: bool = True        # its values may be an evaluation (not a bar's)
 
 
 def compile_regex(text: str) -> re.Pattern:
@@ -154,17 +271,24 @@ def compile_regex(text: str) -> re.Pattern:
         pos = getattr(e, "pos", None)   # re.error's; a TypeError has none
         where = f" at position {pos}" if pos is not None else ""
         raise ValueError(f"invalid progress regex {text!r}: {getattr(e, 'msg', e)}{where}") from None
-    if not {"step", "loss"} & set(pattern.groupindex):
+    if not {"step", "loss", "batch"} & set(pattern.groupindex):
         raise ValueError(
-            f"progress regex {text!r} needs a named group (?P<step>...) or (?P<loss>...); "
+            f"progress regex {text!r} needs a named group (?P<step>...), (?P<batch>...) "
+            f"or (?P<loss>...); "
             f"understood names: {', '.join(_FIELDS)}, any other name is a metric")
     return pattern
 
 
 class OutputParser:
-    """Turns a command's output, fed in chunks of any size, into observations."""
+    """Turns a command's output, fed in chunks of any size, into observations.
 
-    def __init__(self, regex: str | re.Pattern | None = None):
+    known: the facts the command's argv states (engine.command.statements.from_argv: values,
+    or (value, words) pairs), for a total of epochs x batches per epoch.
+    epoch_base: the first epoch's number in printed per-epoch lines (0 or 1), when an earlier
+    attempt of the run settled it; else the parser settles it (see `epoch_base`)."""
+
+    def __init__(self, regex: str | re.Pattern | None = None, *, known: dict | None = None,
+                 epoch_base: int | None = None):
         self._regex = regex if isinstance(regex, re.Pattern) or regex is None \
             else compile_regex(regex)
         self._partial = ""
@@ -172,6 +296,15 @@ class OutputParser:
         self._bar_total: int | None = None       # the total of the bar drawn last
         self._training_total: int | None = None  # that of the bar known to be training
         self._live = False                       # Rich's live display has drawn a frame
+        self._known = _fact_values(known)
+        self._facts: dict[str, int] = {}         # stated in the output so far
+        self._base_given = epoch_base in (0, 1)
+        # The number printed per-epoch lines give the first epoch: 0 once an epoch 0 is
+        # seen, else 1 once the first epoch seen is 1 (or `epoch 3/3`); None until then.
+        self.epoch_base: int | None = epoch_base if self._base_given else None
+        self._block: str | None = None           # inside an HF `***** ... *****` block
+        self._last_bar: Observation | None = None  # the training bar's last step
+        self._bar_evals: dict = {}               # the eval values last read on that bar
 
     def feed(self, text: str) -> list[Observation]:
         """Parse the complete lines in `text`; a trailing partial line waits for more."""
@@ -202,9 +335,125 @@ class OutputParser:
         try:
             if not self._live and "━" in raw and _RICH_BAR.search(_ANSI.sub("", raw)):
                 self._live = True
-            return [o for o in _parse_line(raw, self._regex, self._live) if self._training(o)]
+            out = []
+            for o in self._line(raw):
+                o = self._compose(o) if isinstance(o, _PerEpoch) else o
+                o = self._settle(o) if o is not None else None
+                if o is not None:
+                    out.append(o)
+            return out
         except Exception:  # a line we misread is a line we skip, never a crash
             return []
+
+    def _line(self, raw: str) -> list:
+        """What one line says (raw: ANSI sequences still in it), per-epoch counts still to
+        be composed."""
+        line = _ANSI.sub("", raw)
+        if self._live and line.startswith(_CONTINUATION):
+            # a row of Rich's live display under the bar (metrics that did not fit on it)
+            evals = {n: v for n, v in _pairs(line).items() if _is_eval(n)}
+            return [Observation("eval", metrics=evals, source="rich")] if evals else []
+        line = line.strip()
+        message = _message(line)
+        if self._block is not None:
+            if _BLOCK_ROW.fullmatch(message):  # a row: a fact, or a summary's figure
+                return self._stated(message) if self._block == "training" else []
+            self._block = None
+        if not line:
+            return []
+        head = _BLOCK_HEAD.fullmatch(message)
+        if head:
+            self._block = "training" if head["title"].lower() == "running training" else "other"
+            return []
+        stated = self._stated(message)
+        if stated is not None:
+            return stated
+        found = []
+        stopped = _FIT_STOPPED.search(line)
+        if stopped:
+            found += self._facts_of(stopped[0] + ".", {fact_of(stopped["name"]): int(stopped["v"])})
+        if self._regex is not None:
+            m = self._regex.search(line)
+            if m:
+                return found + _from_regex(m)
+        for parse in (_hf_dict, _tqdm_bar, _rich_bar, _epoch_line, _step_line, _key_values):
+            said = parse(line, nested=_CURSOR_UP in raw)
+            if said is not None:  # the line is this format's, whatever it gave
+                return found + said
+        return found
+
+    def _stated(self, message: str) -> list[Observation] | None:
+        """A line that states a unit or a total: its facts (new ones only); None when the
+        line states nothing. `message`: the line without its logging prefix, which is what
+        the facts' `said` quotes."""
+        for pattern, key in _STATED:
+            m = pattern.fullmatch(message)
+            if m:
+                return self._facts_of(message, {key: whole_number(m["v"].replace(",", ""))})
+        m = _OVERRIDING.fullmatch(message)
+        if m:  # nanoGPT's; a setting that is not a fact (batch_size) gives nothing
+            return self._facts_of(message, {fact_of(m["name"]): whole_number(m["v"].strip())})
+        m = _CONFIG_LINE.fullmatch(message)
+        if m and fact_of(m["name"]) and m["name"].rsplit(".", 1)[-1].lower() not in _BARE_AMBIGUOUS:
+            return self._facts_of(message, {fact_of(m["name"]): whole_number(m["v"].replace(",", ""))})
+        return [] if self._block == "training" else None
+
+    def _facts_of(self, said: str, facts: dict) -> list[Observation]:
+        """A facts observation of those that are new (a restatement says nothing)."""
+        facts = {k: v for k, v in facts.items()
+                 if k is not None and v is not None and self._facts.get(k) != v}
+        if not facts:
+            return []
+        self._facts.update(facts)
+        return [Observation("facts", facts=facts, said=said.strip()[:SAID_MAX], source="stated")]
+
+    def _compose(self, c: _PerEpoch) -> Observation | None:
+        """A count within an epoch as a global batch count: E' x N + B, E' the epochs done."""
+        if c.zero_based or c.epoch is None:
+            base = 0
+        else:
+            base = self._settle_base(c.epoch, c.epochs)
+        done = None if c.epoch is None else c.epoch - base
+        if done is not None and done < 0:
+            done = None  # an epoch before the run's first: nothing to compose
+        n = c.batches
+        if done is None:
+            step = c.batch if c.epoch is None else None
+        else:
+            step = done * n + c.batch if n else (c.batch if done == 0 else None)
+        epochs = c.epochs or self._facts.get("epochs") or self._known.get("epochs")
+        values = dict(c.values)
+        if done is not None:
+            values["epoch"] = done + c.batch / n if n else float(done)
+        o = _classify(values, c.source, step=step, total=epochs * n if epochs and n else None,
+                      always=True, evals=c.evals)
+        return replace(o, unit="batch", epoch_index=done, batch=c.batch, batches=n)
+
+    def _settle_base(self, epoch: int, epochs: int | None) -> int:
+        if not self._base_given:
+            if epoch == 0:
+                self.epoch_base = 0
+            elif self.epoch_base is None and (epoch == 1 or epoch == epochs):
+                self.epoch_base = 1  # `epoch 3/3` is the last of three counted from 1
+        # Unsettled (the first epoch seen is 2 or more, and no earlier attempt said): a
+        # counter from 0 would have shown its 0, so count from 1.
+        return self.epoch_base if self.epoch_base is not None else 1
+
+    def _settle(self, o: Observation) -> Observation | None:
+        """Keep an observation if it belongs to the training loop; a bar's eval values are
+        kept when they change (a bar redraws them with every frame), at the bar's step."""
+        if o.kind == "eval" and o.source in ("tqdm", "rich") and o.step is None:
+            if o.metrics == self._bar_evals or self._last_bar is None:
+                return None
+            self._bar_evals = dict(o.metrics)
+            bar = self._last_bar
+            return replace(o, step=bar.step, epoch=bar.epoch, unit=bar.unit, epoch_index=bar.epoch_index,
+                           batch=bar.batch, batches=bar.batches)
+        if not self._training(o):
+            return None
+        if o.kind == "step" and o.source in ("tqdm", "rich"):
+            self._last_bar = o
+        return o
 
     def _training(self, o: Observation) -> bool:
         """Whether an observation belongs to the training loop. A bar is known to be the
@@ -214,7 +463,7 @@ class OutputParser:
         description, of its own — until a loss is read beside it (a second `train()`)."""
         if o.kind != "step":
             return True
-        if o.source in ("tqdm", "rich") and o.total is not None:
+        if o.source in ("tqdm", "rich") and o.unit == "step" and o.total is not None:
             self._bar_total = o.total
             if self._training_total not in (None, o.total) and o.loss is None:
                 return False
@@ -223,29 +472,25 @@ class OutputParser:
         return True
 
 
-def _parse_line(raw: str, regex: re.Pattern | None = None, live: bool = False) -> list[Observation]:
-    """The observations in one line of output (raw: ANSI sequences still in it); `live`: a
-    Rich live display has drawn in this output, so deeply indented rows are its own."""
-    line = _ANSI.sub("", raw)
-    if live and line.startswith(_CONTINUATION):
-        return []
-    line = line.strip()
-    if not line:
-        return []
-    if regex is not None:
-        m = regex.search(line)
-        if m:
-            return _from_regex(m)
-    for parse in (_hf_dict, _tqdm_bar, _rich_bar, _step_line, _key_values):
-        found = parse(line, nested=_CURSOR_UP in raw)
-        if found is not None:  # the line is this format's, whatever it gave
-            return found
-    return []
+def _fact_values(known) -> dict[str, int]:
+    """{key: value} from statements.from_argv's {key: (value, words)} or plain values."""
+    out = {}
+    for key, value in (known or {}).items() if isinstance(known, dict) else ():
+        value = value[0] if isinstance(value, (tuple, list)) and value else value
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            out[str(key)] = value
+    return out
+
+
+def _message(line: str) -> str:
+    """A line without its logging prefix, stripped."""
+    m = _MESSAGE_PREFIX.match(line)
+    return line[m.end():].strip() if m else line
 
 
 # -- formats: each returns None when the line is not its format, else what it found --
 
-def _from_regex(m: re.Match) -> list[Observation]:
+def _from_regex(m: re.Match) -> list:
     values = {}
     for name, text in m.groupdict().items():
         number = _number(text) if text is not None else None
@@ -253,6 +498,12 @@ def _from_regex(m: re.Match) -> list[Observation]:
             values[name] = number
     if not values:
         return []
+    batch = _integer(values.pop("batch", None))
+    if batch is not None:  # a count within the epoch
+        epoch, epochs = _integer(values.pop("epoch", None)), _integer(values.pop("epochs", None))
+        batches = _integer(values.pop("batches", None))
+        return [_PerEpoch(epoch, epochs or None, batch, batches or None, values, "regex",
+                          zero_based=False)]
     step, total = _integer(values.pop("step", None)), _integer(values.pop("total", None))
     obs = _classify(values, "regex", step=step, total=total, loss_names=("loss",),
                     always=True, normalise=False)
@@ -278,7 +529,8 @@ def _hf_dict(line: str, nested: bool = False) -> list[Observation] | None:
                 values.setdefault(_normalise(key.value), number)
     if "train_runtime" in values:  # the end-of-training summary
         return []
-    values = {name: value for name, value in values.items() if not _hf_timing(name)}
+    values = {name: value for name, value in values.items()
+              if not _hf_timing(name) and not is_setting(name)}
     obs = _classify(values, "hf")
     return [obs] if obs else []
 
@@ -306,29 +558,43 @@ def _rich_bar(line: str, nested: bool = False) -> list[Observation] | None:
 
 
 def _bar(desc: str | None, n: str, total: str | None, values: dict, nested: bool,
-         source: str) -> list[Observation]:
+         source: str) -> list:
     """What a progress bar's line says: its count as the step, unless it counts something
-    other than training (an evaluation, the work around training, a nested bar)."""
+    other than training (an evaluation, the work around training, a nested bar). Eval
+    values on it (Lightning's val_loss) are an eval of their own, kept by the parser when
+    they change."""
     desc = (desc or "").strip()
     if nested or _EVAL_DESC.match(desc) or _PREP_DESC.match(desc):
         return []
     count, of = _count(n), _count(total)
     values.pop("v_num", None)
+    evals = {name: values.pop(name) for name in [n for n in values if _is_eval(n)]}
+    found: list = []
     epoch_desc = _EPOCH_DESC.fullmatch(desc)
-    if epoch_desc:  # counts batches within the epoch
-        if count == 0:
+    if epoch_desc:  # counts batches within the epoch, epochs from 0 as Lightning counts
+        if count == 0 or count is None:
             return []
-        epoch = int(epoch_desc[1])
-        values["epoch"] = epoch + count / of if of and count is not None else float(epoch)
-        # an unknown total (an iterable dataset): the count is the step only in epoch 0
-        step = epoch * of + count if of and count is not None else (count if epoch == 0 else None)
-        of = None
+        # Rich's `Epoch 2/9`: the last epoch's number (max_epochs - 1; `-2`: no limit)
+        last = int(epoch_desc[2]) if epoch_desc[2] else -1
+        found.append(_PerEpoch(int(epoch_desc[1]), last + 1 if last >= 0 else None, count,
+                               of or None, values, source, zero_based=True, evals=False))
     else:
         if count == 0 and of is None:
             return []
-        step = count
-    obs = _classify(values, source, step=step, total=of, always=True, evals=False)
-    return [obs] if obs is not None else []   # always: never None
+        obs = _classify(values, source, step=count, total=of, always=True, evals=False)
+        found.append(obs)
+    if evals:
+        found.append(Observation("eval", metrics=evals, source=source))
+    return found
+
+
+def _epoch_line(line: str, nested: bool = False) -> list | None:
+    m = _EPOCH_LINE.match(line)
+    if not m or (m["word"].lower() != "batch" and m["batches"] is None):
+        return None
+    epochs, batches = int(m["epochs"] or 0), int(m["batches"] or 0)
+    return [_PerEpoch(int(m["epoch"]), epochs or None, int(m["batch"]), batches or None,
+                      _pairs(line[m.end():]), "epochs", zero_based=False)]
 
 
 def _step_line(line: str, nested: bool = False) -> list[Observation] | None:
@@ -381,7 +647,10 @@ def _pairs(text: str) -> dict[str, float]:
                 continue
             if _QUALIFIED.search(text[max(0, m.start() - 12):m.start()]):
                 continue  # `best loss: inf` is not the loss
-            found.append((m.start(), _normalise(m["name"]), float(m["value"])))
+            name = _normalise(m["name"])
+            if is_setting(name):
+                continue  # `max_steps=300`, `batch_size: 8`: how the run is set, not a value
+            found.append((m.start(), name, float(m["value"])))
     values: dict[str, float] = {}
     for _, name, value in sorted(found, key=lambda f: f[0]):
         values.setdefault(name, value)

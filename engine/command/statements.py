@@ -49,8 +49,11 @@ def fact_of(name: str) -> str | None:
 
 def is_setting(name: str) -> bool:
     """Whether a name is a setting of the run (how long, how big a batch), which is never a
-    metric: max_*, num_*, *_steps, *_iters, *_epochs, batch sizes, accumulation names."""
+    metric: max_*, num_*, *_steps, *_iters, *_epochs, batch sizes, accumulation names
+    (`num_input_tokens_seen`, a count of what the run has done, is not one)."""
     name = normalise(name)
+    if name.endswith("_seen"):  # HF's num_input_tokens_seen: a count of the run, not a setting
+        return False
     return (name in _FACT_OF or name.startswith(("max_", "num_"))
             or name.endswith(("_steps", "_iters", "_epochs", "_batches"))
             or name == "batch_size" or name.endswith("_batch_size"))
