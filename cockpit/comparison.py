@@ -13,7 +13,7 @@ from engine.numbers import count, rate
 from engine.files import read_toml
 from engine.record.curves import RunCurves
 from engine.record.digest import RunDigest
-from engine.record.rundir import RunDir, RunSummary
+from engine.record.rundir import RunDir, RunSummary, shown_metrics
 from engine.record.stats import Averages
 
 # Settings that name or describe rather than decide how the run trains: never a difference
@@ -101,9 +101,10 @@ def differing(runs: list[Compared]) -> list[str]:
 
 
 def metrics(runs: list[Compared]) -> list[str]:
-    """Every eval metric any of the runs reported."""
+    """Every eval metric any of the runs reported, losses first, timings (eval_runtime, ..._per_second)
+    left out (engine.record.rundir.shown_metrics)."""
     names = (m for r in runs for m in (r.curves.evals if r.curves is not None else r.averages.final_metrics))
-    return list(dict.fromkeys(names))
+    return list(shown_metrics(dict.fromkeys(names)))
 
 
 def table(runs: list[Compared]) -> list[Row]:
@@ -117,7 +118,9 @@ def table(runs: list[Compared]) -> list[Row]:
     rows = [Row("status", each(lambda r: r.summary.status)),
             Row("final loss", each(lambda r: _number(r.averages.final_loss)))]
     rows += [Row(m, each(lambda r, m=m: _number(r.averages.final_metrics.get(m)))) for m in metrics(runs)]
-    rows.append(Row("samples/s avg", each(lambda r: _rate(r.averages.samples_per_s))))
+    rows.append(Row("samples/s avg", each(_samples_rate)))
+    if any(r.averages.tokens_per_s for r in runs):   # only where tokens per step are known
+        rows.append(Row("tokens/s avg", each(lambda r: _rate(r.averages.tokens_per_s))))
     if any(r.averages.gflop_s for r in runs):   # only workloads that count their FLOPs say it
         rows.append(Row("GFLOP/s avg", each(lambda r: _rate(r.averages.gflop_s))))
     rows.append(Row("duration", each(lambda r: duration(r.summary.duration_s))))
@@ -178,6 +181,8 @@ def as_json(runs: list[Compared], with_curves: bool = False) -> list[dict]:
     differ = differing(runs)
     return [{"id": r.run.id, "status": r.summary.status, "final_loss": r.averages.final_loss,
              "final_metrics": r.averages.final_metrics, "samples_per_s": r.averages.samples_per_s,
+             "tokens_per_s": r.averages.tokens_per_s, "units": r.averages.units,
+             "total_source": r.averages.total_source,
              "steps_per_s": r.averages.steps_per_s, "gflop_s": r.averages.gflop_s, "duration_s": r.summary.duration_s,
              "train_s": r.averages.train_s, "steps": r.summary.step, "total_steps": r.summary.total_steps,
              "steps_lost": r.averages.steps_lost, "ran_on": devices(r.summary),
@@ -195,6 +200,15 @@ def _curves_json(curves: RunCurves | None) -> dict:
         return {"step": c.steps, "samples": c.samples, "seconds": c.seconds, "value": c.values}
 
     return {"loss": one(curves.loss), "evals": {name: one(c) for name, c in curves.evals.items()}}
+
+
+def _samples_rate(r: Compared) -> str:
+    """The run's samples/s, or its steps/s where a command's samples per step are not known
+    (never a guessed sample count)."""
+    a = r.averages
+    if a.samples_per_s is None and a.steps_per_s and a.units is not None and a.units.get("samples_per_step") is None:
+        return f"{rate(a.steps_per_s)} steps/s"
+    return _rate(a.samples_per_s)
 
 
 def _rate(value: float | None) -> str:

@@ -1,7 +1,7 @@
 """Headless output, for people and for log files.
 
-- On a terminal: one live status line (progress bar, step, loss, samples/s, ETA, pressure),
-  redrawn in place, with every event worth a line (eval, checkpoint, crash, fallback, warnings)
+- On a terminal: one live status line (progress bar, step, loss, the main metric, samples/s --
+  steps/s where the samples per step are not known -- tokens/s, ETA, pressure), redrawn in place, with every event worth a line (eval, checkpoint, crash, fallback, warnings)
   printed above it.
 - Not on a terminal (nohup, a pipe, a file): a plain progress line at most every `log_every_s`
   seconds of the run's own clock (the events' times), the first and last of each attempt, and
@@ -33,7 +33,7 @@ class HeadlessPrinter:
     `live`: a status line redrawn in place (default: when the stream is a terminal)."""
 
     def __init__(self, as_json: bool = False, stream: TextIO | None = None, *, live: bool | None = None,
-                 log_every_s: float = LOG_EVERY_S, width: int | None = None):
+                 log_every_s: float = LOG_EVERY_S, width: int | None = None, main_metric: str = ""):
         self.as_json = as_json
         self.stream = stream or sys.stdout
         self.alive = True
@@ -44,8 +44,9 @@ class HeadlessPrinter:
                 live = False
         self.live = live and not as_json
         self.width = width
-        # the live line gets the terminal's columns less one (at least 20)
-        self.transcript = Transcript(live=self.live, log_every_s=log_every_s,
+        # the live line gets the terminal's columns less one (at least 20); `main_metric`: the
+        # preset's (RunDir.main_metric), '' for the default choice
+        self.transcript = Transcript(live=self.live, log_every_s=log_every_s, main_metric=main_metric,
                                      width=lambda: max(20, (self.width or shutil.get_terminal_size().columns) - 1))
         self.status = ""                 # the live line now on screen
 

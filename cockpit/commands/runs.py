@@ -9,12 +9,12 @@ import json
 
 from cockpit.commands import train
 from cockpit.commands.train import follow as follow_run
-from cockpit.present.words import duration
+from cockpit.present.words import duration, metric_value
 from engine import command, settings
 from engine.errors import ConfigError
 from engine.run import detached, lifeline, resume as resumption
 from engine.numbers import count, rate
-from engine.record.rundir import continue_hint, find_run, list_runs, summarize
+from engine.record.rundir import RunSummary, continue_hint, find_run, list_runs, summarize
 
 
 def _rate(value: float | None) -> str:
@@ -29,8 +29,9 @@ def list_(args: argparse.Namespace) -> int:
     if not summaries:
         print("no runs yet; start one with: cockpit --no-ui")
         return 0
-    # samples/s is the run's average over its training time, not its last window's; the ids
-    # as wide as the longest (about 40 columns), so a line fits 100 columns
+    # the rate is the run's average over its training time, not its last window's: samples/s,
+    # or steps/s (' st' after it) where its samples per step are not known; the ids as wide as
+    # the longest (about 40 columns), so a line fits 100 columns
     ids = max(len(s.id) for s in summaries)
     print(f"{'run':<{ids}} {'status':<11} {'step':>13} {'avg samples':>11} {'time':>7} {'steps lost':>10}")
     for s in summaries:
@@ -39,8 +40,16 @@ def list_(args: argparse.Namespace) -> int:
             continue
         progress = f"{s.step}/{s.total_steps or '?'}"
         print(f"{s.id:<{ids}} {s.status:<11} {progress:>13} "
-              f"{_rate(s.samples_per_s):>11} {duration(s.duration_s):>7} {s.steps_lost or '-':>10}")
+              f"{average_rate(s):>11} {duration(s.duration_s):>7} {s.steps_lost or '-':>10}")
     return 0
+
+
+def average_rate(s: RunSummary) -> str:
+    """The 'avg samples' column: '317/s', or '4.95 st/s' where the samples per step are not
+    known (steps, never a guessed sample count), '-' with no rate."""
+    if s.samples_per_s is not None:
+        return _rate(s.samples_per_s)
+    return f"{rate(s.steps_per_s)} st/s" if s.steps_per_s is not None and not s.samples_known else "-"
 
 
 def show(args: argparse.Namespace) -> int:
@@ -55,15 +64,19 @@ def show(args: argparse.Namespace) -> int:
     print(f"workload  {s.workload}\ndevice    {s.device_preset}")
     if s.command:
         print(f"command   {command.display(s.command)}")
-    print(f"progress  step {s.step}/{s.total_steps or '?'}, {s.samples_seen:,} samples")
+    print(f"progress  {progress_text(s)}")
+    for line in figures_lines(s):
+        print(line)
     if s.loss is not None:
         print(f"loss      {s.loss:.4g}")
+    if (main := main_metric_text(s)) is not None:
+        print(f"main      {main}")
     print(f"speed     {speed_text(s)}")
     print(f"time      {time_text(s)}")
     if s.gflop_s is not None:
         print(f"compute   {rate(s.gflop_s)} GFLOP/s on average")
-    for k, v in s.metrics.items():
-        print(f"eval      {k} {v:.4g}" if isinstance(v, float) else f"eval      {k} {v}")
+    for k, v in s.metrics.items():   # its losses first, timings left out (shown_metrics)
+        print(f"eval      {k} {metric_value(v)}")
     for a in s.attempts:
         ended = f" ({a.exit})" if a.exit else ""
         print(f"attempt {a.attempt}: {a.preset} on {a.device}, {a.outcome}{ended}, last step {a.last_step}")
@@ -75,16 +88,86 @@ def show(args: argparse.Namespace) -> int:
     return 0
 
 
-def speed_text(s) -> str:
-    """'317 samples/s on average (4.95 steps/s); 290 in the last window' (the last
+def progress_text(s: RunSummary) -> str:
+    """'step 140/400, 4,480 samples, 2,293,760 tokens': samples only where they are known."""
+    text = f"step {s.step}/{s.total_steps or '?'}"
+    if s.samples_seen is not None and s.samples_known:
+        text += f", {s.samples_seen:,} samples"
+    if s.tokens_seen is not None:
+        text += f", {s.tokens_seen:,} tokens"
+    return text
+
+
+# Where a command's figure came from (engine.command's units and total_source), in words.
+_SOURCES = {"reported": "reported by the script (cockpit.report or its callback)",
+            "stated": "the script said so", "preset": "the workload preset's",
+            "placeholders": "batch_size x accumulation, the command's {placeholders}",
+            "output": "the script's output (its bar, or step N/M)", "argv": "the command's arguments"}
+
+
+def figures_lines(s: RunSummary) -> list[str]:
+    """A command's figures with where each came from: the total, the samples and tokens a step
+    is, and what its steps count; how to give cockpit what it does not know (each hint a line
+    of its own under the fact, so that both fit 80 columns). None for the built-in trainer,
+    whose figures are its own and exact."""
+    if s.command is None:
+        return []
+    lines = []
+    if s.total_steps and s.total_source:
+        lines.append(f"total     {s.total_steps:,} steps: {_SOURCES.get(s.total_source, s.total_source)}")
+    elif not s.total_steps:
+        lines += ["total     not known, so no ETA; give it with",
+                  f"{'':10}total_steps = N in the preset or --set command.total_steps=N"]
+    units = s.units
+    if units is None:   # before the first step, or a run recorded before units were kept
+        return lines
+    for noun, key in (("samples", "samples_per_step"), ("tokens", "tokens_per_step")):
+        per_step, source = units.get(key), units.get(f"{noun}_source") or "?"
+        if per_step is not None:
+            lines.append(f"{noun:<10}{per_step:,} a step: {_SOURCES.get(source, source)}")
+            if source == "stated" and units.get("said"):
+                lines.append(f"{'':10}\"{units['said']}\"")
+        elif noun == "samples":
+            lines += ["samples   per step not known, so the speed is in steps/s; give it with",
+                      f"{'':10}{key} = N in the preset or --set command.{key}=N"]
+    if units.get("counter") == "batches":
+        lines += ["counter   batches, not optimizer steps: the accumulation is not known; put",
+                  f"{'':10}{{accumulation}} in the command where the script takes its accumulation",
+                  f"{'':10}(--set device.accumulation=N fills it)"]
+    elif units.get("accumulation"):
+        lines.append(f"counter   optimizer steps, of {units['accumulation']} batches each")
+    return lines
+
+
+def main_metric_text(s: RunSummary) -> str | None:
+    """'reward 0.62 at step 140 (by default: a reward)', or the preset's metric not reported."""
+    if s.main_metric is None:
+        return None
+    why = "the preset's main_metric" if s.main_metric_source == "preset" else "by default"
+    if s.main_metric_value is None:
+        return f"{s.main_metric}: not reported ({why})"
+    at = f" at step {s.main_metric_step}" if s.main_metric_step is not None else ""
+    return f"{s.main_metric} {metric_value(s.main_metric_value)}{at} ({why})"
+
+
+def speed_text(s: RunSummary) -> str:
+    """'317 samples/s on average (4.95 steps/s); 290 samples/s in the last window', or '4.95 steps/s on
+    average' where the samples per step are not known, with tokens/s where those are (the last
     window only while the run goes on: a finished run's is its final fragment)."""
-    if s.samples_per_s is None:
+    if s.samples_per_s is not None:
+        text = f"{rate(s.samples_per_s)} samples/s on average"
+        if s.steps_per_s is not None:
+            text += f" ({rate(s.steps_per_s)} steps/s)"
+        now, unit = s.window_samples_per_s, "samples/s"
+    elif s.steps_per_s is not None:
+        text = f"{rate(s.steps_per_s)} steps/s on average"
+        now, unit = s.window_steps_per_s, "steps/s"
+    else:
         return "-"
-    text = f"{rate(s.samples_per_s)} samples/s on average"
-    if s.steps_per_s is not None:
-        text += f" ({rate(s.steps_per_s)} steps/s)"
-    if s.status == "running" and s.window_samples_per_s is not None:
-        text += f"; {rate(s.window_samples_per_s)} in the last window"
+    if s.tokens_per_s is not None:
+        text += f", {rate(s.tokens_per_s)} tokens/s"
+    if s.status == "running" and now is not None:
+        text += f"; {rate(now)} {unit} in the last window"
     return text
 
 

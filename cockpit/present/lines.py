@@ -5,28 +5,43 @@ warning...). The headless printer writes them; the TUI's log and events show the
 
 from __future__ import annotations
 
-from cockpit.present.words import (duration, eta_text, memory_text, resume_text, shown_per_sample,
-                                   shown_rate, summary_text)
-from engine.numbers import rate
-from engine.record.rundir import interrupted_next
+from cockpit.present.words import (duration, eta_text, memory_text, metric_value, resume_text,
+                                   shown_per_sample, shown_rates, summary_text)
+from engine.record.attempt_log import strip_ansi
+from engine.record.rundir import interrupted_next, shown_metrics
 from engine.run.fallback import describe_change
 
 BAR = 12
 
 
 def _metrics(metrics: dict) -> str:
-    return "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
+    """An eval's metrics: its loss first, timings left out (engine.record.rundir.shown_metrics)."""
+    return "  ".join(f"{k} {metric_value(v)}" for k, v in shown_metrics(metrics).items())
 
 
-def step_line(e: dict, memory: dict | None = None, windows: int | None = None) -> str:
-    """'step 40/400 (10%)  loss 0.41  1,234 samples/s  ETA 2m10s  | rss 0.3 GB, ...'."""
+# The run's main metric as a line shows it: (name, value), the value None until reported.
+Main = tuple[str, float | None]
+
+
+def _main_text(main: Main | None) -> str | None:
+    if main is None or main[1] is None:
+        return None
+    return f"{main[0]} {metric_value(main[1])}"
+
+
+def step_line(e: dict, memory: dict | None = None, windows: int | None = None,
+              main: Main | None = None) -> str:
+    """'step 40/400 (10%)  loss 0.41  reward 0.62  1,234 samples/s  52,100 tokens/s  ETA 2m10s
+    | rss 0.3 GB, ...': steps/s in place of samples/s where the samples per step are not known."""
     line = f"step {e['step']}"
     if e.get("total"):
         line += f"/{e['total']} ({100 * e['step'] / e['total']:.0f}%)"
     if e.get("loss") is not None:
         line += f"  loss {e['loss']:.4g}"
-    if (speed := shown_rate(e)) is not None:
-        line += f"  {rate(speed)} samples/s"
+    if (said := _main_text(main)) is not None:
+        line += f"  {said}"
+    for part in shown_rates(e):
+        line += f"  {part}"
     if (gflop_s := shown_per_sample(e, "gflop_s")) is not None:
         line += f"  {gflop_s:,.1f} GFLOP/s"
     if (mfu := shown_per_sample(e, "mfu")) is not None:
@@ -44,9 +59,10 @@ def _done(e: dict) -> bool:
 
 
 def status_line(e: dict, memory: dict | None, windows: int, quiet_s: float | None = None,
-                width: int = 80, activity: str | None = None) -> str:
+                width: int = 80, activity: str | None = None, main: Main | None = None) -> str:
     """The live line, what fits in `width` in this order of importance:
-    '[=====>     ]  35%  step 140/400  ETA 2m10s  loss 0.41  1,234 samples/s  pressure normal'.
+    '[=====>     ]  35%  step 140/400  ETA 2m10s  loss 0.41  reward 0.62  1,234 samples/s
+    52,100 tokens/s  pressure normal' (steps/s where the samples per step are not known).
     `activity` (a mining pass, an eval) says why there is no step, in place of 'no step for'."""
     total, step = e.get("total"), e["step"]
     parts = []
@@ -69,8 +85,9 @@ def status_line(e: dict, memory: dict | None, windows: int, quiet_s: float | Non
         parts.append(eta)
     if e.get("loss") is not None:
         parts.append(f"loss {e['loss']:.4g}")
-    if (speed := shown_rate(e)) is not None:
-        parts.append(f"{rate(speed)} samples/s")
+    if (said := _main_text(main)) is not None:
+        parts.append(said)
+    parts += shown_rates(e)
     if (mfu := shown_per_sample(e, "mfu")) is not None:
         parts.append(f"MFU {mfu:.0%}")
     if pressure and level in (None, "normal"):
@@ -152,13 +169,14 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
     if kind == "crash":
         line = f"attempt {e['attempt']} ({e['preset']}) crashed: {e['kind']}. {e['sentence']}"
         message = (e.get("evidence") or {}).get("message")
+        # a run recorded before its evidence was cleaned may carry Rich's colour codes
         if e["kind"] == "user-code" and e.get("exception"):
-            line += "\n" + _indent(e["exception"], 15)
+            line += "\n" + _indent(strip_ansi(e["exception"]), 15)
         elif message:
-            line += "\n" + _indent(message, 3)
+            line += "\n" + _indent(strip_ansi(message), 3)
         return line
     if kind == "attempt_ended" and e["outcome"] == "config":
-        return f"attempt {e['attempt']} ({e['preset']}) refused its configuration:\n" + _indent(e.get("tail", ""), 4)
+        return f"attempt {e['attempt']} ({e['preset']}) refused its configuration:\n" + _indent(strip_ansi(e.get("tail", "")), 4)
     if kind == "fallback":
         return fallback_line(e)
     if kind == "run_failed":

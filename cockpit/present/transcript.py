@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from cockpit.present.lines import human_line, status_line, step_line
+from cockpit.present.lines import Main, human_line, status_line, step_line
 from cockpit.present.words import activity_text, duration
+from engine.record.rundir import choose_main_metric
 
 LOG_EVERY_S = 30.0
 
@@ -31,11 +32,15 @@ def _quiet(step: dict, t: float) -> float | None:
 
 class Transcript:
     """`see(event)` gives the event's lines. `live`: no progress lines, the status line instead,
-    laid out in `width()` columns (asked at each status: a terminal can be resized)."""
+    laid out in `width()` columns (asked at each status: a terminal can be resized). Progress
+    carries the run's main metric (a reward, a recall) from its steps or evals: the one the
+    preset names (`main_metric`, run.toml's), else the first reward-like or recall-like name."""
 
     def __init__(self, *, live: bool = False, log_every_s: float = LOG_EVERY_S,
-                 width: Callable[[], int] = lambda: 80):
+                 width: Callable[[], int] = lambda: 80, main_metric: str = ""):
         self.live = live
+        self.main_metric = main_metric
+        self.reported: dict[str, float] = {}  # each metric's newest value, from steps and evals
         self.log_every_s = log_every_s
         self.width = width
         self.memory: dict | None = None  # the latest memory event, shown with the step
@@ -52,6 +57,8 @@ class Transcript:
         if kind == "memory":
             self.memory = e
             return self._progress(e["t"], stalled=True) if not self.live else []
+        if kind in ("step", "eval"):
+            self._report(e)
         if kind == "step":
             self.step, self.windows, self.activity, self.group = e, self.windows + 1, None, None
             return self._progress(e["t"]) if not self.live else []
@@ -71,6 +78,16 @@ class Transcript:
         line = human_line(e, self.memory)
         return lines + ([line] if line is not None else [])
 
+    def _report(self, e: dict) -> None:
+        for name, value in (e.get("metrics") or {}).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                self.reported[name] = value
+
+    def main(self) -> Main | None:
+        """(the main metric, its newest value), or None where there is none (yet)."""
+        name = choose_main_metric(self.reported, self.main_metric)
+        return None if name is None else (name, self.reported.get(name))
+
     def _progress(self, t: float, stalled: bool = False) -> list[str]:
         """Not live: the attempt's first step, then one line per log_every_s of event time;
         before the first step, one per log_every_s saying how long the attempt has waited."""
@@ -79,7 +96,7 @@ class Transcript:
             return self._waiting(t) if stalled else []
         if self.logged is not None and t - self.logged_t < self.log_every_s:
             return []
-        line = step_line(step, self.memory, self.windows)
+        line = step_line(step, self.memory, self.windows, self.main())
         if stalled and self.activity is not None:
             line += f"  ({activity_text(self.activity, t)})"
         elif stalled and (quiet := _quiet(step, t)) is not None:
@@ -114,7 +131,7 @@ class Transcript:
         """Where the attempt got to: the live line kept, or its last step written."""
         step = self.step
         line = None if step is None else self.status() if self.live else \
-            None if step is self.logged else step_line(step, self.memory, self.windows)
+            None if step is self.logged else step_line(step, self.memory, self.windows, self.main())
         self.step, self.windows, self.logged_t, self.logged = None, 0, None, None
         self.started = self.group = None
         return [line] if line else []
@@ -127,4 +144,4 @@ class Transcript:
         quiet = _quiet(self.step, now) if now is not None else None
         activity = activity_text(self.activity, now) if self.activity is not None else \
             f"no step for {duration(quiet)}{self._group_text('; ')}" if quiet is not None and self.group else None
-        return status_line(self.step, self.memory, self.windows, quiet, self.width(), activity)
+        return status_line(self.step, self.memory, self.windows, quiet, self.width(), activity, self.main())

@@ -5,7 +5,7 @@ and no terminal here (the headless printer and the TUI both import this).
 
 from __future__ import annotations
 
-from engine.numbers import count
+from engine.numbers import count, rate
 
 SETTLE_WINDOWS = 5   # an attempt's first step windows measure warm-up: its ETA says "settling"
 
@@ -55,6 +55,33 @@ def shown_rate(e: dict) -> float | None:
     """The step event's smoothed samples/s, or its window's from a writer that has none."""
     smoothed = e.get("smoothed_samples_per_s")
     return smoothed if smoothed is not None else e.get("samples_per_s")
+
+
+def throughput_parts(samples_per_s: float | None, steps_per_s: float | None,
+                     tokens_per_s: float | None = None) -> list[str]:
+    """['1,234 samples/s', '52,100 tokens/s']: samples/s where the samples per step are known,
+    else steps/s (a guessed sample count is worse than none: a script that accumulates for
+    itself reads 40x too low); tokens/s where the tokens per step are known. [] with no rate."""
+    if samples_per_s is not None:
+        parts = [f"{rate(samples_per_s)} samples/s"]
+    elif steps_per_s is not None:
+        parts = [f"{rate(steps_per_s)} steps/s"]
+    else:
+        parts = []
+    if tokens_per_s is not None:
+        parts.append(f"{rate(tokens_per_s)} tokens/s")
+    return parts
+
+
+def shown_rates(e: dict) -> list[str]:
+    """A step event's throughput as shown: the smoothed samples/s (and tokens/s at the same
+    rate), or the window's steps/s where its samples per step are not known."""
+    return throughput_parts(shown_rate(e), e.get("steps_per_s"), shown_per_sample(e, "tokens_per_s"))
+
+
+def metric_value(value) -> str:
+    """A metric's value: four significant figures for a float, as it is otherwise."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def shown_per_sample(e: dict, key: str) -> float | None:

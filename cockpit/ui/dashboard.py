@@ -114,7 +114,7 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         super().__init__()
         self.run = run
         self.start = start
-        self.model = RunModel(run_id=run.id)
+        self.model = RunModel(run_id=run.id, main_metric=run.main_metric())
         self.model.workload, self.model.device_preset = run.preset_names()
         self._dirty: set[str] = set()
         self._paint_due: float | None = None
@@ -317,7 +317,11 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
             parts.append(Text(eta))
         if m.loss is not None:
             parts.append(Text(f"loss {m.loss:.4g}"))
-        for k, v in list(m.metrics.items())[:3]:
+        main = m.main
+        if main is not None and main[1] is not None:   # a reward, a recall: what the run is judged by
+            parts.append(Text(f"{main[0]} {metric_text(main[1])}", style="bold"))
+        # the eval's loss first, timings left out (RunModel.metrics is shown_metrics')
+        for k, v in [(k, v) for k, v in m.metrics.items() if main is None or k != main[0]][:3]:
             parts.append(Text(f"{k} {metric_text(v)}"))
         return parts
 
@@ -380,6 +384,10 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         self.app.push_screen(LogScreen(self.run))
 
     def action_toggle_rate(self) -> None:
+        if not self.model.samples_known:   # nothing to toggle to: say why, rather than nothing
+            self.notify("this command's samples per step are not known: throughput is in steps/s "
+                        "(cockpit runs show says how to give them)", timeout=4)
+            return
         self.plots.show_steps = not self.plots.show_steps
         self._replot()
 

@@ -48,8 +48,8 @@ class EventLines:
     file's rhythm: a progress line per LOG_EVERY_S of the run, every crash, fallback, eval and
     warning), each stamped with its local time, and what the attempts did."""
 
-    def __init__(self):
-        self._transcript = Transcript()
+    def __init__(self, main_metric: str = ""):
+        self._transcript = Transcript(main_metric=main_metric)
         self.count = 0
         self.attempts: dict[int, AttemptInfo] = {}
 
@@ -190,7 +190,7 @@ A big log is read from its last 4 MB; the whole is in the run directory.
     @work(thread=True, exclusive=True, group="log-events", exit_on_error=False)
     def read_events(self) -> None:
         worker = get_current_worker()
-        follower, folded = EventFollower(self.run.events_path), EventLines()
+        follower, folded = EventFollower(self.run.events_path), EventLines(self.run.main_metric())
         while not worker.is_cancelled:
             events = follower.poll()
             if events:

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from enum import Flag, auto
 
 from cockpit.present.lines import human_line as _human_line
-from engine.record.stats import RunStats
+from engine.record.rundir import choose_main_metric, shown_metrics
+from engine.record.stats import Averages, RunStats
 
 MAX_POINTS = 256
 RECENT_POINTS = 1024   # ~8 minutes of step events at 2 a second
@@ -118,19 +119,22 @@ class RunModel:
     total_samples: int = 0
     epoch: int | None = None
     loss: float | None = None
-    samples_per_s: float | None = None   # the last full reporting window's (the live figure)
+    # the last full reporting window's (the live figure); samples None where a command's
+    # samples per step are not known (units), tokens where its tokens per step are
+    samples_per_s: float | None = None
     steps_per_s: float | None = None
+    tokens_per_s: float | None = None
     smoothed_samples_per_s: float | None = None  # recent windows, by time (engine.monitor.throughput)
-    avg_samples_per_s: float | None = None  # the run's average over time spent training
-    avg_steps_per_s: float | None = None
     gflop_s: float | None = None
-    avg_gflop_s: float | None = None  # over the same training time as avg_samples_per_s
+    units: dict | None = None         # a command's, from its last step (None: the trainer's, exact)
     mfu: float | None = None          # model FLOP utilisation, where the GPU's peak is known
     lr: float | None = None
     eta_s: float | None = None
     device_memory: dict = field(default_factory=dict)
-    metrics: dict = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)   # the last eval's, as shown (shown_metrics)
     eval_step: int | None = None
+    main_metric: str = ""             # the preset's main_metric ('' = the default choice)
+    reported: dict = field(default_factory=dict)  # each metric's newest value, from steps and evals
     mining: dict | None = None        # the latest mining event (index, recall vs exact, timings)
     mining_active: bool = False       # a mining pass is under way (mining_started, no mining yet)
     eval_active: bool = False         # an eval is under way (eval_started, no eval or step yet)
@@ -146,6 +150,40 @@ class RunModel:
     eval_series: dict[str, Series] = field(default_factory=dict)  # per metric, x as loss_series
     marks: list[tuple[float, str]] = field(default_factory=list)  # crashes, at run time x
     stats: RunStats = field(default_factory=RunStats, repr=False)  # behind the avg_* figures
+
+    @property
+    def averages(self) -> Averages:
+        """The run's averages so far, over time spent training (engine.record.stats)."""
+        return self.stats.result()
+
+    @property
+    def avg_samples_per_s(self) -> float | None:
+        """samples trained / time spent training; None where the samples per step are not known."""
+        return self.averages.samples_per_s
+
+    @property
+    def avg_steps_per_s(self) -> float | None:
+        return self.averages.steps_per_s
+
+    @property
+    def avg_tokens_per_s(self) -> float | None:
+        return self.averages.tokens_per_s
+
+    @property
+    def avg_gflop_s(self) -> float | None:
+        """Over the same training time as avg_samples_per_s."""
+        return self.averages.gflop_s
+
+    @property
+    def samples_known(self) -> bool:
+        """The trainer's samples per step always are; a command's where its units say them."""
+        return self.units is None or self.units.get("samples_per_step") is not None
+
+    @property
+    def main(self) -> tuple[str, float | None] | None:
+        """(the run's main metric, its newest value): a reward, a recall (choose_main_metric)."""
+        name = choose_main_metric(self.reported, self.main_metric)
+        return None if name is None else (name, self.reported.get(name))
 
     @property
     def steps_lost(self) -> int:
@@ -314,17 +352,15 @@ def _step(m: RunModel, e: dict) -> Change:
     m.lr = get("lr", m.lr)
     m.device_memory = get("device_memory") or {}
     m.mining_active = m.eval_active = False  # training again: any pass or eval is over
-    averages = m.stats
-    if averages.train_s > 0:
-        m.avg_samples_per_s = averages.samples / averages.train_s
-        m.avg_steps_per_s = averages.steps / averages.train_s
-    if averages.gflop_s_time > 0:
-        m.avg_gflop_s = averages.gflop / averages.gflop_s_time
+    m.units = get("units", m.units)
+    if metrics := get("metrics"):
+        _report(m, metrics)
     t = get("t")
     x = t - m.started_t if t is not None and m.started_t is not None else 0.0
     partial = get("partial")  # a window cut short by a checkpoint or the end: its rate is noise
     if not partial:
         m.samples_per_s, m.steps_per_s = get("samples_per_s"), get("steps_per_s")
+        m.tokens_per_s = get("tokens_per_s")
         m.smoothed_samples_per_s, m.gflop_s = get("smoothed_samples_per_s"), get("gflop_s")
         m.mfu = get("mfu")
     if m.samples_per_s is not None and not partial:
@@ -348,13 +384,20 @@ def _eval_started(m: RunModel, e: dict) -> Change:
 
 def _eval(m: RunModel, e: dict) -> Change:
     m.eval_active = False
-    m.metrics, m.eval_step = e.get("metrics") or {}, e.get("step")
+    m.metrics, m.eval_step = shown_metrics(e.get("metrics") or {}), e.get("step")
+    _report(m, m.metrics)
     x = m.elapsed(e.get("t"))
     for name, value in m.metrics.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             m.eval_series.setdefault(name, Series()).add(x, float(value))
     m._say(e, human_line(e))
     return Change.PROGRESS | Change.SERIES | Change.LOG
+
+
+def _report(m: RunModel, metrics: dict) -> None:
+    for name, value in metrics.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            m.reported[name] = value
 
 
 def _mining_started(m: RunModel, e: dict) -> Change:

@@ -21,7 +21,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from cockpit.comparison import devices
-from cockpit.present.words import STATUS_STYLE, duration
+from cockpit.present.words import STATUS_STYLE, duration, metric_value, throughput_parts
 from cockpit.ui.compare import CompareScreen
 from engine.run import detached, resume as resumption
 from engine.errors import ConfigError
@@ -69,7 +69,14 @@ def when(s: RunSummary) -> str:
 
 
 def average_rate(a: Averages | None) -> str:
-    return rate(a.samples_per_s) if a is not None and a.samples_per_s is not None else "-"
+    """The samples/s column: the run's average, or its steps/s ('4.95 st/s') where a command's
+    samples per step are not known (never a guessed sample count), as `cockpit runs list`."""
+    if a is None:
+        return "-"
+    if a.samples_per_s is not None:
+        return rate(a.samples_per_s)
+    unknown = a.units is not None and a.units.get("samples_per_step") is None
+    return f"{rate(a.steps_per_s)} st/s" if unknown and a.steps_per_s is not None else "-"
 
 
 @dataclasses.dataclass
@@ -198,9 +205,13 @@ curves overlaid, and the settings in which they differ (`cockpit runs compare` h
         run, s = self.rows[row]
         crash = next((a for a in s.attempts if a.crash), None)
         a = self.averages.get(run.id)
+        main = (f"  {s.main_metric} {metric_value(s.main_metric_value)}"
+                if s.main_metric is not None and s.main_metric_value is not None and s.main_metric not in s.metrics
+                else "")
+        speed = throughput_parts(a.samples_per_s, a.steps_per_s, a.tokens_per_s) if a is not None and a.train_s else []
         lines = [f"{run.id}  step {s.step}/{s.total_steps}" + (f"  loss {s.loss:.4g}" if s.loss is not None else "")
-                 + "".join(f"  {k} {v:.4g}" for k, v in s.metrics.items() if isinstance(v, float))
-                 + (f"  {average_rate(a)} samples/s avg" if a is not None and a.samples_per_s else "")
+                 + main + "".join(f"  {k} {v:.4g}" for k, v in s.metrics.items() if isinstance(v, float))
+                 + "".join(f"  {part} avg" for part in speed)
                  + (f"  {rate(a.gflop_s)} GFLOP/s" if a is not None and a.gflop_s else "")
                  + (f"  {count(a.steps_lost, 'step')} lost" if a is not None and a.steps_lost else "")]
         if crash:

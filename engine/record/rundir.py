@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 from engine import files, paths
 from engine.errors import ConfigError
@@ -73,6 +75,16 @@ class RunDir:
             return "?", "?"
         workload, device = config.get("workload_preset"), config.get("device_preset")
         return (workload if isinstance(workload, str) else "?", device if isinstance(device, str) else "?")
+
+    def main_metric(self) -> str:
+        """The metric the workload preset names as the run's main one (its `main_metric`, as
+        run.toml says it); '' where it names none or run.toml cannot be read: then the default
+        choice (choose_main_metric)."""
+        try:
+            named = (files.read_toml(self.config_path).get("workload") or {}).get("main_metric")
+        except ConfigError:
+            return ""
+        return named if isinstance(named, str) else ""
 
     def events(self) -> list[dict]:
         return read_events(self.events_path)
@@ -209,20 +221,43 @@ class RunSummary:
     status: str = "created"
     step: int = 0
     total_steps: int = 0
-    samples_seen: int = 0
+    # where the total came from, a command's (its step events' total_source): "output" (a bar,
+    # `step N/M`), "stated" (a line of its own), "argv", "preset"; None: the trainer's schedule,
+    # or no total known
+    total_source: str | None = None
+    samples_seen: int | None = 0       # None: a command whose samples per step are not known
+    tokens_seen: int | None = None     # where the tokens per step are known
     loss: float | None = None
     # The run's averages over time spent training, all attempts (engine.record.stats): a
-    # window's own figure can be a 0.05 s fragment's.
+    # window's own figure can be a 0.05 s fragment's. samples_per_s is None where the samples
+    # per step are not known: then steps_per_s is the throughput, never a guessed sample count.
     samples_per_s: float | None = None
     steps_per_s: float | None = None
+    tokens_per_s: float | None = None
     gflop_s: float | None = None
     train_s: float = 0.0
-    window_samples_per_s: float | None = None  # the last reporting window's: a live run's speed now
+    # the last reporting window's: a live run's speed now
+    window_samples_per_s: float | None = None
+    window_steps_per_s: float | None = None
+    window_tokens_per_s: float | None = None
+    # A command's units, from its last step event: samples_per_step, samples_source,
+    # tokens_per_step, tokens_source (reported | stated | preset | placeholders | unknown), said
+    # (the script's line a stated figure came from), counter (steps | batches: the accumulation
+    # is not known, so its steps count batches), accumulation. None: the built-in trainer's
+    # figures, counted exactly.
+    units: dict | None = None
     eta_s: float | None = None
     started: float | None = None
     ended: float | None = None
     last_event: float | None = None    # the newest event's time
-    metrics: dict = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)   # the last eval's, as shown (shown_metrics)
+    # The metric the run is judged by besides its loss (a reward, a recall): the preset's
+    # main_metric ("preset") or the first reward-like, then recall-like name ("default"), with
+    # its newest value from a step or an eval and the step it was reported at.
+    main_metric: str | None = None
+    main_metric_value: float | None = None
+    main_metric_step: int | None = None
+    main_metric_source: str | None = None
     attempts: list[AttemptSummary] = field(default_factory=list)
     fallbacks: list[dict] = field(default_factory=list)
     steps_lost: int = 0                # steps trained again, or lost past a checkpoint, after crashes
@@ -238,6 +273,62 @@ class RunSummary:
             return None
         end = self.ended or (time.time() if self.status == "running" else self.last_event)
         return (end or self.started) - self.started
+
+    @property
+    def samples_known(self) -> bool:
+        """Whether its samples per step are known: the trainer's always are; a command's where
+        something said them (engine.command's units)."""
+        return self.units is None or self.units.get("samples_per_step") is not None
+
+
+# ---------------------------------------------------------------- which metrics are shown
+
+# Timings a script logs beside its metrics (HF's eval_runtime, eval_samples_per_second): figures
+# of speed, never metrics to show or judge a run by.
+_TIMING = re.compile(r"(?:^|_)runtime$|per_second$")
+_REWARD_MEAN = re.compile(r"^rewards[/_].+[/_]mean$")
+_SPREAD = re.compile(r"(?:^|[/_])(?:std|min|max|var)$")
+# Recall- and accuracy-like words, each a whole word of the name: val_acc, eval_recall@10.
+_JUDGED = frozenset(("recall", "accuracy", "acc", "ndcg", "mrr", "f1", "precision"))
+
+
+def is_timing(name: str) -> bool:
+    return bool(_TIMING.search(name))
+
+
+def shown_metrics(metrics: dict) -> dict:
+    """An eval's metrics as the front ends show them: its losses first (eval_loss, val_loss:
+    the eval shown is the loss where it has one), then the others in their order; timings left
+    out."""
+    kept = {k: v for k, v in metrics.items() if not is_timing(k)}
+    losses = {k: v for k, v in kept.items() if "loss" in _words(k)}
+    return {**losses, **{k: v for k, v in kept.items() if k not in losses}}
+
+
+def _words(name: str) -> list[str]:
+    return re.split(r"[^a-z0-9]+", name.lower())
+
+
+def choose_main_metric(names: Iterable[str], named: str = "") -> str | None:
+    """The one metric a run is judged by besides its loss, among `names` (those its steps and
+    evals reported, in the order they first came): the preset's `main_metric` when it names one
+    (even before it is reported; 'rewards/x/mean' and 'rewards_x_mean' are the same name),
+    else a reward (`reward`, then `rewards/<name>/mean`, then any other reward but a spread),
+    else a recall or accuracy; None when there is none."""
+    names = [n for n in names if not is_timing(n)]
+    if named:
+        flat = re.sub(r"[/.]", "_", named)
+        return next((n for n in names if n in (named, flat) or re.sub(r"[/.]", "_", n) == flat), named)
+    rewards = [n for n in names if "reward" in n.lower() and not _SPREAD.search(n.lower())]
+    for n in rewards:
+        if n.lower() == "reward":
+            return n
+    for n in rewards:
+        if _REWARD_MEAN.match(n.lower()):
+            return n
+    if rewards:
+        return rewards[0]
+    return next((n for n in names if _JUDGED.intersection(_words(n))), None)
 
 
 # What reading a run dir that is not as cockpit writes it raises: summarize() and the digest
@@ -275,10 +366,12 @@ def _fold(run: RunDir) -> RunSummary:
     """Fold the events into a RunSummary. A run whose supervisor died is 'interrupted' once
     its lifeline has stopped the attempt, 'lost' until then (or if the lifeline died too)."""
     config = files.read_toml(run.config_path)
+    workload = config.get("workload") or {}
     summary = RunSummary(id=run.id, workload=config.get("workload_preset", "?"),
                          device_preset=config.get("device_preset", "?"),
-                         command=(config.get("workload") or {}).get("command"))
+                         command=workload.get("command"))
     stats = RunStats()
+    reported: dict[str, tuple[float, int | None]] = {}   # each metric's newest value, and its step
     for e in run.events():
         stats.add(e)
         kind = e["type"]
@@ -297,12 +390,17 @@ def _fold(run: RunDir) -> RunSummary:
         elif kind == "step":
             summary.step, summary.total_steps = e["step"], e.get("total") or summary.total_steps
             summary.samples_seen = e.get("samples_seen", summary.samples_seen)
+            summary.tokens_seen = e.get("tokens_seen", summary.tokens_seen)
             summary.loss, summary.window_samples_per_s = e.get("loss"), e.get("samples_per_s")
+            summary.window_steps_per_s = e.get("steps_per_s")
+            summary.window_tokens_per_s = e.get("tokens_per_s")
             summary.eta_s = e.get("eta_s")
             if summary.attempts:
                 summary.attempts[-1].last_step = e["step"]
+            _reported(reported, e)
         elif kind == "eval":
-            summary.metrics = e.get("metrics", {})
+            summary.metrics = shown_metrics(e.get("metrics") or {})
+            _reported(reported, e)
         elif kind == "crash" and summary.attempts:
             summary.attempts[-1].crash = e.get("sentence")
         elif kind == "fallback":
@@ -316,9 +414,24 @@ def _fold(run: RunDir) -> RunSummary:
             summary.status, summary.ended = "interrupted", e["t"]
     averages = stats.result()
     summary.samples_per_s, summary.steps_per_s = averages.samples_per_s, averages.steps_per_s
+    summary.tokens_per_s, summary.units = averages.tokens_per_s, averages.units
+    summary.total_source = averages.total_source
     summary.gflop_s, summary.train_s = averages.gflop_s, averages.train_s
     summary.steps_lost, summary.last_event = averages.steps_lost, stats.last_t
     summary.checkpoints = stats.checkpoints
+    named = workload.get("main_metric")
+    named = named if isinstance(named, str) else ""
+    summary.main_metric = choose_main_metric(reported, named)
+    if summary.main_metric is not None:
+        summary.main_metric_source = "preset" if named else "default"
+        summary.main_metric_value, summary.main_metric_step = reported.get(summary.main_metric, (None, None))
     if summary.status == "running" and run.supervisor_pid() is None:
         summary.status = "lost"  # the supervisor was killed; nothing will finish this run
     return summary
+
+
+def _reported(reported: dict, e: dict) -> None:
+    """Each number in a step's or an eval's metrics: its newest value, with its step."""
+    for name, value in (e.get("metrics") or {}).items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            reported[name] = (value, e.get("step"))   # a name keeps its place: where it came first

@@ -18,6 +18,7 @@ from textual.widgets import Static
 from cockpit.present.words import resume_text
 from cockpit.ui.model import Attempt, RunModel
 from engine.numbers import count
+from engine.record.attempt_log import strip_ansi
 
 OUTCOME_STYLE = {"running": "bold cyan", "finished": "bold green", "stopped": "bold yellow"}
 _MEASURE = Console(width=500, color_system=None)  # Text.wrap measures cells through a console
@@ -77,7 +78,8 @@ def attempt_paragraphs(a: Attempt) -> list[Paragraph]:
         message = (a.crash.get("evidence") or {}).get("message") or ""
         if a.crash.get("kind") == "user-code" and a.crash.get("exception"):
             message = a.crash["exception"]
-        for line in message.rstrip().splitlines()[-4:]:
+        # a run recorded before its evidence was cleaned may carry Rich's colour codes
+        for line in strip_ansi(message).rstrip().splitlines()[-4:]:
             out.append(Paragraph(Text(line, style="dim"), 5, 2))
     if a.fallback:
         f = a.fallback

@@ -153,17 +153,22 @@ class PlotGrid(Grid):
 
     def _paint_rate(self, card: PlotCard, since, until, window: str | None, width: int, draw: bool) -> None:
         m = self.model
-        series, unit = (m.steps_series, "steps/s") if self.show_steps else (m.samples_series, "samples/s")
+        # steps/s where a command's samples per step are not known: never a guessed sample count
+        steps = self.show_steps or not m.samples_known
+        series, unit = (m.steps_series, "steps/s") if steps else (m.samples_series, "samples/s")
         # The figure is the smoothed rate, as the headless line's (a single window jumps 141 ->
-        # 2,851 on twotower); the plot keeps the windows. GFLOP/s and MFU scale with it.
+        # 2,851 on twotower); the plot keeps the windows. GFLOP/s, MFU and tokens/s scale with it.
         scale = (m.smoothed_samples_per_s / m.samples_per_s
                  if m.smoothed_samples_per_s and m.samples_per_s else 1.0)
-        now = (m.steps_per_s if self.show_steps else m.samples_per_s)
+        now = (m.steps_per_s if steps else m.samples_per_s)
         now = now * scale if now is not None else None
-        average = m.avg_steps_per_s if self.show_steps else m.avg_samples_per_s
+        averages = m.averages
+        average = averages.steps_per_s if steps else averages.samples_per_s
         parts = [Text(rate_text(now, unit), style=f"bold {RATE_STYLE}")]
         if average is not None:
             parts.append(Text(f"average {rate_text(average, '').strip()}"))
+        if m.tokens_per_s is not None:
+            parts.append(Text(rate_text(m.tokens_per_s * scale, "tokens/s")))
         if m.gflop_s:
             gflop_s = m.gflop_s * scale
             parts.append(Text(f"{gflop_s:,.1f} GFLOP/s" if gflop_s >= 1 else f"{gflop_s:.2g} GFLOP/s"))
