@@ -267,6 +267,9 @@ def test_nanogpt_eval_line():
     ("Val Loss: 2.3 | Test Acc: 0.5", "eval", None, {"val_loss": 2.3, "test_acc": 0.5}),
     ("eval/loss=1.5 eval/bleu=20.1", "eval", None, {"eval_loss": 1.5, "eval_bleu": 20.1}),
     ("validation_loss = 0.7", "eval", None, {"validation_loss": 0.7}),
+    # beside an eval value and no plain loss, a value is the evaluation's
+    ("epoch 1 val_loss: 5.5522 recall@10: 0.2500", "eval", None, {"val_loss": 5.5522, "recall@10": 0.25}),
+    ("loss=0.5 val_loss=0.6 hits@1=0.2", "step", 0.5, {"val_loss": 0.6, "hits@1": 0.2}),
     ("loss=nan grad_norm=inf", "step", math.nan, {"grad_norm": math.inf}),
 ])
 def test_key_value_lines(line, kind, loss, metrics):
@@ -408,13 +411,18 @@ def test_fuzz_format_fragments():
     pieces = ["step", "iter ", " 12", "/", "100", "[", "]", "{", "}", "'loss'", ": ", "=", "loss",
               "val_loss", "nan", "-inf", "1e-3", "%|", "█", "| ", "it/s", "s/it", " [00:12<00:15, ",
               "Epoch 2: ", ", ", "\r", "\n", "\x1b[A", "\x1b[3", "np.float64(", ")", "v_num=0",
-              "Validation", "?", "k", "train loss ", "(", "'", '"', "\t", "\x00", "é"]
+              "Validation", "?", "k", "train loss ", "(", "'", '"', "\t", "\x00", "é",
+              "epoch ", "batch ", "Epoch 1/3 ", "***** ", "train metrics", " = ", "max_iters",
+              "Overriding: ", "tokens per iteration will be: ", "Total optimization steps = ",
+              "`Trainer.fit` stopped: `max_steps=", "` reached.", "  ", ",", "━", "•", "0:00:01"]
     rnd = random.Random(99)
     for _ in range(500):
         text = "".join(rnd.choice(pieces) for _ in range(rnd.randrange(40)))
         found = parse(text)
-        assert all(o.kind in ("step", "eval") for o in found)
+        assert all(o.kind in ("step", "eval", "facts") for o in found)
         assert all(o.step is None or isinstance(o.step, int) for o in found)
+        assert all(o.unit in ("step", "batch") for o in found)
+        assert all(isinstance(v, int) and v > 0 for o in found for v in o.facts.values())
 
 
 def test_odd_inputs():

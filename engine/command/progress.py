@@ -92,9 +92,9 @@ Understood formats, tried in this order on each line:
 5. A line that starts with a step count, followed by values as in 6:
        ``step 120/5000 loss=2.31``, ``Step 3 of 10: loss: 0.5``, ``iter 10: loss 3.1234,
        time 45.67ms, mfu 12.34%`` (nanoGPT), ``iteration 7 ...``, ``[120/5000] ...``
-   A line whose values are all evaluation ones (named ``val_*``, ``eval_*``, ``valid*``,
-   ``test_*``, next to which only ``train_*`` ones may stand, as in nanoGPT's
-   ``step 250: train loss 2.1, val loss 2.3``) is an eval; any other is a step.
+   A line with evaluation values (named ``val_*``, ``eval_*``, ``valid*``, ``test_*``)
+   and no plain ``loss`` is an eval, whose values are all the evaluation's: nanoGPT's ``step 250: train loss 2.1, val loss 2.3``, ``epoch 1
+   val_loss: 2.3 recall@10: 0.25``; any other is a step.
 
 6. ``key=value`` or ``key: value`` pairs anywhere on a line, alone:
        ``loss=0.12 lr=3e-4``, ``epoch: 1, loss: 0.12, acc: 0.9`` -> step (needs a loss
@@ -143,7 +143,7 @@ _NUMBER = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|(?:nan|inf(?:inity)?)\b
 _UNIT = r"(?P<unit>%|[A-Za-zµ]+(?:/[A-Za-z]+)?)?"
 # Two-word names only for the usual ones (`val loss: 2.3`), not for prose (`eval mode: 0`).
 _NAME = (r"(?:train|val|valid|validation|eval|test)\s+(?:loss|acc|accuracy|ppl|perplexity)\b"
-         r"|[A-Za-z_][\w/]*")
+         r"|[A-Za-z_][\w/]*(?:@\d+)?")  # `recall@10`, `hits@1`
 _PAIR = re.compile(rf"(?<![\w/.\-])(?P<name>{_NAME})\s*[:=]\s*(?P<value>{_NUMBER}){_UNIT}(?![\w.])",
                    re.IGNORECASE)
 # A name after a qualifier is a summary, not the current value: `best loss: inf`.
@@ -629,8 +629,9 @@ def _classify(values: dict, source: str, *, step: int | None = None, total: int 
     epoch = values.pop("epoch", None)
     lr = _pop_first(values, _LR_NAMES)
     eval_names = [n for n in values if _is_eval(n)]
-    others = [n for n in values if n not in eval_names and not n.startswith("train_")]
-    if evals and eval_names and not others:
+    # Beside an eval value and no plain loss, a value is the evaluation's too: nanoGPT's
+    # `train loss` measured at its eval, `epoch 1 val_loss: 2.3 recall@10: 0.25`.
+    if evals and eval_names and "loss" not in values:
         return Observation("eval", step, total, None, lr, epoch, values, source)
     loss = _pop_first(values, loss_names)
     if loss is None and step is None and not always:
