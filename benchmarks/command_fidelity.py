@@ -7,6 +7,8 @@ each checkpoint written, its samples and tokens per step, its last logged loss, 
     python benchmarks/command_fidelity.py                      # all five shapes, about a minute
     python benchmarks/command_fidelity.py --shapes nanogpt retriever
 
+Steps lost are read three times: `runs show` (the fold behind runs list, compare and the TUI),
+the headless last line and run_finished's summary (what the alerts say); they must agree.
 Verdicts: `exact` equal; `ok` within the tolerance below; `WRONG`; `absent` the field is not in
 `runs show --json` at all. A figure the script never states and cockpit cannot know (tokens per
 step of a retriever) is exact when cockpit says it does not know (null), WRONG when it guesses.
@@ -30,6 +32,7 @@ import argparse
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -77,7 +80,7 @@ SHAPES = {
 }
 
 FIGURES = ("final step", "total", "samples/step", "tokens/step", "samples seen", "steps lost",
-           "checkpoints", "final loss", "eval shown", "main metric", "samples/s")
+           "lost, last line", "lost, finished", "checkpoints", "final loss", "eval shown", "main metric", "samples/s")
 ABSENT = "absent"
 
 
@@ -150,6 +153,11 @@ def run_shape(name: str, env: dict, runs_dir: Path, timeout: float = 300,
     truth = json.loads((run / "out" / "truth.json").read_text())
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines() if line.strip()]
     outcomes = [e.get("outcome") for e in events if e.get("type") == "attempt_ended"]
+    # steps lost, one figure everywhere: the headless last lines and run_finished (the alerts)
+    said = re.findall(r"(\d[\d,]*) steps? lost to crashes", done.stdout)
+    summary["_lost_last_line"] = int(said[-1].replace(",", "")) if said else 0
+    finished = [e for e in events if e.get("type") == "run_finished"]
+    summary["_lost_finished"] = (finished[-1].get("summary") or {}).get("steps_lost", ABSENT) if finished else ABSENT
     return Result(name, done.returncode, outcomes, compare(summary, truth, rate_tolerance), output, truth)
 
 
@@ -178,7 +186,7 @@ def truth_figures(t: dict) -> dict:
     return {
         "final step": final, "total": t["total"], "samples/step": sps,
         "tokens/step": t["tokens_per_step"], "samples seen": None if sps is None else done * sps,
-        "steps lost": lost, "checkpoints": sum(len(a["checkpoints"]) for a in attempts),
+        "steps lost": lost, "lost, last line": lost, "lost, finished": lost, "checkpoints": sum(len(a["checkpoints"]) for a in attempts),
         "final loss": t["loss"], "eval shown": ev and ev["value"], "main metric": metric and metric["value"],
         "samples/s": (steps * sps / secs) if secs and sps else None,
         "_eval_name": ev and ev["name"], "_metric_name": metric and metric["name"],
@@ -221,6 +229,7 @@ def cockpit_figures(s: dict, eval_name: str | None, metric_name: str | None) -> 
         "final step": s.get("step", ABSENT), "total": total or None if total is not ABSENT else ABSENT,
         "samples/step": find(s, "samples_per_step"), "tokens/step": find(s, "tokens_per_step"),
         "samples seen": s.get("samples_seen", ABSENT), "steps lost": s.get("steps_lost", ABSENT),
+        "lost, last line": s.get("_lost_last_line", ABSENT), "lost, finished": s.get("_lost_finished", ABSENT),
         "checkpoints": s.get("checkpoints", ABSENT), "final loss": s.get("loss", ABSENT),
         "eval shown": shown_eval, "main metric": main, "samples/s": s.get("samples_per_s", ABSENT),
     }
@@ -257,7 +266,8 @@ def verdict(figure: str, cockpit, truth, samples_per_step=None, rate_tolerance=R
         return "exact" if math.isclose(cockpit, truth, rel_tol=1e-6, abs_tol=1e-9) else "WRONG"
     if cockpit == truth:
         return "exact"
-    step = {"steps lost": 1, "samples seen": samples_per_step}.get(figure)
+    step = {"steps lost": 1, "lost, last line": 1, "lost, finished": 1,
+            "samples seen": samples_per_step}.get(figure)
     return "ok" if step is not None and abs(cockpit - truth) <= step else "WRONG"
 
 

@@ -27,7 +27,7 @@ p.add_argument("--num_generations", type=int, default=4)
 p.add_argument("--max_steps", type=int, default=60)
 p.add_argument("--logging_steps", type=int, default=2)
 p.add_argument("--save_steps", type=int, default=20)
-p.add_argument("--learning_rate", type=float, default=5e-2)
+p.add_argument("--learning_rate", type=float, default=1e-2)  # reward mid-way at the end, not 1.0
 p.add_argument("--resume_from_checkpoint", default=None)
 p.add_argument("--step_delay", type=float, default=0.03, help="sleep per optimizer step")
 p.add_argument("--use_cpu", action="store_true")
