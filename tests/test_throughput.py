@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from conftest import TINY
 from engine import runconfig
 from engine.command.progress import Observation
-from engine.command.tracker import Tracker
+from engine.command.tracker import Tracker, Units
 from engine.monitor.throughput import RateMeter
 from engine.record.events import EventWriter
 from engine.record.rundir import RunDir
@@ -140,7 +140,7 @@ def _seen(step: int) -> Observation:
 
 
 def test_a_commands_flush_fragment_does_not_set_its_best():
-    tracker = Tracker(samples_per_step=10, report_every_s=1.0)
+    tracker = Tracker(Units(10, "placeholders"), report_every_s=1.0)
     steps, t = [], 0.0
     for step in range(0, 401):       # 100 steps a second
         t = step / 100
@@ -157,7 +157,7 @@ def test_a_commands_flush_fragment_does_not_set_its_best():
 def test_steps_read_past_a_window_closed_by_the_last_read_are_not_dropped():
     # The supervisor's last read of an attempt's output (it ended: SIGABRT, say) is parsed at one
     # time t: it closes a window at step 120 and reads on to 124; flush(t) must still say 124.
-    tracker = Tracker(samples_per_step=1, report_every_s=1.0)
+    tracker = Tracker(Units(1, "placeholders"), report_every_s=1.0)
     tracker.parsed(_seen(100), 0.0)
     produced = [f for step in range(101, 125) for k, f in tracker.parsed(_seen(step), 1.0) if k == "step"]
     assert [f["step"] for f in produced] == [101]
@@ -170,7 +170,7 @@ def test_a_commands_eta_rides_out_its_eval_pauses():
     steps: 60 s of 100 steps/s, then a 20 s eval, over and over. The long horizon spreads the
     pauses over the rate, which is what they cost the ETA, instead of each one swinging it."""
     total = 60_000
-    tracker = Tracker(samples_per_step=8, total_steps=total)
+    tracker = Tracker(Units(8, "placeholders"), total_steps=total)
     predicted, t, step = [], 0.0, 0
     while step < total:
         step += 1
@@ -193,7 +193,7 @@ def test_losses_without_step_numbers_are_said_once():
     and no step. The run would end 'step 0' with no word why; the tracker says it once."""
     from engine.command.progress import OutputParser
 
-    parser, tracker, produced = OutputParser(), Tracker(samples_per_step=8), []
+    parser, tracker, produced = OutputParser(), Tracker(Units(8, "placeholders")), []
     for i in range(6):
         line = f"{{'loss': {3.0 - i / 10}, 'grad_norm': 1.5, 'learning_rate': 5e-05, 'epoch': {i / 10}}}\n"
         for observation in parser.feed(line):
@@ -206,7 +206,7 @@ def test_losses_without_step_numbers_are_said_once():
     said = human_line({"type": "warning", **warnings[0]})
     assert said.startswith("warning: the output gave 3 losses and no step number") and "CockpitCallback" in said
     # with steps, nothing to say
-    stepped = Tracker(samples_per_step=8)
+    stepped = Tracker(Units(8, "placeholders"), total_steps=10)
     said = [kind for i in range(6) for kind, _ in stepped.parsed(
         Observation(kind="step", step=i, loss=1.0, source="tqdm"), float(i))]
     assert "warning" not in said

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, AbstractSet, Literal, Sequence
 
 from engine.command.progress import compile_regex
+from engine.command.tracker import Units
 from engine.errors import ConfigError
 from engine.monitor import machine
 from engine.schema import FieldError, setting
@@ -77,8 +78,16 @@ class CommandSpec:
                 "output; 'none': only what it reports through cockpit.report")
     progress_regex: str = setting("", "your own regex for progress lines, tried first; named "
                                       "groups step, total, loss, lr, epoch, others are metrics")
-    total_steps: int = setting(0, "steps in the whole run, for the ETA when the output does not "
-                                  "say; 0 = from the output", min=0)
+    total_steps: int = setting(0, "optimizer steps in the whole run, for the ETA when the script "
+                                  "does not say; 0 = from its output or argv", min=0)
+    samples_per_step: int = setting(0, "samples in one optimizer step, when neither the script "
+                                       "nor {batch_size} x {accumulation} says; 0 = unknown "
+                                       "(throughput is then steps/s)", min=0)
+    tokens_per_step: int = setting(0, "tokens in one optimizer step (a language model), for "
+                                      "tokens/s; 0 = from the script's output, else none", min=0)
+    main_metric: str = setting("", "the metric to show beside the loss (e.g. 'reward', "
+                                   "'recall_10'); '' = a reward, else a recall or accuracy, "
+                                   "when the script logs one")
     stop_grace_s: float = setting(30.0, "a stop sends SIGINT, then SIGTERM after this long, "
                                         "then SIGKILL after as long again", above=0.0)
 
@@ -204,15 +213,35 @@ def fixed_settings(spec: CommandSpec) -> frozenset[str]:
     return frozenset(fixed)
 
 
-def samples_per_step(spec: CommandSpec, preset: "DevicePreset") -> int:
-    """Samples in one of the script's steps, as far as its arguments tell: the effective batch
-    when it takes both the micro-batch and the accumulation (or {effective_batch}), the
-    micro-batch when it takes only that, else 1 (its batch is its own: samples/s is then
-    steps/s, unless it reports samples through cockpit.report)."""
+def units(spec: CommandSpec, preset: "DevicePreset", known: dict | None = None) -> Units:
+    """What one of the script's optimizer steps is before it says anything: the workload
+    preset's samples_per_step / tokens_per_step; else the effective batch where the argv takes
+    both {batch_size} and {accumulation} (or {effective_batch}), or {batch_size} with a literal
+    accumulation argument (`--accumulate_grad_batches 2`); else unknown. The accumulation is
+    the preset's where the argv takes {accumulation}, else its literal argument (`known`,
+    engine.command.statements.from_argv). The script's own statements, read from its output,
+    outrank all but what the script reports (engine.command.tracker)."""
+    known = known or {}
     takes = used(spec)
-    if "effective_batch" in takes or {"batch_size", "accumulation"} <= takes:
-        return preset.effective_batch
-    return preset.batch_size if "batch_size" in takes else 1
+    found = Units()
+    if "accumulation" in takes:
+        found = found.learn("accumulation", preset.accumulation, "placeholders", "{accumulation}")
+    elif "accumulation" in known:
+        found = found.learn("accumulation", known["accumulation"][0], "argv", known["accumulation"][1])
+    if spec.samples_per_step:
+        found = found.learn("samples_per_step", spec.samples_per_step, "preset",
+                            f"samples_per_step = {spec.samples_per_step}")
+    elif "effective_batch" in takes:
+        found = found.learn("samples_per_step", preset.effective_batch, "placeholders",
+                            "{effective_batch}")
+    elif "batch_size" in takes and found.accumulation:
+        found = found.learn("samples_per_step", preset.batch_size * found.accumulation,
+                            "placeholders", "{batch_size} x " + (
+                                "{accumulation}" if "accumulation" in takes
+                                else known["accumulation"][1]))
+    if spec.tokens_per_step:
+        found = found.learn("tokens_per_step", spec.tokens_per_step, "preset")
+    return found
 
 
 def checkpoint_glob(spec: CommandSpec, run_dir: Path) -> str | None:

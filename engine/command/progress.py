@@ -357,7 +357,7 @@ class OutputParser:
         message = _message(line)
         if self._block is not None:
             if _BLOCK_ROW.fullmatch(message):  # a row: a fact, or a summary's figure
-                return self._stated(message) if self._block == "training" else []
+                return (self._stated(message) or []) if self._block == "training" else []
             self._block = None
         if not line:
             return []
@@ -427,6 +427,7 @@ class OutputParser:
             values["epoch"] = done + c.batch / n if n else float(done)
         o = _classify(values, c.source, step=step, total=epochs * n if epochs and n else None,
                       always=True, evals=c.evals)
+        assert o is not None  # always=True: an observation, whatever the values
         return replace(o, unit="batch", epoch_index=done, batch=c.batch, batches=n)
 
     def _settle_base(self, epoch: int, epochs: int | None) -> int:

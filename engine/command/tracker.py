@@ -9,15 +9,26 @@ the trainer's are. So throughput, plots, the ETA and the slowdown detector work 
 both kinds of workload. A script's evals and other pauses cannot be told from slow steps
 here; the long horizon spreads them over the rate, which is what they cost the ETA.
 
+Units. A step is an optimizer step. What one is in samples (and tokens) comes with where that
+was learnt (`Units`), in this order: the samples the script reported (exact); the script's own
+statement (HF's `Total train batch size ... = 32`, nanoGPT's `tokens per iteration will be:`);
+the workload preset's `samples_per_step`; the argv's {batch_size} and {accumulation}
+placeholders; else unknown, and then samples are never guessed: the event's samples fields are
+None and its rate is steps/s. A counter of batches (a Lightning epoch bar, `epoch E batch B/N`)
+becomes optimizer steps where the accumulation is known, and stays batches (`counter`) where not.
+
+The total: the preset's `total_steps`, else what the output counts to (a bar, `step N/M`), else
+what the script stated (`Total optimization steps = N`, `Overriding: max_iters = N`), else its
+argv (`--max_steps 300`), each with its source in the event.
+
 Reported values win over parsed ones: once the script has reported a step, parsed steps are
-ignored; once it has reported an eval, parsed evals are. Samples are the reported count, else
-steps x the samples per step that the command's placeholders imply
-(engine.command.samples_per_step).
+ignored; once it has reported an eval, parsed evals are.
 Pure: no clock, no I/O; the caller passes times (time.time()).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,30 +41,79 @@ STEPLESS_LOSSES = 3  # losses read with no step number before the tracker says i
 # averaged in rather than swinging the ETA, short enough to follow a real change of speed.
 HORIZON_S = 300.0
 
+# Where a figure per step came from, most trusted first: what the script reported, what it
+# printed, what the user wrote in the preset, what its argv's placeholders imply.
+SOURCES = ("reported", "stated", "preset", "placeholders", "argv", "unknown")
+# Where the total came from, most trusted first: the preset, the output's own count (a bar,
+# `step N/M`), the script's statement, its argv.
+TOTAL_SOURCES = ("preset", "output", "stated", "argv")
+
+
+def _outranks(source: str, than: str) -> bool:
+    return SOURCES.index(source) < SOURCES.index(than)
+
+
+@dataclass(frozen=True, slots=True)
+class Units:
+    """What one optimizer step of the script is, and how cockpit knows it."""
+
+    samples_per_step: int | None = None
+    samples_source: str = "unknown"
+    tokens_per_step: int | None = None
+    tokens_source: str = "unknown"
+    accumulation: int | None = None      # micro-batches per optimizer step, where known
+    accumulation_source: str = "unknown"
+    said: str | None = None              # the script's line or argument that said the samples
+
+    def learn(self, what: str, value: int, source: str, said: str | None = None) -> "Units":
+        """These units with `what` (samples_per_step, tokens_per_step, accumulation) learnt
+        from `source`, unless a more trusted source already said it."""
+        if not isinstance(value, int) or value < 1:
+            return self
+        field_source = {"samples_per_step": "samples_source", "tokens_per_step": "tokens_source",
+                        "accumulation": "accumulation_source"}[what]
+        if _outranks(getattr(self, field_source), source):
+            return self
+        changes: dict[str, Any] = {what: value, field_source: source}
+        if what == "samples_per_step":
+            changes["said"] = said
+        return dataclasses.replace(self, **changes)
+
+    def as_event(self, counter: str) -> dict:
+        return {"samples_per_step": self.samples_per_step, "samples_source": self.samples_source,
+                "tokens_per_step": self.tokens_per_step, "tokens_source": self.tokens_source,
+                "counter": counter, "accumulation": self.accumulation, "said": self.said}
+
 
 @dataclass
 class _Window:
     start_t: float
     start_step: int
-    start_samples: float
+    start_samples: float | None   # None: not known when the window opened
 
 
 @dataclass
 class Tracker:
-    samples_per_step: int
+    units: Units = field(default_factory=Units)
     total_steps: int = 0                 # the preset's; 0 = what the output says
     report_every_s: float = REPORT_EVERY_S
+    known: dict = field(default_factory=dict)  # the argv's facts (engine.command.statements)
     reported_steps: bool = False         # the script reports its steps itself
     reported_evals: bool = False
     step: int | None = None
-    total: int | None = None
+    total: int | None = None             # the output's own count, in steps
     samples: float | None = None         # reported samples seen, when the script gives them
     loss: float | None = None
     lr: float | None = None
     epoch: float | None = None
     metrics: dict = field(default_factory=dict)
     source: str = ""
+    counter: str = "steps"               # "batches": a batch counter whose accumulation is unknown
+    stated_total: int | None = None      # what the script stated its total to be
+    epochs: int | None = None            # epochs in the run, where stated
     non_finite: dict | None = None       # the first non-finite loss seen: {"step", "message", "t"}
+    first_step: int | None = None        # the first step this attempt reported
+    step_t: float | None = None          # when the current step was first read
     _window: _Window | None = None
     _meter: RateMeter | None = None      # the smoothed rate and the best full window
     _last_finite_t: float | None = None  # when a finite loss was last seen
@@ -62,22 +122,62 @@ class Tracker:
 
     def __post_init__(self) -> None:
         self._meter = RateMeter(full_window_s=self.report_every_s, horizon_s=HORIZON_S)
+        for what in ("accumulation", "epochs"):
+            if what in self.known:
+                self._fact(what, self.known[what][0], "argv", self.known[what][1])
 
     # ------------------------------------------------------------ feeding
 
     def parsed(self, observation, t: float) -> list[tuple[str, dict]]:
         """One engine.command.progress.Observation read from the output."""
+        if observation.kind == "facts":
+            for what, value in observation.facts.items():
+                self._fact(what, value, "stated", observation.said)
+            return []
         if observation.kind == "eval":
             if self.reported_evals or not observation.metrics:
                 return []
             step = observation.step if observation.step is not None else self.step
+            if getattr(observation, "unit", "step") == "batch":
+                step = self.step  # a batch count: the optimizer step reached is the tracker's
             return [("eval", {"step": step, "metrics": dict(observation.metrics),
                               "source": observation.source})]
         if self.reported_steps:
             return []
-        return self._update(t, observation.step, observation.total, observation.loss,
-                            observation.lr, observation.epoch, observation.metrics, None,
-                            observation.source)
+        step, total = observation.step, observation.total
+        if getattr(observation, "unit", "step") == "batch":
+            step, total = self._optimizer_steps(observation)
+        return self._update(t, step, total, observation.loss, observation.lr, observation.epoch,
+                            observation.metrics, None, observation.source)
+
+    def _fact(self, what: str, value, source: str, said: str | None) -> None:
+        """A fact the script stated (or its argv says): a unit per step, the total, the epochs."""
+        if not isinstance(value, int) or value < 1:
+            return
+        if what == "total":
+            if source == "stated":
+                self.stated_total = value
+        elif what == "epochs":
+            self.epochs = value
+        elif what in ("samples_per_step", "tokens_per_step", "accumulation"):
+            self.units = self.units.learn(what, value, source, said)
+
+    def _optimizer_steps(self, o) -> tuple[int | None, int | None]:
+        """A batch counter as optimizer steps, where the accumulation is known: within each
+        epoch a step every `accumulation` batches, and one more for a last, partial group (the
+        frameworks step at an epoch's end); else the batches themselves, said to be batches."""
+        a = self.units.accumulation
+        if not a:
+            self.counter = "batches"
+            return o.step, o.total
+        self.counter = "steps"
+        n, b, e = o.batches, o.batch, o.epoch_index
+        if n and b is not None and e is not None:
+            per_epoch = -(-n // a)
+            step = e * per_epoch + (per_epoch if b >= n else b // a)
+            epochs = (o.total // n) if o.total else self.epochs
+            return step, (epochs * per_epoch if epochs else None)
+        return (None if o.step is None else o.step // a), (None if o.total is None else -(-o.total // a))
 
     def reported(self, event: dict) -> list[tuple[str, dict]]:
         """A `progress` event the script wrote (cockpit.report.step)."""
@@ -116,13 +216,30 @@ class Tracker:
             self.samples = float(samples)
         if step is None:  # values without a step (HF's log dicts) join the current step
             return self._no_step_numbers() if loss is not None and self.step is None else []
+        if self.step != int(step):
+            self.step_t = t
         self.step = int(step)
+        if self.first_step is None:
+            self.first_step = self.step
         if self._window is None or self.step < self._window.start_step:
-            self._window = _Window(t, self.step, self.samples_seen)  # the first sight, or a restart
+            # the first sight, or a restart
+            self._window = _Window(t, self.step, self.samples_seen)
             return []
         if t - self._window.start_t < self.report_every_s:
             return []
-        return [("step", self._close_window(t))]
+        return [("step", self._close_window(t)), *self._no_total()]
+
+    def _no_total(self) -> list[tuple[str, dict]]:
+        """No total known by the first window: say once how to give one, rather than show no
+        ETA and no word why."""
+        if self._windows != 1 or self.total_known is not None:
+            return []
+        return [("warning", {
+            "kind": "no-total", "fallback": False,
+            "message": "the script states no total steps (no bar, no `Total optimization steps`, "
+                       "no max_iters/max_steps in its argv or output): no ETA",
+            "advice": [{"text": "give it: total_steps = N in the workload preset, or "
+                                "--set command.total_steps=N"}]})]
 
     def _no_step_numbers(self) -> list[tuple[str, dict]]:
         """Losses and no step: say so once (a Trainer with disable_tqdm=True prints its log
@@ -145,55 +262,95 @@ class Tracker:
         w = self._window
         if w is None or self.step is None:
             return []
-        if self.step > w.start_step and t > w.start_t:
-            return [("step", self._close_window(t))]
+        # The last window ends when its last step was read: what came after (a final eval, a
+        # save, the interpreter's exit) is not training.
+        end = self.step_t if self.step_t is not None and self.step_t > w.start_t else t
+        if self.step > w.start_step and end > w.start_t:
+            return [("step", self._close_window(end))]
         if self._windows and self.step <= w.start_step:
             return []  # its last window already said it
         # Where it got to: a run too short for a window, or steps read past the window that
         # the same last read closed (no time to measure a rate over: a partial window)
-        sighting = {"step": self.step, "total": self.total_known,
-                    "samples_seen": int(self.samples_seen), "epoch": self.epoch,
-                    "loss": self.loss, "lr": self.lr, "samples_per_s": None,
-                    "steps_per_s": None, "window_s": None, "eta_s": None, "source": self.source}
+        sighting = {**self._where(), "samples_per_s": None, "steps_per_s": None,
+                    "window_s": None, "eta_s": None}
         return [("step", {**sighting, "partial": True} if self._windows else sighting)]
 
     # ------------------------------------------------------------ the step event
 
     @property
-    def samples_seen(self) -> float:
+    def samples_seen(self) -> float | None:
+        """Samples trained: the reported count, else steps x the samples per step where known;
+        None where neither is (never guessed)."""
         if self.samples is not None:
             return self.samples
-        return (self.step or 0) * self.samples_per_step
+        per_step = self.units.samples_per_step
+        return (self.step or 0) * per_step if per_step else None
+
+    @property
+    def tokens_seen(self) -> int | None:
+        per_step = self.units.tokens_per_step
+        return (self.step or 0) * per_step if per_step else None
 
     @property
     def total_known(self) -> int | None:
-        return self.total_steps or self.total or None
+        return self._total()[0]
+
+    def _total(self) -> tuple[int | None, str | None]:
+        """The run's total steps and where it came from."""
+        argv = self.known.get("total")
+        for total, source in ((self.total_steps, "preset"), (self.total, "output"),
+                              (self.stated_total, "stated"), (argv and argv[0], "argv")):
+            if total:
+                return int(total), source
+        return None, None
+
+    def _units(self) -> dict:
+        units = self.units
+        if self.samples is not None:  # reported: exact, whatever a step's batch was
+            per_step = round(self.samples / self.step) if self.step else None
+            units = dataclasses.replace(units, samples_per_step=per_step, samples_source="reported",
+                                        said=None)
+        return units.as_event(self.counter)
+
+    def _where(self) -> dict:
+        """The fields saying where the attempt got to, and in what units."""
+        total, total_source = self._total()
+        seen = self.samples_seen
+        where = {"step": self.step, "total": total, "total_source": total_source,
+                 "samples_seen": None if seen is None else int(seen), "epoch": self.epoch,
+                 "loss": self.loss, "lr": self.lr, "source": self.source, "units": self._units()}
+        if (tokens := self.tokens_seen) is not None:
+            where["tokens_seen"] = tokens
+        return where
 
     def _close_window(self, t: float) -> dict:
         w, meter, step = self._window, self._meter, self.step
         assert w is not None and meter is not None and step is not None  # open, at a step
         elapsed = max(t - w.start_t, 1e-9)
-        steps_per_s = (step - w.start_step) / elapsed
-        samples = max(0.0, self.samples_seen - w.start_samples)
-        samples_per_s = samples / elapsed
-        meter.add(step - w.start_step, samples, elapsed)
+        steps = step - w.start_step
+        steps_per_s = steps / elapsed
+        seen = self.samples_seen
+        known = seen is not None and w.start_samples is not None
+        samples = max(0.0, seen - w.start_samples) if known else 0.0  # type: ignore[operator]
+        meter.add(steps, samples, elapsed)
         self._windows += 1
         total = self.total_known
         eta = meter.seconds_for(total - step) if total else None
-        smoothed = meter.samples_per_s or 0.0
-        best = meter.best_samples_per_s or 0.0
         event: dict[str, Any] = {
-            "step": step, "total": total, "samples_seen": int(self.samples_seen),
-            "epoch": self.epoch, "loss": self.loss, "lr": self.lr,
-            "samples_per_s": round(samples_per_s, 3), "steps_per_s": round(steps_per_s, 4),
+            **self._where(),
+            "from_step": w.start_step,
+            "samples_per_s": round(samples / elapsed, 3) if known else None,
+            "steps_per_s": round(steps_per_s, 4),
             "window_s": round(elapsed, 4), "eta_s": None if eta is None else round(eta, 1),
-            "smoothed_samples_per_s": round(smoothed, 3),
-            "best_samples_per_s": round(best, 3), "source": self.source}
+            "smoothed_samples_per_s": round(meter.samples_per_s or 0.0, 3) if known else None,
+            "best_samples_per_s": round(meter.best_samples_per_s or 0.0, 3) if known else None}
+        if self.units.tokens_per_step:
+            event["tokens_per_s"] = round(steps_per_s * self.units.tokens_per_step, 3)
         if elapsed < self.report_every_s:
             event["partial"] = True  # flush's last window: too short to show as a rate
         if self.metrics:
             event["metrics"] = {k: v for k, v in self.metrics.items() if _finite_number(v)}
-        self._window = _Window(t, step, self.samples_seen)
+        self._window = _Window(t, step, seen)
         return event
 
 

@@ -7,8 +7,9 @@ directory a run's first attempt would get, with the candidate's placeholders fil
 
 While it runs, `poll()` follows its output as the supervisor does (an OutputParser over the
 log, `progress` events that cockpit.report writes to the scratch events file) and feeds an
-engine.command.tracker.Tracker, whose windows give samples/s: steps x the samples per step its
-placeholders imply (engine.command.samples_per_step), or the samples it reported. From
+engine.command.tracker.Tracker, whose windows give samples/s: steps x the samples per step
+(engine.command.units; where those are unknown, its {batch_size}, the one thing the probe varies,
+and said so in `basis`, else 1: steps/s), or the samples it reported. From
 that it makes the events the trainer's worker gives, so the probe reads both alike:
 
 - `trainer_ready` at the first step seen (device and precision as the placeholders said;
@@ -42,7 +43,7 @@ from engine.run.launch import Launch, command_launch
 from engine.presets import DevicePreset
 from engine.probe import MIN_WINDOW_S, TRIAL_MIN_STEPS, WARMUP_SHARE, WINDOWS
 from engine.probe.measure import Worker, WorkerEnd
-from engine.command.tracker import Tracker
+from engine.command.tracker import Tracker, Units
 
 SOURCES = {"tqdm": "its tqdm bar", "steps": "its step lines", "keyvalue": "its key=value lines",
            "hf": "its Hugging Face log lines", "regex": "its output (your progress_regex)"}
@@ -116,7 +117,8 @@ class CommandWorker(Worker):
         self._spawned = time.monotonic()
         self._output = OutputFollower(self.log_path, launch.parser())
         # No window closes before its first step: then windows of the measurement's length.
-        self._tracker = Tracker(launch.samples_per_step, launch.total_steps, report_every_s=float("inf"))
+        self._tracker = Tracker(self._units(launch, preset), launch.total_steps, known=launch.known,
+                                report_every_s=float("inf"))
         self._faults = [vocabulary.parse(s) for s in launch.signal_faults]
         return True
 
@@ -152,7 +154,7 @@ class CommandWorker(Worker):
         if step is not None and step >= 1 and self._ready_at is None:
             out += self._ready(now, t)
         if step is not None:
-            self._last_live = (now, step, tracker.samples_seen)
+            self._last_live = (now, step, tracker.samples_seen or 0.0)  # the probe's units say a step
         for kind, fields in produced:
             if kind != "step" or self._trial is not None:
                 continue  # evals are not timed; a batch trial times itself (below)
@@ -177,7 +179,8 @@ class CommandWorker(Worker):
         self.startup_s = now - self._spawned
         out = [{"type": "trainer_ready", "device": launch.device, "precision": launch.precision,
                 "threads": self._threads, "startup_s": round(self.startup_s, 3),
-                "command_line": shlex.join(launch.argv), "samples_per_step": launch.samples_per_step}]
+                "command_line": shlex.join(launch.argv),
+                "samples_per_step": tracker.units.samples_per_step}]
         if self._trial is not None:
             self._trial.update(t=now, step=tracker.step, samples=tracker.samples_seen)
             out.append({"type": "batch_trial", "batch": self._trial["batch"], "phase": "start",
@@ -235,11 +238,21 @@ class CommandWorker(Worker):
 
     # ------------------------------------------------------------ how it went
 
+    def _units(self, launch, preset: DevicePreset) -> Units:
+        """A candidate's samples per step. A run never guesses them; the probe compares
+        candidates that differ in {batch_size}, so where nothing else says, a step is taken
+        to be its {batch_size} (the basis says so), else one (steps/s)."""
+        units = launch.units
+        if units.samples_per_step is None:
+            guess = preset.batch_size if self._takes("batch_size") else 1
+            units = dataclasses.replace(units, samples_per_step=guess, samples_source="placeholders")
+        return units
+
     @property
     def unit(self) -> str:
         tracker = self._tracker
         if tracker is not None and tracker.samples is None and self._launch is not None \
-                and self._launch.samples_per_step == 1 \
+                and tracker.units.samples_per_step == 1 \
                 and not self._takes("batch_size", "effective_batch"):
             return "steps"
         return "samples"

@@ -259,7 +259,7 @@ class StepFields(TypedDict):
 
     step: int
     total: int | None
-    samples_seen: int
+    samples_seen: int | None        # None: a command whose samples per step are not known
     epoch: float | None
     loss: float | None
     lr: float | None
@@ -268,14 +268,21 @@ class StepFields(TypedDict):
     window_s: float | None
     eta_s: float | None
     total_samples: NotRequired[int]
-    smoothed_samples_per_s: NotRequired[float]
-    best_samples_per_s: NotRequired[float]
+    smoothed_samples_per_s: NotRequired[float | None]
+    best_samples_per_s: NotRequired[float | None]
     device_memory: NotRequired[dict[str, Any]]
     gflop_s: NotRequired[float]
     mfu: NotRequired[float]
     partial: NotRequired[bool]      # cut short by a checkpoint or the end: no rate to show
     source: NotRequired[str | None]  # a command's: where its steps were read
     metrics: NotRequired[dict[str, float]]
+    # A command's (engine.command.tracker): what a step is and where that was learnt, where
+    # its total came from, the step its window began at, and tokens where a step's are known.
+    units: NotRequired[dict[str, Any]]
+    total_source: NotRequired[str | None]
+    from_step: NotRequired[int]
+    tokens_seen: NotRequired[int]
+    tokens_per_s: NotRequired[float]
 
 
 class EvalStartedFields(TypedDict):
@@ -323,6 +330,7 @@ class CheckpointFields(TypedDict):
     samples_seen: NotRequired[int]
     save_s: NotRequired[float]
     source: NotRequired[str]        # a command's: "report" or "file"
+    step_source: NotRequired[str | None]  # a file's: "name" (its name says) or "reached" (the step read by its write)
     samples: NotRequired[int]       # cockpit.report.checkpoint's samples=
 
 

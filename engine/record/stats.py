@@ -11,14 +11,16 @@ windows' `window_s`, which leave out evaluation, epoch preparation (mining) and 
 
 Steps lost. A step is lost when an attempt trained it and the next attempt had to train it again:
 the steps an attempt reached past the point the next attempt resumed from. That point is the
-resumed checkpoint's step where the events say it (the trainer's trainer_ready, a command's
-checkpoint named or reported with its step); for a command resumed from a file whose step is not
-known (one `last.pt` rewritten), the next attempt's first reported step -- where its first window
-began, `step - steps_per_s x window_s`, since a command's first sighting is no event of its own.
-That is an upper bound of the resume point (a script may print its first step only after
-training it), so the figure is then a lower bound, never the whole attempt counted from step 0.
-The attempt that ended the run by crashing loses the steps past its newest checkpoint; so does
-one whose successor has not said yet where it resumed.
+resumed checkpoint's step where the events say it exactly (the trainer's trainer_ready, a
+command's checkpoint named or reported with its step); else (a command's one `last.pt`
+rewritten, whose checkpoint event holds only the step read by its write) the next attempt's
+first reported step, which its first window names (`from_step`). The attempt that ended the run
+by crashing loses the steps past its newest checkpoint; so does one whose successor has not said
+yet where it resumed.
+
+Unknown units. A command whose samples per step are not known (engine.command.tracker) has
+windows without samples: the samples/s average covers only windows that knew theirs, and is
+None where none did (steps/s stands); tokens/s likewise.
 
 `RunStats` folds events one at a time, so the UI keeps it current with each batch it reads;
 `fold(events)` folds a whole list (the supervisor's run_finished), `averages(events)` its figures
@@ -43,6 +45,9 @@ class Averages:
     final_loss: float | None      # the last step event's loss
     final_metrics: dict = field(default_factory=dict)  # the last eval event's metrics
     gflop_s: float | None = None  # over the same training time, where the workload counts FLOPs
+    tokens_per_s: float | None = None  # over the windows whose tokens per step are known
+    units: dict | None = None     # a command's: what a step is, and where that was learnt
+    total_source: str | None = None  # a command's: where its total came from
 
 
 @dataclass(slots=True)
@@ -71,12 +76,18 @@ class RunStats:
     """The run's figures folded one event at a time (`add`), read at any moment (`result`,
     `steps_lost`, `summary`)."""
 
-    __slots__ = ("samples", "steps", "gflop", "gflop_s_time", "train_s", "first_t", "last_t",
-                 "final_loss", "final_metrics", "checkpoints", "attempts", "_current")
+    __slots__ = ("samples", "samples_s", "steps", "tokens", "tokens_s", "gflop", "gflop_s_time",
+                 "train_s", "first_t", "last_t", "final_loss", "final_metrics", "checkpoints",
+                 "attempts", "units", "total_source", "_current")
 
     def __init__(self) -> None:
         self.samples = 0.0
+        self.samples_s = 0.0         # training time of the windows whose samples are known
         self.steps = 0.0
+        self.tokens = 0.0
+        self.tokens_s = 0.0          # ... and of those whose tokens are
+        self.units: dict | None = None
+        self.total_source: str | None = None
         self.gflop = 0.0             # GFLOP trained, over the windows that say their GFLOP/s
         self.gflop_s_time = 0.0      # ... and those windows' time
         self.train_s = 0.0
@@ -131,8 +142,10 @@ class RunStats:
         a = self._current
         if a is None or not resume:
             return
-        if resume.get("step") is None:  # a command's checkpoint file of unknown step
-            a.start_step = None         # its first step event will say
+        if resume.get("step") is None or resume.get("step_source") == "reached":
+            # a command's checkpoint file of unknown step, or known only as the step read by
+            # its write (a bound): its first step event says where it went on from
+            a.start_step = None
             return
         a.start_step = a.reached = a.kept = a.window_step = int(resume["step"])
         a.window_samples = resume.get("samples_seen")
@@ -140,6 +153,8 @@ class RunStats:
     def _step(self, e: dict) -> None:
         if e.get("loss") is not None:
             self.final_loss = e["loss"]
+        if e.get("units") is not None:
+            self.units, self.total_source = e["units"], e.get("total_source")
         a = self._current
         if a is None:  # a step before any attempt_started: an old or partial file
             a = self._current = AttemptAccount()
@@ -149,14 +164,16 @@ class RunStats:
         rate = e.get("samples_per_s")
         if step is not None:
             if a.start_step is None:
-                # Where its first window began: the first step it reported. A command's first
-                # sighting of a step opens that window and is no event of its own.
-                steps_per_s = e.get("steps_per_s")
-                begun = int(step) - (round(steps_per_s * window) if window and steps_per_s else 0)
-                a.start_step = a.window_step = max(0, begun)
+                # Where its first window began: the first step it reported (a command's first
+                # sighting opens that window and is no event of its own; the window says it).
+                begun = e.get("from_step")
+                if begun is None:  # written before windows said where they began
+                    steps_per_s = e.get("steps_per_s")
+                    begun = int(step) - (round(steps_per_s * window) if window and steps_per_s else 0)
+                a.start_step = a.window_step = max(0, int(begun))
                 a.kept = max(a.kept, a.start_step)
             a.reached = max(a.reached, int(step))
-        if window is None or rate is None:  # a command's first sighting: no window measured
+        if window is None or e.get("steps_per_s") is None:  # a first sighting: no window measured
             a.window_samples = e.get("samples_seen", a.window_samples)
             a.window_step = step if step is not None else a.window_step
             return
@@ -166,8 +183,13 @@ class RunStats:
         # rounded) stand in where the window's start is not known (a command's first window).
         if seen is not None and a.window_samples is not None and seen >= a.window_samples:
             self.samples += seen - a.window_samples
-        else:
+            self.samples_s += window
+        elif rate is not None:
             self.samples += rate * window
+            self.samples_s += window
+        if e.get("tokens_per_s") is not None:
+            self.tokens += e["tokens_per_s"] * window
+            self.tokens_s += window
         if step is not None and a.window_step is not None and step >= a.window_step:
             self.steps += step - a.window_step
         else:
@@ -207,7 +229,7 @@ class RunStats:
     def result(self) -> Averages:
         train_s = self.train_s
         return Averages(
-            samples_per_s=self.samples / train_s if train_s > 0 else None,
+            samples_per_s=self.samples / self.samples_s if self.samples_s > 0 else None,
             steps_per_s=self.steps / train_s if train_s > 0 else None,
             train_s=train_s,
             duration_s=None if self.first_t is None or self.last_t is None
@@ -216,6 +238,8 @@ class RunStats:
             final_loss=self.final_loss,
             final_metrics=dict(self.final_metrics),
             gflop_s=self.gflop / self.gflop_s_time if self.gflop_s_time > 0 else None,
+            tokens_per_s=self.tokens / self.tokens_s if self.tokens_s > 0 else None,
+            units=self.units, total_source=self.total_source,
         )
 
 

@@ -110,8 +110,9 @@ def got_further(before: dict | None, after: dict | None) -> bool:
         return True
     if before.get("step") is not None and after.get("step") is not None:
         return after["step"] > before["step"]
-    # A command's checkpoint named without a step: another file, or the same one written again
-    return (after.get("path"), after.get("written")) != (before.get("path"), before.get("written"))
+    # Steps not known: another file is progress; the same one written again is not known to be
+    # (nanoGPT re-saves its one ckpt.pt at the step it resumed from), so never a file's mtime.
+    return after.get("path") != before.get("path")
 
 
 def decide(verdict: Verdict, current: Rung, ladder: Ladder, attempts: int, max_attempts: int,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from engine import command
+from engine.command.progress import OutputParser
 from engine.command.tracker import Tracker
 from engine.record import checkpoint
 from engine.record.events import EventWriter
@@ -83,6 +84,10 @@ class TrainerKind:
 
     # ------------------------------------------------------------ an attempt
 
+    def parser(self, launch: Launch) -> OutputParser | None:
+        """What reads the attempt's output for progress (none: the trainer writes events)."""
+        return launch.parser()
+
     def begin(self, launch: Launch, watch: AttemptWatch, name: str, preset, rehearsal: Rehearsal,
               stop_at_once: Callable[[], None]) -> None:
         """A new attempt; `stop_at_once` ends it without the graceful stop."""
@@ -115,7 +120,16 @@ class CommandKind(TrainerKind):
         self.spec = config.workload.params
         self.unreadable: set[str] = set()          # its checkpoints that it failed to load
         self._parity_told = False                  # the parity check's warning, once a run
+        self._told_no_total = False                # the tracker's no-total warning, likewise
         self._newest_file: tuple[str, int] | None = None
+        self._parser: OutputParser | None = None   # this attempt's, which settles the epoch base
+        self._steps_read: list[tuple[float, int]] = []  # (when read, step): this attempt's
+        self._reached: int | None = None           # reached by the last write looked at (first: the resume step)
+
+    def parser(self, launch: Launch) -> OutputParser | None:
+        base = self._parser.epoch_base if self._parser is not None else None
+        self._parser = launch.parser(epoch_base=base)
+        return self._parser
 
     def continue_from(self, history: History) -> None:
         super().continue_from(history)
@@ -135,12 +149,13 @@ class CommandKind(TrainerKind):
         while (latest := command.newest_checkpoint(
                 self.spec, self.run.path, list(self.checkpoints),
                 since=self.since, before=bad.get("t"), exclude=excluded)) is not None:
-            step = self.checkpoints.get(str(latest), {}).get("step")
-            step = step if step is not None else command.step_in_name(latest)
+            said = self.checkpoints.get(str(latest), {})
+            step, source = said.get("step"), said.get("step_source", "report")
+            if step is None and (step := command.step_in_name(latest)) is not None:
+                source = "name"
             if bad.get("step") is None or step is None or step < bad["step"]:
-                samples = self.checkpoints.get(str(latest), {}).get("samples")
-                return {"step": step, "samples_seen": samples, "path": str(latest),
-                        "written": _mtime_ns(latest)}
+                return {"step": step, "step_source": source if step is not None else None,
+                        "samples_seen": said.get("samples"), "path": str(latest)}
             excluded.add(str(latest))  # written at or after the step whose loss went bad
         return None
 
@@ -169,9 +184,12 @@ class CommandKind(TrainerKind):
                              "checked: cockpit check)")
         # what the placeholders said; a command has no trainer_ready to say it
         watch.device, watch.precision = launch.device, launch.precision
-        self.tracker = Tracker(launch.samples_per_step, launch.total_steps)
+        self.tracker = Tracker(launch.units, launch.total_steps, known=launch.known)
         self._watch, self._rehearsal, self._stop_at_once = watch, rehearsal, stop_at_once
-        self._newest_file = None
+        # _newest_file is kept from the attempt before: the file this attempt resumes from is
+        # that attempt's checkpoint, already told, not a new one
+        self._steps_read = []
+        self._reached = (launch.resume or {}).get("step")
 
     @property
     def reported_steps(self) -> bool:
@@ -182,11 +200,14 @@ class CommandKind(TrainerKind):
         t, tracker = time.time(), self.tracker
         assert tracker is not None  # begin() made it
         for obs in observations:
+            before = tracker.step
             self._emit(tracker.parsed(obs, t))
             if obs.kind == "step" and not tracker.reported_steps:
                 self._watch.ready = True  # training has begun: the start-up allowance is over
-                if obs.step is not None:
-                    self._rehearsal.at_step(obs.step, tracker.reported_steps)
+                if tracker.step is not None and tracker.step != before:
+                    # the optimizer step, a batch counter's too where its accumulation is known
+                    self._steps_read.append((t, tracker.step))
+                    self._rehearsal.at_step(tracker.step, tracker.reported_steps)
         if final:
             self._emit(tracker.flush(t))
 
@@ -198,6 +219,7 @@ class CommandKind(TrainerKind):
         if event["type"] == "progress":
             self._emit(tracker.reported(event))
             if event.get("step") is not None:
+                self._steps_read.append((event["t"], event["step"]))
                 self._rehearsal.at_step(event["step"], tracker.reported_steps)
         elif event["type"] == "eval" and event.get("source") == "report":
             tracker.saw_reported_eval()
@@ -206,6 +228,10 @@ class CommandKind(TrainerKind):
         attempt, tracker, watch = self._watch.attempt, self.tracker, self._watch
         assert tracker is not None  # begin() made it
         for kind, fields in produced:
+            if kind == "warning" and fields.get("kind") == "no-total":
+                if self._told_no_total:
+                    continue  # once a run, not once an attempt
+                self._told_no_total = True
             # the tracker's step, eval and warning events, as their TypedDicts name the fields
             # (engine.command.tracker builds them); `kind` is a str here, not one literal
             self.events.emit(kind, attempt=attempt, **fields)  # type: ignore[call-overload]
@@ -220,31 +246,42 @@ class CommandKind(TrainerKind):
             self._stop_at_once()
 
     def look_for_checkpoints(self) -> None:
-        """A new file matching the command's checkpoint glob is a checkpoint event (its step
-        from its name, when the name says), so resumes and the TUI know of it without the
-        script saying so."""
+        """Each write of a file matching the command's checkpoint glob, a new file or the same
+        one written again (nanoGPT's one `ckpt.pt`), is a checkpoint event with the step it
+        holds, so resumes, retries and the TUI know of it without the script saying so. The
+        step is its name's where the name says; else the step the script had reached when the
+        file was written: the last step read before its modification time (read, so printed,
+        before it: never past the truth), or the step the attempt resumed from."""
         if not self.spec.checkpoints:
             return
         latest = command.newest_checkpoint(self.spec, self.run.path, (), since=self.since)
         if latest is None:
             return
         try:
-            stamp = (str(latest), os.stat(latest).st_mtime_ns)
+            info = os.stat(latest)
         except OSError:
             return
-        if stamp != self._newest_file:
-            self._newest_file = stamp
-            if str(latest) not in self.checkpoints:  # the script did not report it itself
-                self.events.emit("checkpoint", attempt=self._watch.attempt, path=str(latest),
-                                 step=command.step_in_name(latest), source="file")
+        written, stamp = info.st_mtime, (str(latest), info.st_mtime_ns)
+        if stamp == self._newest_file:
+            return
+        self._newest_file = stamp
+        said = self.checkpoints.get(str(latest), {})
+        if said.get("source") == "report" and said.get("attempt") == self._watch.attempt:
+            return  # the script reported it itself, with its step
+        step, source = command.step_in_name(latest), "name"
+        if step is None:
+            step, source = self._step_at(written), "reached"
+        self.events.emit("checkpoint", attempt=self._watch.attempt, path=str(latest), step=step,
+                         step_source=source if step is not None else None, source="file")
+
+    def _step_at(self, when: float) -> int | None:
+        """The step this attempt had reached by `when` (time.time()), as far as was read."""
+        reached = [step for t, step in self._steps_read if t <= when]
+        if reached:  # what was read before it is not needed again: the next write is later
+            self._steps_read = [(t, s) for t, s in self._steps_read if t > when]
+            self._reached = max(reached)
+        return self._reached
 
     def exited(self, process: AttemptProcess) -> None:
         process.kill()  # what it left behind (its DataLoader workers)
 
-
-def _mtime_ns(path: Path) -> int | None:
-    """When a file was last written: a script overwriting one `last.pt` makes progress too."""
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return None

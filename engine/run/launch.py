@@ -30,7 +30,9 @@ from engine import vocabulary
 from engine.train.faults import STARTED_ENV
 from engine.train.distributed import launch_prefix
 from engine.presets import DevicePreset
+from engine.command import statements
 from engine.command.progress import OutputParser
+from engine.command.tracker import Units
 from engine.record.rundir import RunDir
 from engine.runconfig import RunConfig
 from engine.schema import to_table
@@ -50,7 +52,8 @@ class Launch:
     group: bool = False             # stop signals go to its process group, as Ctrl-C's (commands)
     progress: str = "none"          # "auto": parse the output for progress (commands)
     progress_regex: str = ""
-    samples_per_step: int = 1       # for a command's samples/s (engine.command.samples_per_step)
+    units: Units = field(default_factory=Units)  # a command's step in samples (engine.command.units)
+    known: dict = field(default_factory=dict)     # what its argv says (engine.command.statements)
     total_steps: int = 0            # the preset's, when the output does not say
     resume: dict | None = None      # {"path", "step"}: the checkpoint a command resumes from
     stop_signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGTERM, signal.SIGKILL)
@@ -62,8 +65,12 @@ class Launch:
     device: str | None = None       # the device the placeholders named (commands)
     precision: str | None = None
 
-    def parser(self) -> OutputParser | None:
-        return OutputParser(self.progress_regex or None) if self.progress == "auto" else None
+    def parser(self, epoch_base: int | None = None) -> OutputParser | None:
+        """What reads its output (a command's); `epoch_base`: how the run's earlier attempts
+        numbered their epochs (from 0 or 1), which a resumed attempt cannot tell by itself."""
+        if self.progress != "auto":
+            return None
+        return OutputParser(self.progress_regex or None, known=self.known, epoch_base=epoch_base)
 
     def describe(self) -> dict:
         """For the attempt_started event (a command's, so the user sees exactly what ran)."""
@@ -125,6 +132,7 @@ def command_launch(run: RunDir, config: RunConfig, attempt: int, preset: DeviceP
     checkpoint = Path(resume["path"]) if resume else None
     values = commands.values(preset, run.path, attempt, checkpoint)
     argv = commands.fill(spec.command, values)
+    known = statements.from_argv(argv)   # before the resume arguments: they name a file
     if checkpoint is not None and spec.resume:
         argv += commands.fill(spec.resume, values)
     # Rich draws its live displays (Lightning's default progress bar where rich is installed)
@@ -149,8 +157,8 @@ def command_launch(run: RunDir, config: RunConfig, attempt: int, preset: DeviceP
         env["COCKPIT_RESUME_SAMPLES"] = str(resume["samples_seen"])
     return Launch(
         argv=argv, env=env, cwd=spec.cwd or None, is_command=True, progress=spec.progress,
-        progress_regex=spec.progress_regex, samples_per_step=commands.samples_per_step(spec, preset),
-        total_steps=spec.total_steps, resume=resume,
+        progress_regex=spec.progress_regex, units=commands.units(spec, preset, known),
+        known=known, total_steps=spec.total_steps, resume=resume,
         group=True, stop_signals=(signal.SIGINT, signal.SIGTERM, signal.SIGKILL),
         stop_grace_s=spec.stop_grace_s,
         signal_faults=tuple(f.spec for f in inject if f.kind in vocabulary.SIGNAL_KINDS and not f.timed),

@@ -218,6 +218,7 @@ class Supervisor:
                 self._forward_stop()
                 self._pump()
                 self._read_output()
+                self.kind.look_for_checkpoints()   # after the output: the steps read before it
                 self._sample_memory(attempt)
                 rehearsal.tick()
                 if hung_for is None and (quiet := time.monotonic() - watch.last_progress) > \
@@ -250,7 +251,7 @@ class Supervisor:
         assert watch is not None  # run_attempt's
         self._process = None
         self._rehearsal = Rehearsal(launch, watch, self.events)
-        self._output = OutputFollower(log_path, launch.parser())
+        self._output = OutputFollower(log_path, self.kind.parser(launch))
         self.kind.begin(launch, watch, name, preset, self._rehearsal, self._stop_at_once)
         self._health = None
 
@@ -259,6 +260,7 @@ class Supervisor:
         watch, launch, rehearsal = self._watch, self._launch, self._rehearsal
         assert watch is not None and launch is not None and rehearsal is not None  # run_attempt's
         self._read_output(final=True)
+        self.kind.look_for_checkpoints()   # one written as it went down
         self._pump()
         tail = log_tail(log_path, lines=TAIL_LINES * (3 if launch.distributed else 1))
         verdict, code, sig = judge(watch, launch, code, tail, hung_for=hung_for, unstarted=unstarted,
@@ -306,7 +308,6 @@ class Supervisor:
         self.events.emit("memory", attempt=attempt, **sample)
         for warning in self._health.warnings(sample):
             self._on_warning(warning)
-        self.kind.look_for_checkpoints()
 
     def _on_warning(self, warning: WarningFields | None) -> None:
         watch, process = self._watch, self._process

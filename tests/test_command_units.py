@@ -1,0 +1,177 @@
+"""What a command's step is, and where cockpit learnt it (engine.command.tracker, .units): samples
+and tokens per step with their source, never guessed; batch counters turned into optimizer steps
+where the accumulation is known; the total and its source; and the checkpoint a script rewrites
+under one name, each write with the step it holds, so that a crash recurring at the step it
+resumed from is not taken for progress."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from conftest import child_env, cockpit_cmd
+from engine import command
+from engine.command import statements
+from engine.command.progress import OutputParser
+from engine.command.tracker import Tracker, Units
+from engine.presets import DevicePreset
+from engine.record.rundir import list_runs
+
+
+def feed(tracker: Tracker, lines: list[str], parser: OutputParser | None = None,
+         every_s: float = 1.0) -> list[dict]:
+    """The step events the tracker makes of these lines, one line per `every_s` of the script."""
+    parser = parser or OutputParser(known=tracker.known)
+    steps = []
+    for i, line in enumerate(lines):
+        for obs in parser.feed(line + "\n"):
+            steps += [f for kind, f in tracker.parsed(obs, float(i) * every_s) if kind == "step"]
+    return steps + [f for kind, f in tracker.flush(len(lines) * every_s) if kind == "step"]
+
+
+def spec(*argv: str, **settings) -> command.CommandSpec:
+    return command.CommandSpec(command=("python", "train.py", *argv), **settings)
+
+
+def test_samples_are_never_guessed_where_nothing_says_them():
+    units = command.units(spec("--bs", "{batch_size}"), DevicePreset(batch_size=32))
+    assert units.samples_per_step is None and units.samples_source == "unknown"
+    steps = feed(Tracker(units), [f"step {i} loss={1 / i:.3f}" for i in range(1, 6)])
+    assert steps and all(s["samples_seen"] is None and s["samples_per_s"] is None for s in steps)
+    assert steps[-1]["steps_per_s"] > 0
+    assert steps[-1]["units"]["samples_source"] == "unknown"
+
+
+def test_placeholders_give_samples_only_with_batch_and_accumulation():
+    preset = DevicePreset(batch_size=8, accumulation=4)
+    both = command.units(spec("--bs", "{batch_size}", "--accum", "{accumulation}"), preset)
+    assert (both.samples_per_step, both.samples_source) == (32, "placeholders")
+    assert (both.accumulation, both.accumulation_source) == (4, "placeholders")
+    effective = command.units(spec("--global-batch", "{effective_batch}"), preset)
+    assert (effective.samples_per_step, effective.samples_source) == (32, "placeholders")
+    # a literal accumulation argument beside {batch_size} says it too
+    argv = ["--bs", "8", "--accumulate_grad_batches", "2"]
+    literal = command.units(spec("--bs", "{batch_size}", "--accumulate_grad_batches", "2"), preset,
+                            statements.from_argv(argv))
+    assert (literal.samples_per_step, literal.accumulation, literal.accumulation_source) == (16, 2, "argv")
+    # the preset's own figure wins over what the placeholders imply
+    told = command.units(spec("--bs", "{batch_size}", "--accum", "{accumulation}",
+                              samples_per_step=100), preset)
+    assert (told.samples_per_step, told.samples_source) == (100, "preset")
+
+
+def test_the_scripts_own_statement_outranks_the_placeholders():
+    preset = DevicePreset(batch_size=8, accumulation=4)
+    units = command.units(spec("--bs", "{batch_size}", "--accum", "{accumulation}"), preset)
+    tracker = Tracker(units)
+    steps = feed(tracker, [
+        "  Total train batch size (w. parallel, distributed & accumulation) = 64",
+        "  Total optimization steps = 10",
+        *[f"step {i} loss={1 / i:.3f}" for i in range(1, 6)]])
+    last = steps[-1]
+    assert last["units"]["samples_per_step"] == 64 and last["units"]["samples_source"] == "stated"
+    assert "Total train batch size" in last["units"]["said"]
+    assert last["samples_seen"] == 64 * last["step"]
+    assert (last["total"], last["total_source"]) == (10, "stated")
+
+
+def test_tokens_per_step_stated_by_the_script_give_tokens_per_second():
+    steps = feed(Tracker(Units()), ["tokens per iteration will be: 8,192",
+                                    *[f"iter {i}: loss {3 - i / 10:.4f}, time 10.00ms" for i in range(1, 6)]])
+    last = steps[-1]
+    assert last["units"]["tokens_per_step"] == 8192 and last["units"]["tokens_source"] == "stated"
+    assert last["tokens_seen"] == 8192 * last["step"]
+    windows = [s for s in steps if s.get("tokens_per_s") is not None]
+    assert windows and all(s["tokens_per_s"] == s["steps_per_s"] * 8192 for s in windows)
+    assert last["samples_seen"] is None   # tokens say nothing of samples
+
+
+def test_a_per_epoch_batch_counter_becomes_optimizer_steps_with_the_accumulation():
+    # 8 batches an epoch, accumulation 2: 4 optimizer steps an epoch, 3 epochs = 12 steps
+    lines = [f"epoch {e} batch {b}/8 loss {1 / (e * 8 + b):.4f}" for e in range(1, 4) for b in range(1, 9)]
+    tracker = Tracker(Units(accumulation=2, accumulation_source="placeholders"),
+                      known={"epochs": (3, "--epochs 3")})
+    steps = feed(tracker, lines)
+    assert steps[-1]["step"] == 12 and steps[-1]["total"] == 12
+    assert steps[-1]["units"]["counter"] == "steps"
+    assert [s["step"] for s in steps] == sorted(s["step"] for s in steps)  # never restarts
+
+
+def test_a_batch_counter_of_unknown_accumulation_is_said_to_count_batches():
+    lines = [f"epoch {e} batch {b}/8 loss 0.5" for e in range(1, 3) for b in range(1, 9)]
+    steps = feed(Tracker(Units()), lines)
+    assert steps[-1]["step"] == 16 and steps[-1]["units"]["counter"] == "batches"
+
+
+def test_the_total_comes_from_the_preset_then_the_output_then_the_statement_then_the_argv():
+    argv = {"total": (200, "--max_iters=200")}
+    lines = [f"iter {i}: loss 1.0" for i in range(1, 5)]
+    assert feed(Tracker(Units(), known=argv), lines)[-1]["total_source"] == "argv"
+    stated = feed(Tracker(Units(), known=argv), ["Overriding: max_iters = 150", *lines])[-1]
+    assert (stated["total"], stated["total_source"]) == (150, "stated")
+    counted = feed(Tracker(Units(), known=argv), [f"step {i}/120 loss=1.0" for i in range(1, 5)])[-1]
+    assert (counted["total"], counted["total_source"]) == (120, "output")
+    preset = feed(Tracker(Units(), total_steps=90, known=argv), lines)[-1]
+    assert (preset["total"], preset["total_source"]) == (90, "preset")
+    assert feed(Tracker(Units()), lines)[-1]["total"] is None
+
+
+def test_no_total_is_said_once_with_how_to_give_it():
+    tracker, parser, said = Tracker(Units()), OutputParser(), []
+    for i in range(1, 8):
+        for obs in parser.feed(f"iter {i}: loss 1.0\n"):
+            said += [f for kind, f in tracker.parsed(obs, float(i)) if kind == "warning"]
+    (warning,) = said
+    assert warning["kind"] == "no-total" and "command.total_steps" in warning["advice"][0]["text"]
+
+
+# Rewrites one `last.json` every 20 steps, and at the step it resumed from (nanoGPT re-saves its
+# ckpt.pt there); crashes at step 30 whenever it gets there: a crash that recurs at the same step.
+RECURRING = """\
+    import json, os, sys, time
+    out, resume = sys.argv[1], sys.argv[2:]
+    os.makedirs(out, exist_ok=True)
+    start = json.load(open(resume[-1]))["step"] if resume else 0
+    def save(step):
+        tmp = os.path.join(out, "tmp")
+        with open(tmp, "w") as f:
+            json.dump({"step": step}, f)
+        os.replace(tmp, os.path.join(out, "last.json"))
+    if resume:
+        save(start)
+    for step in range(start + 1, 61):
+        time.sleep(0.02)
+        print(f"step {step}/60 loss={1 / step:.4f}", flush=True)
+        if step == 30:
+            os.abort()
+        if step % 20 == 0:
+            save(step)
+"""
+
+
+def test_a_crash_recurring_at_the_resumed_step_is_not_progress(home, tmp_path):
+    """The retry-progress rule retries a native crash while each attempt gets a checkpoint
+    further. Attempt 2 rewrites last.json at step 20 where it resumed, and crashes at 30 again:
+    no step further, so the ladder moves on rather than retrying the same thing."""
+    path = tmp_path / "script.py"
+    path.write_text(textwrap.dedent(RECURRING))
+    done = subprocess.run(cockpit_cmd(
+        "run", "-d", "cpu", "--set", "command.resume=['{checkpoint}']",
+        "--set", "command.checkpoints={run_dir}/out/*.json",
+        "--", sys.executable, str(path), "{run_dir}/out"),
+        capture_output=True, text=True, env=child_env(), timeout=120)
+    (run,) = list_runs()
+    events = run.events()
+    checkpoints = [e for e in events if e["type"] == "checkpoint"]
+    # each write of the one file is an event, with a step no later than the one it holds
+    assert [e["step_source"] for e in checkpoints] and {e["step_source"] for e in checkpoints} == {"reached"}
+    assert len(checkpoints) >= 2
+    assert all(e["step"] is not None and e["step"] <= 20 for e in checkpoints)
+    # attempt 1 got a checkpoint (step 20) and is retried; attempt 2 got none further and
+    # the ladder has nowhere to go (-d cpu): the run ends there, not after max_attempts retries
+    assert [e["outcome"] for e in events if e["type"] == "attempt_ended"] == \
+        ["native-crash", "native-crash"], done.stdout + done.stderr
+    (fallback,) = [e for e in events if e["type"] == "fallback"]
+    assert fallback["to_preset"] == fallback["from"]
+    assert done.returncode != 0
