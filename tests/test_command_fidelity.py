@@ -24,20 +24,6 @@ _spec.loader.exec_module(fidelity)
 # accumulation of 2, is a factor of 2.
 RATE_TOLERANCE = 0.45
 
-# Figures not yet true for a shape (see issue 26's report), left out of the assertion until the
-# fix lands: delete an entry to hold the figure to the truth. checkpoints: a new attempt may
-# announce again the file it resumes from (engine/run/kinds.py forgets the stamps it saw at each
-# attempt's start); samples/s: the last window closes at the attempt's exit, so the script's
-# teardown counts as training.
-NOT_YET = {
-    "nanogpt": {"checkpoints", "samples/s"},
-    "run_clm": {"checkpoints"},
-    "lightning": {"checkpoints", "samples/s"},
-    "retriever": {"checkpoints", "samples/s"},
-    "grpo": {"checkpoints"},
-}
-
-
 @pytest.mark.parametrize("shape", list(fidelity.SHAPES))
 def test_every_figure_is_the_scripts_own(home, shape):
     result = fidelity.run_shape(shape, child_env(), home / "runs", timeout=240,
@@ -48,6 +34,5 @@ def test_every_figure_is_the_scripts_own(home, shape):
     # the yardstick itself: the crash came after a checkpoint, the script resumed from it and
     # trained some steps again, so steps lost and the checkpoint count are put to the test
     assert 0 < second["resumed_from"] < first["reached"] and second["finished"]
-    checked = [r for r in result.rows if r.figure not in NOT_YET[shape]]
-    wrong = [r.figure for r in checked if r.verdict not in ("exact", "ok")]
+    wrong = [r.figure for r in result.rows if r.verdict not in ("exact", "ok")]
     assert not wrong, f"{shape}: {wrong} differ from the script's truth\n" + fidelity.table([result])

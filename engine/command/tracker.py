@@ -98,6 +98,7 @@ class Tracker:
     total_steps: int = 0                 # the preset's; 0 = what the output says
     report_every_s: float = REPORT_EVERY_S
     known: dict = field(default_factory=dict)  # the argv's facts (engine.command.statements)
+    resumed_from: int | None = None      # the step of the checkpoint this attempt resumed from
     reported_steps: bool = False         # the script reports its steps itself
     reported_evals: bool = False
     step: int | None = None
@@ -221,6 +222,12 @@ class Tracker:
         self.step = int(step)
         if self.first_step is None:
             self.first_step = self.step
+        if self._window is None and self.resumed_from and self.step < self.resumed_from:
+            # A bar drawn before the resumed steps are skipped (the HF Trainer draws 0/N, then
+            # jumps to the step it resumed from): training starts here, at the resumed step.
+            self._window = _Window(t, self.resumed_from, self.resumed_from * (
+                self.units.samples_per_step or 0) if self.units.samples_per_step else None)
+            return []
         if self._window is None or self.step < self._window.start_step:
             # the first sight, or a restart
             self._window = _Window(t, self.step, self.samples_seen)

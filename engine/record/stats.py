@@ -8,6 +8,8 @@ fragment (the trainer reports before each checkpoint and at the end: 0.05 s of s
 7,000/s on a run that averages 300/s). The run's figure is therefore an average: samples (and
 steps) trained, over all attempts, divided by the time spent training them -- the sum of the
 windows' `window_s`, which leave out evaluation, epoch preparation (mining) and checkpoint pauses.
+A command's windows are timed by when its output was read; its last, short window (`partial`)
+is left out of the average, where that lag can be most of the window.
 
 Steps lost. A step is lost when an attempt trained it and the next attempt had to train it again:
 the steps an attempt reached past the point the next attempt resumed from. That point is the
@@ -173,7 +175,11 @@ class RunStats:
                 a.start_step = a.window_step = max(0, int(begun))
                 a.kept = max(a.kept, a.start_step)
             a.reached = max(a.reached, int(step))
-        if window is None or e.get("steps_per_s") is None:  # a first sighting: no window measured
+        # A command's window is timed by when its output was read, a poll or a busy moment
+        # late at either end: over a short last window (a fragment, `partial`) that lag can be
+        # most of it, so the average is taken over its full windows. The trainer times its own.
+        fragment = e.get("partial") and e.get("units") is not None
+        if window is None or e.get("steps_per_s") is None or fragment:  # no window to measure
             a.window_samples = e.get("samples_seen", a.window_samples)
             a.window_step = step if step is not None else a.window_step
             return

@@ -184,7 +184,8 @@ class CommandKind(TrainerKind):
                              "checked: cockpit check)")
         # what the placeholders said; a command has no trainer_ready to say it
         watch.device, watch.precision = launch.device, launch.precision
-        self.tracker = Tracker(launch.units, launch.total_steps, known=launch.known)
+        self.tracker = Tracker(launch.units, launch.total_steps, known=launch.known,
+                               resumed_from=(launch.resume or {}).get("step"))
         self._watch, self._rehearsal, self._stop_at_once = watch, rehearsal, stop_at_once
         # _newest_file is kept from the attempt before: the file this attempt resumes from is
         # that attempt's checkpoint, already told, not a new one
