@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from cockpit.present.words import (duration, eta_text, memory_text, metric_value, resume_text,
                                    shown_per_sample, shown_rates, summary_text)
-from engine.record.attempt_log import strip_ansi
+from engine.text import strip_ansi
 from engine.record.rundir import interrupted_next, shown_metrics
 from engine.run.fallback import describe_change
 

@@ -121,6 +121,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from engine.command.statements import fact_of, is_setting, whole_number
+from engine.text import strip_ansi
 
 MAX_LINE = 64 * 1024  # characters; a longer line is dropped
 SAID_MAX = 120        # characters of a stating line kept in Observation.said
@@ -135,7 +136,6 @@ _SETTING_SUFFIXES = frozenset(
     "steps step iters iter interval every freq frequency delay size batches epochs "
     "samples split strategy workers".split())
 
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 _CURSOR_UP = "\x1b[A"  # tqdm draws a nested bar one line down, then moves back up
 _LINE_END = re.compile(r"[\r\n]")
 
@@ -333,7 +333,7 @@ class OutputParser:
         if len(raw) > MAX_LINE:
             return []
         try:
-            if not self._live and "━" in raw and _RICH_BAR.search(_ANSI.sub("", raw)):
+            if not self._live and "━" in raw and _RICH_BAR.search(strip_ansi(raw)):
                 self._live = True
             out = []
             for o in self._line(raw):
@@ -348,7 +348,7 @@ class OutputParser:
     def _line(self, raw: str) -> list:
         """What one line says (raw: ANSI sequences still in it), per-epoch counts still to
         be composed."""
-        line = _ANSI.sub("", raw)
+        line = strip_ansi(raw)
         if self._live and line.startswith(_CONTINUATION):
             # a row of Rich's live display under the bar (metrics that did not fit on it)
             evals = {n: v for n, v in _pairs(line).items() if _is_eval(n)}

@@ -13,6 +13,8 @@ import os
 import re
 from pathlib import Path
 
+from engine.text import ANSI, strip_ansi
+
 TAIL_LINES = 40
 OUTPUT_CHUNK = 1 << 20   # bytes of output read per call, at most
 
@@ -71,12 +73,6 @@ class OutputFollower:
 TAIL_BYTES = 4 << 20        # what a log view starts from: the last 4 MiB, however big the log
 PARTIAL_CHARS = 1 << 16  # of an unfinished line, kept at most
 TRACEBACK = "Traceback (most recent call last):"
-# Terminal escapes: CSI (colours, cursor moves), OSC (Rich's hyperlinks, window titles, ended by
-# BEL or ST), character-set designations, keypad modes and the other two-byte ones. The same
-# pattern as engine.command.progress's _ANSI, which cannot import this floor, plus the
-# character-set and keypad escapes a log view meets.
-ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][0-9A-Za-z]"
-                  r"|\x1b[=>]|\x1b[@-Z\\-_]")
 _CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
@@ -90,11 +86,6 @@ def display_line(raw: str) -> str:
     if "\x1b" in raw:
         raw = ANSI.sub("", raw)
     return _CONTROLS.sub("", raw).expandtabs()
-
-
-def strip_ansi(text: str) -> str:
-    """`text` without terminal escapes (colour, cursor moves, hyperlinks)."""
-    return ANSI.sub("", text) if "\x1b" in text else text
 
 
 class LogLines:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from engine.record.attempt_log import strip_ansi
+from engine.text import strip_ansi
 
 # The words (crash kinds, the clean ends, the trainer's exit codes) are engine.vocabulary's.
 from engine.vocabulary import (CLEAN, EXIT_CONFIG, EXIT_FINISHED, EXIT_NUMERICAL, EXIT_PARITY,

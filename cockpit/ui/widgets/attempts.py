@@ -18,7 +18,7 @@ from textual.widgets import Static
 from cockpit.present.words import resume_text
 from cockpit.ui.model import Attempt, RunModel
 from engine.numbers import count
-from engine.record.attempt_log import strip_ansi
+from engine.text import strip_ansi
 
 OUTCOME_STYLE = {"running": "bold cyan", "finished": "bold green", "stopped": "bold yellow"}
 _MEASURE = Console(width=500, color_system=None)  # Text.wrap measures cells through a console
