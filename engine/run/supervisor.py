@@ -40,7 +40,6 @@ from typing import Any, Callable
 from engine.record import events as event_log, stats
 from engine.run import alerts, fallback, kinds, launch as launches
 from engine.record.attempt_log import TAIL_LINES, OutputFollower, log_tail
-from engine.text import strip_ansi
 from engine.record.event_types import FallbackFields, RunStartedFields, WarningFields
 from engine.record.events import EventFollower, EventWriter
 from engine.run.fallback import Decision, Ladder, Rung
@@ -273,7 +272,7 @@ class Supervisor:
         if verdict.crashed:
             self.events.emit("crash", attempt=attempt, preset=name, kind=verdict.kind,
                              sentence=verdict.sentence, evidence=verdict.evidence,
-                             exception=_traceback(watch.exception))
+                             exception=watch.exception.get("traceback") if watch.exception else None)
         self.events.emit("attempt_ended", attempt=attempt, preset=name, outcome=verdict.kind,
                          exit_code=result.exit_code, signal=sig,
                          exit=sig or ("not started" if code is None else f"exit {code}"),
@@ -387,13 +386,6 @@ class Supervisor:
             self.on_events(events)
         if self._alerts is not None:
             self._alerts.see(events)
-
-
-def _traceback(exception: dict | None) -> str | None:
-    """An exception's traceback as the crash event keeps it: without a terminal's escapes (a
-    Rich traceback's colours)."""
-    traceback = (exception or {}).get("traceback")
-    return strip_ansi(traceback) if traceback else None
 
 
 def run_summary(run: RunDir) -> dict:

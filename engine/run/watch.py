@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from engine.run.crashes import AttemptEnd, Verdict, classify, last_line, torchrun_root_cause
 from engine.run.fallback import Rung
 from engine.run.launch import Launch
+from engine.text import strip_ansi
 
 HANG_GAP_FACTOR = 10
 # Until the trainer says it is ready (torch imported, data built, model on the device), a
@@ -69,6 +70,8 @@ class AttemptWatch:
             self.compiles = bool(event.get("compile"))
             self.precision, self.device = event.get("precision"), event.get("device")
         elif kind == "exception":
+            if event.get("traceback"):  # as the crash event keeps it: no terminal escapes
+                event = {**event, "traceback": strip_ansi(event["traceback"])}
             self.exceptions.setdefault(event.get("rank", 0), event)
             self.exception = self.exception or event
         elif kind == "numerical":
