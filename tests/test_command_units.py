@@ -168,6 +168,9 @@ def test_a_crash_recurring_at_the_resumed_step_is_not_progress(home, tmp_path):
     assert [e["step_source"] for e in checkpoints] and {e["step_source"] for e in checkpoints} == {"reached"}
     assert len(checkpoints) >= 2
     assert all(e["step"] is not None and e["step"] <= 20 for e in checkpoints)
+    # and what it says of one is only what is known: the step read before it was written
+    assert "checkpoint after step" in done.stdout and "checkpoint at step" not in done.stdout
+    assert "last.json (after step" in done.stdout   # attempt 2's `resuming from` line
     # attempt 1 got a checkpoint (step 20) and is retried; attempt 2 got none further and
     # the ladder has nowhere to go (-d cpu): the run ends there, not after max_attempts retries
     assert [e["outcome"] for e in events if e["type"] == "attempt_ended"] == \

@@ -5,7 +5,7 @@ warning...). The headless printer writes them; the TUI's log and events show the
 
 from __future__ import annotations
 
-from cockpit.present.words import (duration, eta_text, memory_text, metric_value, resume_text,
+from cockpit.present.words import (checkpoint_step, duration, eta_text, memory_text, metric_value, resume_text,
                                    shown_per_sample, shown_rates, summary_text)
 from engine.text import strip_ansi
 from engine.record.rundir import interrupted_next, shown_metrics
@@ -135,8 +135,8 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
         line = (f"attempt {e['attempt']}: {e['preset']} on {e.get('device') or '?'}: "
                 f"{e['command_line']}")
         if resumed:
-            line += "\n    resuming from " + resumed["path"] + (
-                f" (step {resumed['step']})" if resumed.get("step") is not None else "")
+            step = checkpoint_step(resumed)
+            line += "\n    resuming from " + resumed["path"] + (f" ({step.strip()})" if step else "")
         return line
     if kind == "step":
         return step_line(e, memory)
@@ -158,8 +158,7 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
             lines.append("    the preset says fall back: checkpointing and moving to the next preset")
         return "\n".join(lines)
     if kind == "checkpoint":
-        at = f" at step {e['step']}" if e.get("step") is not None else ""
-        return f"checkpoint{at}: {e.get('path', '?')}"
+        return f"checkpoint{checkpoint_step(e)}: {e.get('path', '?')}"
     if kind == "fault_injected":
         at = f"{e['at_s']:.1f} s in" + (f", step {e['step']}" if e.get("step") is not None else "") \
             if e.get("at_s") is not None else f"step {e.get('step')}"  # a timed fault: its time

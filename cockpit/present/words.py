@@ -102,9 +102,21 @@ def activity_text(started: dict, now: float | None) -> str:
     return f"mining hard negatives for epoch {started.get('epoch', '?')}{spent}"
 
 
+def checkpoint_step(e: dict) -> str:
+    """' at step 40', or ' after step 16' for a file whose name says no step (the step read
+    before it was written: the script may have gone a little further), or ''."""
+    if e.get("step") is None:
+        return ""
+    return f" {'after' if e.get('step_source') == 'reached' else 'at'} step {e['step']}"
+
+
 def resume_text(resume: dict) -> str:
-    """'step 40, sample 1,280', or a command's checkpoint file when its step is not known."""
+    """'step 40, sample 1,280', or a command's checkpoint file when its step is not known or
+    known only as the step read before it was written ('ckpt.pt, written after step 16')."""
     parts = []
+    if resume.get("step") is not None and resume.get("step_source") == "reached":
+        name = str(resume.get("path", "its checkpoint")).rsplit("/", 1)[-1]
+        return f"{name}, written after step {resume['step']}"
     if resume.get("step") is not None:
         parts.append(f"step {resume['step']}")
     if resume.get("samples_seen") is not None:
