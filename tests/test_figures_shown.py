@@ -189,6 +189,8 @@ def test_the_eval_shown_is_its_loss_and_never_a_timing(home, capsys):
     hf = {"eval_runtime": 0.11, "eval_samples_per_second": 250.2, "eval_steps_per_second": 31.3,
           "eval_loss": 2.5, "epoch": 1.0}
     assert list(shown_metrics(hf)) == ["eval_loss", "epoch"]
+    # nanoGPT's eval measures the training loss beside the held-out one: the held-out one first
+    assert list(shown_metrics({"train_loss": 2.9, "val_loss": 3.1})) == ["val_loss", "train_loss"]
     run = command_run()
     events = write(run, *started(run), steps_only(20, steps_per_s=None, window_s=None, units=UNKNOWN),
                    ("eval", {"step": 20, "metrics": hf}))

@@ -297,12 +297,13 @@ def is_timing(name: str) -> bool:
 
 
 def shown_metrics(metrics: dict) -> dict:
-    """An eval's metrics as the front ends show them: its losses first (eval_loss, val_loss:
-    the eval shown is the loss where it has one), then the others in their order; timings left
-    out."""
+    """An eval's metrics as the front ends show them: its losses first, the held-out one before
+    the training one (eval_loss, val_loss, then nanoGPT's train_loss measured beside it: the
+    eval shown is the held-out loss where it has one), then the others in their order; timings
+    left out."""
     kept = {k: v for k, v in metrics.items() if not is_timing(k)}
-    losses = {k: v for k, v in kept.items() if "loss" in _words(k)}
-    return {**losses, **{k: v for k, v in kept.items() if k not in losses}}
+    losses = sorted((k for k in kept if "loss" in _words(k)), key=lambda k: _words(k)[0] == "train")
+    return {**{k: kept[k] for k in losses}, **{k: v for k, v in kept.items() if k not in losses}}
 
 
 def _words(name: str) -> list[str]:
