@@ -178,3 +178,15 @@ def test_a_crash_recurring_at_the_resumed_step_is_not_progress(home, tmp_path):
     (fallback,) = [e for e in events if e["type"] == "fallback"]
     assert fallback["to_preset"] == fallback["from"]
     assert done.returncode != 0
+
+
+def test_a_lightning_bar_resumed_mid_epoch_counts_on_past_its_total():
+    """Lightning's bar after a mid-epoch resume counts on from the resumed batch (100) towards a
+    total of what is left (70): its count, not that total, is the epoch's batches."""
+    tracker = Tracker(Units(accumulation=2, accumulation_source="argv"), resumed_from=50,
+                      known={"total": (120, "--max_steps 120")})
+    frames = [f"Epoch 0/-2 ━━━━━━━━━━━━━━━━━━━━ {b}/70 0:00:01 • 0:00:00 125.44it/s train_loss: 5.331"
+              for b in range(105, 241, 5)]
+    steps = feed(tracker, frames)
+    assert steps[-1]["step"] == 120 and steps[-1]["total"] == 120
+    assert all(50 <= s["step"] <= 120 for s in steps)

@@ -285,3 +285,16 @@ def test_a_crash_recorded_with_colour_codes_is_shown_without_them():
     line = human_line(crash)
     assert "\x1b" not in line and line.endswith("RuntimeError: boom")
     assert "\x1b" not in human_line({**crash, "kind": "native-crash", "exception": None})
+
+
+def test_a_run_whose_windows_were_all_fragments_says_its_speed_was_not_measured(home, capsys):
+    """A command's windows are timed by when its output was read: fragments shorter than a
+    reporting window are left out of the average (engine.record.stats), and runs show says why
+    it has none rather than a dash."""
+    run = command_run()
+    write(run, *started(run), steps_only(10, steps_per_s=None, window_s=None, units=UNKNOWN),
+          steps_only(40, steps_per_s=75.0, window_s=0.4, units=UNKNOWN, partial=True),
+          ("attempt_ended", {"preset": "cpu", "outcome": "finished", "last_step": 40}),
+          ("run_finished", {"status": "finished"}))
+    speed = [line for line in show(run, capsys).splitlines() if line.startswith("speed")]
+    assert speed and "not measured" in speed[0] and len(speed[0]) <= 80

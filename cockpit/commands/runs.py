@@ -162,6 +162,10 @@ def speed_text(s: RunSummary) -> str:
     elif s.steps_per_s is not None:
         text = f"{rate(s.steps_per_s)} steps/s on average"
         now, unit = s.window_steps_per_s, "steps/s"
+    elif s.step and s.command is not None:
+        # a command's windows are timed by reading its output; a run whose training fitted in
+        # fragments shorter than a reporting window has no rate worth showing
+        return "not measured: its training came in fragments under a reporting window"
     else:
         return "-"
     if s.tokens_per_s is not None:

@@ -145,10 +145,12 @@ class Tracker:
                               "source": observation.source})]
         if self.reported_steps:
             return []
-        step, total = observation.step, observation.total
+        step, total, epoch = observation.step, observation.total, observation.epoch
         if getattr(observation, "unit", "step") == "batch":
             step, total = self._optimizer_steps(observation)
-        return self._update(t, step, total, observation.loss, observation.lr, observation.epoch,
+            if observation.batches and (observation.batch or 0) > observation.batches:
+                epoch = observation.epoch_index  # its count ran past its total (below)
+        return self._update(t, step, total, observation.loss, observation.lr, epoch,
                             observation.metrics, None, observation.source)
 
     def _fact(self, what: str, value, source: str, said: str | None) -> None:
@@ -173,6 +175,13 @@ class Tracker:
             return o.step, o.total
         self.counter = "steps"
         n, b, e = o.batches, o.batch, o.epoch_index
+        if n and b is not None and b > n:
+            # The count ran past its total: that total is not the epoch's batches (Lightning's
+            # bar after a mid-epoch resume counts on from the resumed batch towards a total of
+            # what is left), so only the epoch's own count can be trusted.
+            n = None
+            if e == 0:
+                return b // a, None
         if n and b is not None and e is not None:
             per_epoch = -(-n // a)
             step = e * per_epoch + (per_epoch if b >= n else b // a)
