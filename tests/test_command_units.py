@@ -190,3 +190,44 @@ def test_a_lightning_bar_resumed_mid_epoch_counts_on_past_its_total():
     steps = feed(tracker, frames)
     assert steps[-1]["step"] == 120 and steps[-1]["total"] == 120
     assert all(50 <= s["step"] <= 120 for s in steps)
+
+
+def test_each_write_of_a_checkpoint_file_is_one_checkpoint_and_a_directory_is_one(home, tmp_path):
+    """One file rewritten (nanoGPT's ckpt.pt) is a checkpoint at each write, with the step read
+    by then; a directory (the HF Trainer's checkpoint-20/) filled a file at a time is one."""
+    import os
+    from types import SimpleNamespace
+    from engine import runconfig
+    from engine.record.events import EventWriter
+    from engine.record.rundir import RunDir
+    from engine.run.kinds import CommandKind
+
+    out = tmp_path / "out"
+    out.mkdir()
+    config = runconfig.resolve_command(["python", "train.py"], "script", "cpu",
+                                       [f"command.checkpoints={out}/*"])
+    run = RunDir.create(config)
+    with EventWriter(run.events_path, attempt=1) as events:
+        kind = CommandKind(run, config, events)
+        kind.since = 0.0
+        kind._watch = SimpleNamespace(attempt=1)
+        kind._steps_read = [(100.0, 7)]   # step 7 was read at t=100
+
+        def write(path, mtime):
+            path.touch()
+            os.utime(path, (mtime, mtime))
+            kind.look_for_checkpoints()
+
+        write(out / "ckpt.pt", 150.0)
+        kind.look_for_checkpoints()           # nothing new: no second event
+        kind._steps_read.append((200.0, 12))
+        write(out / "ckpt.pt", 250.0)         # the same file written again, later
+        folder = out / "checkpoint-20"
+        folder.mkdir()
+        os.utime(folder, (300.0, 300.0))
+        kind.look_for_checkpoints()
+        (folder / "model.safetensors").touch()   # changes the directory's mtime
+        kind.look_for_checkpoints()
+    said = [(e["path"].rsplit("/", 1)[-1], e["step"], e["step_source"])
+            for e in run.events() if e["type"] == "checkpoint"]
+    assert said == [("ckpt.pt", 7, "reached"), ("ckpt.pt", 12, "reached"), ("checkpoint-20", 20, "name")]

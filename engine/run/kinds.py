@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import time
 from pathlib import Path
 from typing import Callable
@@ -262,7 +263,10 @@ class CommandKind(TrainerKind):
             info = os.stat(latest)
         except OSError:
             return
-        written, stamp = info.st_mtime, (str(latest), info.st_mtime_ns)
+        # A directory (the HF Trainer's checkpoint-500/) is written a file at a time, each
+        # changing its mtime: it is one checkpoint, known by its path (its name is new each time).
+        written = info.st_mtime
+        stamp = (str(latest), 0 if stat.S_ISDIR(info.st_mode) else info.st_mtime_ns)
         if stamp == self._newest_file:
             return
         self._newest_file = stamp
