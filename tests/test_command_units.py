@@ -211,7 +211,7 @@ def test_each_write_of_a_checkpoint_file_is_one_checkpoint_and_a_directory_is_on
         kind = CommandKind(run, config, events)
         kind.since = 0.0
         kind._watch = SimpleNamespace(attempt=1)
-        kind._steps_read = [(100.0, 7)]   # step 7 was read at t=100
+        kind._steps_read.append((100.0, 7))   # step 7 was read at t=100
 
         def write(path, mtime):
             path.touch()
@@ -231,3 +231,70 @@ def test_each_write_of_a_checkpoint_file_is_one_checkpoint_and_a_directory_is_on
     said = [(e["path"].rsplit("/", 1)[-1], e["step"], e["step_source"])
             for e in run.events() if e["type"] == "checkpoint"]
     assert said == [("ckpt.pt", 7, "reached"), ("ckpt.pt", 12, "reached"), ("checkpoint-20", 20, "name")]
+
+
+def test_the_last_window_ends_at_its_last_step_not_at_the_exit():
+    """Steps read in the same poll that closed a window, then 20 s of a final eval and save:
+    the end of the attempt is no training, and its steps are a sighting, not a 20 s window."""
+    tracker = Tracker(Units(), report_every_s=1.0)
+    parser, produced = OutputParser(), []
+    for i in range(1, 41):          # 10 steps a second, read every 0.5 s
+        for obs in parser.feed(f"step {i}/45 loss 1.0\n"):
+            produced += tracker.parsed(obs, 0.5 * ((i + 4) // 5))
+    for i in range(41, 46):         # read with the poll that closed the last window
+        for obs in parser.feed(f"step {i}/45 loss 1.0\n"):
+            produced += tracker.parsed(obs, 0.5 * (41 // 5 + 1))
+    produced += tracker.flush(24.0)
+    windows = [f for kind, f in produced if kind == "step" and f.get("window_s")]
+    assert all(f["steps_per_s"] >= 5 for f in windows), windows
+    assert [f for kind, f in produced if kind == "step"][-1]["step"] == 45
+
+
+def test_samples_after_a_fallback_that_changed_the_batch_go_on_from_the_checkpoints():
+    """20 steps of 32 samples, then a fallback at 16: the checkpoint's count, then 16 a step."""
+    first = Tracker(Units(32, "placeholders"))
+    feed(first, [f"step {i} loss 1.0" for i in range(1, 21)])
+    assert first.samples_at(20) == 640
+    second = Tracker(Units(16, "placeholders"), resumed_from=20, resumed_samples=first.samples_at(20))
+    last = feed(second, [f"step {i} loss 1.0" for i in range(21, 61)])[-1]
+    assert last["samples_seen"] == 640 + 40 * 16
+
+
+def test_a_resumed_attempt_that_dies_before_its_first_step_is_at_the_resumed_step():
+    """The HF Trainer draws 0/60 before it jumps to the resumed step: dying in between, the
+    attempt got to where it resumed, not to step 0."""
+    tracker = Tracker(Units(), resumed_from=20)
+    steps = feed(tracker, ["  0%|          | 0/60 [00:00<?, ?it/s]"])
+    assert [s["step"] for s in steps] == [20]
+
+
+def test_max_steps_ends_a_run_before_its_epochs_do():
+    tracker = Tracker(Units(accumulation=2, accumulation_source="argv"),
+                      known={"total": (60, "--max_steps 60"), "epochs": (10, "--max_epochs 10")})
+    frames = [f"Epoch 0/9 ━━━━━━━━━━━━━━━━━━━━ {b}/40 0:00:01 • 0:00:00 125.44it/s train_loss: 5.3"
+              for b in range(1, 41)]
+    last = feed(tracker, frames)[-1]
+    assert (last["step"], last["total"], last["total_source"]) == (20, 60, "argv")
+
+
+def test_a_loops_own_epoch_lines_step_only_on_whole_groups_and_a_bar_on_the_last_one_too():
+    # 5 batches an epoch, accumulation 2: a loop stepping on (b + 1) % 2 == 0 steps twice an
+    # epoch; Lightning's bar steps a third time on the epoch's last, partial group
+    units = Units(accumulation=2, accumulation_source="placeholders")
+    loop = feed(Tracker(units), [f"epoch {e} batch {b}/5 loss 0.5" for e in (1, 2) for b in range(1, 6)],
+                every_s=0.5)
+    assert loop[-1]["step"] == 4
+    bar = feed(Tracker(units), [f"Epoch {e}/1 ━━━━━━━━━━━━━━━━━━━━ {b}/5 0:00:01 • 0:00:00 5.00it/s "
+                                f"train_loss: 0.5" for e in (0, 1) for b in range(1, 6)], every_s=0.5)
+    assert bar[-1]["step"] == 6
+
+
+def test_lightnings_bar_over_a_dataset_of_no_length_counts_batches_towards_max_steps():
+    """Its total is max_steps (optimizer steps) while it counts batches: 600 batches at an
+    accumulation of 2 are step 300 of 300, not a count frozen at its total."""
+    tracker = Tracker(Units(accumulation=2, accumulation_source="argv"),
+                      known={"total": (300, "--max_steps 300")})
+    frames = [f"Epoch 0/-2 ━━━━━━━━━━━━━━━━━━━━ {b}/300 0:00:01 • 0:00:00 125.44it/s train_loss: 5.3"
+              for b in range(1, 601)]
+    steps = [s["step"] for s in feed(tracker, frames)]
+    assert steps[-1] == 300 and steps == sorted(steps)

@@ -102,7 +102,8 @@ def progress_text(s: RunSummary) -> str:
 _SOURCES = {"reported": "reported by the script (cockpit.report or its callback)",
             "stated": "the script said so", "preset": "the workload preset's",
             "placeholders": "batch_size x accumulation, the command's {placeholders}",
-            "output": "the script's output (its bar, or step N/M)", "argv": "the command's arguments"}
+            "output": "the script's output (its bar, or step N/M)", "argv": "the command's arguments",
+            "epochs": "its epochs x the steps in one"}
 
 
 def figures_lines(s: RunSummary) -> list[str]:

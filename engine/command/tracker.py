@@ -44,9 +44,6 @@ HORIZON_S = 300.0
 # Where a figure per step came from, most trusted first: what the script reported, what it
 # printed, what the user wrote in the preset, what its argv's placeholders imply.
 SOURCES = ("reported", "stated", "preset", "placeholders", "argv", "unknown")
-# Where the total came from, most trusted first: the preset, the output's own count (a bar,
-# `step N/M`), the script's statement, its argv.
-TOTAL_SOURCES = ("preset", "output", "stated", "argv")
 
 
 def _outranks(source: str, than: str) -> bool:
@@ -99,6 +96,8 @@ class Tracker:
     report_every_s: float = REPORT_EVERY_S
     known: dict = field(default_factory=dict)  # the argv's facts (engine.command.statements)
     resumed_from: int | None = None      # the step of the checkpoint this attempt resumed from
+    resumed_samples: float | None = None  # ... and the samples seen by then, where known
+    totals_not_epochs: bool = False      # a bar's count ran past its total (below)
     reported_steps: bool = False         # the script reports its steps itself
     reported_evals: bool = False
     step: int | None = None
@@ -111,9 +110,9 @@ class Tracker:
     source: str = ""
     counter: str = "steps"               # "batches": a batch counter whose accumulation is unknown
     stated_total: int | None = None      # what the script stated its total to be
+    epochs_total: int | None = None      # its epochs x the steps in one, where both are known
     epochs: int | None = None            # epochs in the run, where stated
     non_finite: dict | None = None       # the first non-finite loss seen: {"step", "message", "t"}
-    first_step: int | None = None        # the first step this attempt reported
     step_t: float | None = None          # when the current step was first read
     _window: _Window | None = None
     _meter: RateMeter | None = None      # the smoothed rate and the best full window
@@ -139,15 +138,15 @@ class Tracker:
             if self.reported_evals or not observation.metrics:
                 return []
             step = observation.step if observation.step is not None else self.step
-            if getattr(observation, "unit", "step") == "batch":
+            if observation.unit == "batch":
                 step = self.step  # a batch count: the optimizer step reached is the tracker's
             return [("eval", {"step": step, "metrics": dict(observation.metrics),
                               "source": observation.source})]
         if self.reported_steps:
             return []
         step, total, epoch = observation.step, observation.total, observation.epoch
-        if getattr(observation, "unit", "step") == "batch":
-            step, total = self._optimizer_steps(observation)
+        if observation.unit == "batch":
+            step, total = self._optimizer_steps(observation), None
             if observation.batches and (observation.batch or 0) > observation.batches:
                 epoch = observation.epoch_index  # its count ran past its total (below)
         return self._update(t, step, total, observation.loss, observation.lr, epoch,
@@ -165,29 +164,33 @@ class Tracker:
         elif what in ("samples_per_step", "tokens_per_step", "accumulation"):
             self.units = self.units.learn(what, value, source, said)
 
-    def _optimizer_steps(self, o) -> tuple[int | None, int | None]:
+    def _optimizer_steps(self, o) -> int | None:
         """A batch counter as optimizer steps, where the accumulation is known: within each
-        epoch a step every `accumulation` batches, and one more for a last, partial group (the
-        frameworks step at an epoch's end); else the batches themselves, said to be batches."""
-        a = self.units.accumulation
-        if not a:
-            self.counter = "batches"
-            return o.step, o.total
-        self.counter = "steps"
-        n, b, e = o.batches, o.batch, o.epoch_index
+        epoch a step every `accumulation` batches; at an epoch's end a last, partial group is
+        a step of its own under a framework's bar (Lightning's, the Trainer's step there) and
+        none under a loop's own lines (`if (b + 1) % accum == 0`). Else the batches
+        themselves, said to be batches. The run's total from its epochs goes to epochs_total."""
+        a, n, b, e = self.units.accumulation, o.batches, o.batch, o.epoch_index
         if n and b is not None and b > n:
-            # The count ran past its total: that total is not the epoch's batches (Lightning's
-            # bar after a mid-epoch resume counts on from the resumed batch towards a total of
-            # what is left), so only the epoch's own count can be trusted.
+            # The count ran past its total: the bar's total is not the epoch's batches.
+            # Lightning's, over a dataset of no length, is max_steps (optimizer steps) while it
+            # counts batches, and after a resume it is the steps left.
+            self.totals_not_epochs = True
+        if self.totals_not_epochs:
             n = None
-            if e == 0:
-                return b // a, None
-        if n and b is not None and e is not None:
-            per_epoch = -(-n // a)
-            step = e * per_epoch + (per_epoch if b >= n else b // a)
-            epochs = (o.total // n) if o.total else self.epochs
-            return step, (epochs * per_epoch if epochs else None)
-        return (None if o.step is None else o.step // a), (None if o.total is None else -(-o.total // a))
+        self.counter = "steps" if a else "batches"
+        a = a or 1
+        per_epoch = None
+        if n:
+            per_epoch = -(-n // a) if o.source in ("tqdm", "rich") else n // a
+            epochs = (o.total // o.batches) if o.total and o.batches else self.epochs
+            self.epochs_total = epochs * per_epoch if epochs else self.epochs_total
+        if b is None or e is None or e > 0 and not per_epoch:
+            # no epoch to compose (a regex's count), or epochs of a size not known: the
+            # parser's global count of batches
+            return None if o.step is None else o.step // a
+        in_epoch = per_epoch if per_epoch and n and b >= n else b // a
+        return e * (per_epoch or 0) + in_epoch
 
     def reported(self, event: dict) -> list[tuple[str, dict]]:
         """A `progress` event the script wrote (cockpit.report.step)."""
@@ -229,13 +232,11 @@ class Tracker:
         if self.step != int(step):
             self.step_t = t
         self.step = int(step)
-        if self.first_step is None:
-            self.first_step = self.step
         if self._window is None and self.resumed_from and self.step < self.resumed_from:
             # A bar drawn before the resumed steps are skipped (the HF Trainer draws 0/N, then
-            # jumps to the step it resumed from): training starts here, at the resumed step.
-            self._window = _Window(t, self.resumed_from, self.resumed_from * (
-                self.units.samples_per_step or 0) if self.units.samples_per_step else None)
+            # jumps to the step it resumed from): the attempt is at the resumed step.
+            self.step = self.resumed_from
+            self._window = _Window(t, self.step, self.samples_seen)
             return []
         if self._window is None or self.step < self._window.start_step:
             # the first sight, or a restart
@@ -279,8 +280,9 @@ class Tracker:
         if w is None or self.step is None:
             return []
         # The last window ends when its last step was read: what came after (a final eval, a
-        # save, the interpreter's exit) is not training.
-        end = self.step_t if self.step_t is not None and self.step_t > w.start_t else t
+        # save, the interpreter's exit) is not training. Steps read at the moment a window
+        # closed have no time to measure a rate over: a sighting (below).
+        end = self.step_t if self.step_t is not None else t
         if self.step > w.start_step and end > w.start_t:
             return [("step", self._close_window(end))]
         if self._windows and self.step <= w.start_step:
@@ -295,12 +297,23 @@ class Tracker:
 
     @property
     def samples_seen(self) -> float | None:
-        """Samples trained: the reported count, else steps x the samples per step where known;
-        None where neither is (never guessed)."""
+        """Samples trained: the reported count, else those at the resumed checkpoint and the
+        steps since times the samples per step, where known; None where not (never guessed)."""
         if self.samples is not None:
             return self.samples
+        return self.samples_at(self.step or 0)
+
+    def samples_at(self, step: int) -> float | None:
+        """The samples seen at one of this attempt's steps (for its checkpoints): an earlier
+        attempt's steps may have been of another batch (a fallback re-templates {batch_size}),
+        so they count as the resumed checkpoint says, where it says; else as this attempt's."""
         per_step = self.units.samples_per_step
-        return (self.step or 0) * per_step if per_step else None
+        if not per_step:
+            return None
+        base = self.resumed_from or 0
+        if self.resumed_samples is not None and step >= base:
+            return self.resumed_samples + (step - base) * per_step
+        return step * per_step
 
     @property
     def tokens_seen(self) -> int | None:
@@ -312,13 +325,18 @@ class Tracker:
         return self._total()[0]
 
     def _total(self) -> tuple[int | None, str | None]:
-        """The run's total steps and where it came from."""
+        """The run's total steps and where it came from: the preset's, else what the output
+        counts to (a bar, `step N/M`), else the least of what the script stated, its argv
+        says and its epochs come to (`--max_steps 60` ends a run of 10 epochs early)."""
+        if self.total_steps:
+            return self.total_steps, "preset"
+        if self.total:
+            return int(self.total), "output"
         argv = self.known.get("total")
-        for total, source in ((self.total_steps, "preset"), (self.total, "output"),
-                              (self.stated_total, "stated"), (argv and argv[0], "argv")):
-            if total:
-                return int(total), source
-        return None, None
+        bounds = [(int(total), source) for total, source in (
+            (self.stated_total, "stated"), (argv and argv[0], "argv"),
+            (self.epochs_total, "epochs")) if total]
+        return min(bounds, key=lambda b: b[0]) if bounds else (None, None)
 
     def _units(self) -> dict:
         units = self.units

@@ -22,6 +22,7 @@ import os
 import signal
 import stat
 import time
+from collections import deque
 from pathlib import Path
 from typing import Callable
 
@@ -38,6 +39,8 @@ from engine.run.rehearsal import Rehearsal
 from engine.run.resume import History
 from engine.run.watch import HANG_GAP_FACTOR, AttemptWatch
 from engine.runconfig import RunConfig
+
+STEPS_KEPT = 4096  # steps read since the last checkpoint write: a checkpoint's step is a recent one
 
 
 def for_run(run: RunDir, config: RunConfig, events: EventWriter) -> TrainerKind:
@@ -122,9 +125,11 @@ class CommandKind(TrainerKind):
         self.unreadable: set[str] = set()          # its checkpoints that it failed to load
         self._parity_told = False                  # the parity check's warning, once a run
         self._told_no_total = False                # the tracker's no-total warning, likewise
-        self._newest_file: tuple[str, int] | None = None
+        self._newest_file: tuple[str, int | None] | None = None
         self._parser: OutputParser | None = None   # this attempt's, which settles the epoch base
-        self._steps_read: list[tuple[float, int]] = []  # (when read, step): this attempt's
+        # (when read, step) of this attempt's steps since the last checkpoint write looked at;
+        # bounded: a checkpoint's step is among the last steps read before it was written
+        self._steps_read: deque[tuple[float, int]] = deque(maxlen=STEPS_KEPT)
         self._reached: int | None = None           # reached by the last write looked at (first: the resume step)
 
     def parser(self, launch: Launch) -> OutputParser | None:
@@ -135,6 +140,12 @@ class CommandKind(TrainerKind):
     def continue_from(self, history: History) -> None:
         super().continue_from(history)
         self.unreadable = set(history.unreadable)
+        # the newest checkpoint an earlier supervisor told is not a new one when seen again
+        if history.checkpoints:
+            told = list(history.checkpoints)[-1]
+            self._newest_file = (told, _stamp(told))
+
+
 
     def fixed_settings(self) -> frozenset[str]:
         return command.fixed_settings(self.spec)
@@ -155,8 +166,9 @@ class CommandKind(TrainerKind):
             if step is None and (step := command.step_in_name(latest)) is not None:
                 source = "name"
             if bad.get("step") is None or step is None or step < bad["step"]:
+                seen = said.get("samples", said.get("samples_seen"))  # reported, or counted
                 return {"step": step, "step_source": source if step is not None else None,
-                        "samples_seen": said.get("samples"), "path": str(latest)}
+                        "samples_seen": seen, "path": str(latest)}
             excluded.add(str(latest))  # written at or after the step whose loss went bad
         return None
 
@@ -185,12 +197,13 @@ class CommandKind(TrainerKind):
                              "checked: cockpit check)")
         # what the placeholders said; a command has no trainer_ready to say it
         watch.device, watch.precision = launch.device, launch.precision
+        resume = launch.resume or {}
         self.tracker = Tracker(launch.units, launch.total_steps, known=launch.known,
-                               resumed_from=(launch.resume or {}).get("step"))
+                               resumed_from=resume.get("step"), resumed_samples=resume.get("samples_seen"))
         self._watch, self._rehearsal, self._stop_at_once = watch, rehearsal, stop_at_once
         # _newest_file is kept from the attempt before: the file this attempt resumes from is
         # that attempt's checkpoint, already told, not a new one
-        self._steps_read = []
+        self._steps_read.clear()
         self._reached = (launch.resume or {}).get("step")
 
     @property
@@ -208,7 +221,8 @@ class CommandKind(TrainerKind):
                 self._watch.ready = True  # training has begun: the start-up allowance is over
                 if tracker.step is not None and tracker.step != before:
                     # the optimizer step, a batch counter's too where its accumulation is known
-                    self._steps_read.append((t, tracker.step))
+                    if self.spec.checkpoints:
+                        self._steps_read.append((t, tracker.step))
                     self._rehearsal.at_step(tracker.step, tracker.reported_steps)
         if final:
             self._emit(tracker.flush(t))
@@ -221,7 +235,8 @@ class CommandKind(TrainerKind):
         if event["type"] == "progress":
             self._emit(tracker.reported(event))
             if event.get("step") is not None:
-                self._steps_read.append((event["t"], event["step"]))
+                if self.spec.checkpoints:
+                    self._steps_read.append((event["t"], event["step"]))
                 self._rehearsal.at_step(event["step"], tracker.reported_steps)
         elif event["type"] == "eval" and event.get("source") == "report":
             tracker.saw_reported_eval()
@@ -263,10 +278,7 @@ class CommandKind(TrainerKind):
             info = os.stat(latest)
         except OSError:
             return
-        # A directory (the HF Trainer's checkpoint-500/) is written a file at a time, each
-        # changing its mtime: it is one checkpoint, known by its path (its name is new each time).
-        written = info.st_mtime
-        stamp = (str(latest), 0 if stat.S_ISDIR(info.st_mode) else info.st_mtime_ns)
+        written, stamp = info.st_mtime, (str(latest), _stamp_of(info))
         if stamp == self._newest_file:
             return
         self._newest_file = stamp
@@ -276,17 +288,35 @@ class CommandKind(TrainerKind):
         step, source = command.step_in_name(latest), "name"
         if step is None:
             step, source = self._step_at(written), "reached"
+        # the samples seen by its step, where this attempt counts them: the next attempt's
+        # count goes on from there, whatever batch it runs at
+        seen = self.tracker.samples_at(step) if self.tracker and step is not None else None
         self.events.emit("checkpoint", attempt=self._watch.attempt, path=str(latest), step=step,
-                         step_source=source if step is not None else None, source="file")
+                         step_source=source if step is not None else None, source="file",
+                         **({"samples_seen": int(seen)} if seen is not None else {}))
 
     def _step_at(self, when: float) -> int | None:
         """The step this attempt had reached by `when` (time.time()), as far as was read."""
         reached = [step for t, step in self._steps_read if t <= when]
         if reached:  # what was read before it is not needed again: the next write is later
-            self._steps_read = [(t, s) for t, s in self._steps_read if t > when]
+            while self._steps_read and self._steps_read[0][0] <= when:
+                self._steps_read.popleft()
             self._reached = max(reached)
         return self._reached
 
     def exited(self, process: AttemptProcess) -> None:
         process.kill()  # what it left behind (its DataLoader workers)
 
+
+def _stamp_of(info: os.stat_result) -> int:
+    """What tells one write of a checkpoint from the next: a file's mtime. A directory (the HF
+    Trainer's checkpoint-500/) is written a file at a time, each changing its mtime: it is one
+    checkpoint, known by its path alone (its name is new each time)."""
+    return 0 if stat.S_ISDIR(info.st_mode) else info.st_mtime_ns
+
+
+def _stamp(path: str) -> int | None:
+    try:
+        return _stamp_of(os.stat(path))
+    except OSError:
+        return None
