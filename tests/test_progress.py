@@ -763,3 +763,12 @@ def test_compile_regex_accepts_a_batch_group():
 def test_a_banner_of_stars_is_not_a_block():
     found = parse("*" * 40 + "\nloss = 0.5\n")
     assert [(o.kind, o.loss) for o in found] == [("step", 0.5)]
+
+
+def test_epoch_lines_that_never_say_their_size_count_on_past_the_first_epoch():
+    """`epoch E batch B` with no /N: the highest batch of the epochs before is the size, so
+    the count goes on in epochs 2 and 3 rather than stopping where epoch 1 ended."""
+    parser = OutputParser()
+    steps = [o.step for e in (1, 2, 3) for b in range(1, 6)
+             for o in parser.feed(f"epoch {e} batch {b} loss 0.5\n")]
+    assert steps == list(range(1, 16))

@@ -305,6 +305,10 @@ class OutputParser:
         self._block: str | None = None           # inside an HF `***** ... *****` block
         self._last_bar: Observation | None = None  # the training bar's last step
         self._bar_evals: dict = {}               # the eval values last read on that bar
+        # For per-epoch counts that never say their epoch's size (`epoch 2 batch 30`): the
+        # highest batch of the epoch being counted, and of whole epochs counted before it.
+        self._epoch_counted: tuple[int, int] | None = None   # (epoch, highest batch)
+        self._learnt_batches: int | None = None
 
     def feed(self, text: str) -> list[Observation]:
         """Parse the complete lines in `text`; a trailing partial line waits for more."""
@@ -416,7 +420,7 @@ class OutputParser:
         done = None if c.epoch is None else c.epoch - base
         if done is not None and done < 0:
             done = None  # an epoch before the run's first: nothing to compose
-        n = c.batches
+        n = c.batches or self._learn_batches(c)
         if done is None:
             step = c.batch if c.epoch is None else None
         else:
@@ -429,6 +433,19 @@ class OutputParser:
                       always=True, evals=c.evals)
         assert o is not None  # always=True: an observation, whatever the values
         return replace(o, unit="batch", epoch_index=done, batch=c.batch, batches=n)
+
+    def _learn_batches(self, c: _PerEpoch) -> int | None:
+        """An epoch's batches where its lines do not say them: the highest batch counted in
+        the epochs before (a script that prints every k batches makes this at most k - 1
+        short an epoch), so the global count goes on past the first epoch."""
+        if c.epoch is None or c.batch is None:
+            return self._learnt_batches
+        counted = self._epoch_counted
+        if counted is not None and c.epoch > counted[0]:
+            self._learnt_batches = max(self._learnt_batches or 0, counted[1])
+            counted = None
+        self._epoch_counted = (c.epoch, max(c.batch, counted[1] if counted else 0))
+        return self._learnt_batches
 
     def _settle_base(self, epoch: int, epochs: int | None) -> int:
         if not self._base_given:
