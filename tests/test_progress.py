@@ -772,3 +772,17 @@ def test_epoch_lines_that_never_say_their_size_count_on_past_the_first_epoch():
     steps = [o.step for e in (1, 2, 3) for b in range(1, 6)
              for o in parser.feed(f"epoch {e} batch {b} loss 0.5\n")]
     assert steps == list(range(1, 16))
+
+
+def test_a_config_printed_whole_states_its_total_epochs_and_accumulation():
+    lines = {"Namespace(batch_size=8, lr=0.001, max_steps=300, num_train_epochs=3, out='x')":
+             {"total": 300, "epochs": 3},
+             "args: Namespace(epochs=3, bs=32)": {"epochs": 3},
+             "config: {'max_iters': 5000, 'gradient_accumulation_steps': 4, 'lr': 0.1}":
+             {"total": 5000, "accumulation": 4}}
+    for line, facts in lines.items():
+        (o,) = OutputParser().feed(line + "\n")
+        assert o.kind == "facts" and o.facts == facts and o.said == line
+    # a log dict states nothing: it is a step, as before
+    (step,) = OutputParser().feed("{'loss': 2.3, 'learning_rate': 5e-05, 'epoch': 0.12}\n")
+    assert step.kind == "step" and step.loss == 2.3

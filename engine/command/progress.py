@@ -214,6 +214,10 @@ _STATED = (
 # `max_iters = 200`, `max_steps: 300`, `trainer.max_steps=300  # a comment`.
 _OVERRIDING = re.compile(r"Overriding:\s*(?P<name>[\w.]+)\s*=\s*(?P<v>.*)")
 _CONFIG_LINE = re.compile(r"(?P<name>[A-Za-z_][\w.\-]*)\s*[:=]\s*(?P<v>\d[\d,_]*(?:\.0+)?)\s*(?:#.*)?")
+# A whole config printed on one line: `Namespace(max_steps=300, lr=0.001)` (argparse),
+# `config: {'max_steps': 300, ...}`; its settings' values are whole numbers, unquoted.
+_CONFIG_DUMP = re.compile(r"(?:[\w ]+:\s*)?(?:[\w.]*Namespace\((?P<body>.*)\)|\{(?P<dict>.*)\})")
+_DUMPED = re.compile(r"['\"]?(?P<name>[A-Za-z_]\w*)['\"]?\s*[=:]\s*(?P<v>\d[\d_]*)(?=\s*[,)}]|\s*$)")
 # `steps = 100` alone may be a count so far, not a setting: read from an argv only.
 _BARE_AMBIGUOUS = frozenset(("steps", "iters"))
 # Lightning, at the end: "`Trainer.fit` stopped: `max_steps=300` reached." (anywhere on a
@@ -376,6 +380,12 @@ class OutputParser:
         stopped = _FIT_STOPPED.search(line)
         if stopped:
             found += self._facts_of(stopped[0] + ".", {fact_of(stopped["name"]): int(stopped["v"])})
+        dump = _CONFIG_DUMP.fullmatch(message)
+        if dump:  # argparse's Namespace(...) or a config dict, printed whole: its settings,
+            # and whatever else the line is (a log dict with a loss is still a step)
+            body = dump["body"] if dump["body"] is not None else dump["dict"]
+            facts = {fact_of(p["name"]): whole_number(p["v"]) for p in _DUMPED.finditer(body)}
+            found += self._facts_of(message, facts)
         if self._regex is not None:
             m = self._regex.search(line)
             if m:
