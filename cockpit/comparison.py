@@ -13,7 +13,8 @@ from engine.numbers import count, rate
 from engine.files import read_toml
 from engine.record.curves import RunCurves
 from engine.record.digest import RunDigest
-from engine.record.rundir import RunDir, RunSummary, shown_metrics
+from engine.record.metrics import shown_metrics
+from engine.record.rundir import RunDir, RunSummary
 from engine.record.stats import Averages
 
 # Settings that name or describe rather than decide how the run trains: never a difference
@@ -102,7 +103,7 @@ def differing(runs: list[Compared]) -> list[str]:
 
 def metrics(runs: list[Compared]) -> list[str]:
     """Every eval metric any of the runs reported, losses first, timings (eval_runtime, ..._per_second)
-    left out (engine.record.rundir.shown_metrics)."""
+    left out (engine.record.metrics.shown_metrics)."""
     names = (m for r in runs for m in (r.curves.evals if r.curves is not None else r.averages.final_metrics))
     return list(shown_metrics(dict.fromkeys(names)))
 

@@ -21,7 +21,8 @@ from cockpit.ui.model import RunModel
 from cockpit.ui.runs import average_rate
 from engine import runconfig
 from engine.record.events import EventWriter
-from engine.record.rundir import RunDir, choose_main_metric, shown_metrics, summarize
+from engine.record.metrics import choose_main_metric, shown_metrics
+from engine.record.rundir import RunDir, summarize
 from engine.record.stats import averages, fold
 from engine.run.alert_rules import AlertRules
 
@@ -191,6 +192,8 @@ def test_the_eval_shown_is_its_loss_and_never_a_timing(home, capsys):
     assert list(shown_metrics(hf)) == ["eval_loss", "epoch"]
     # nanoGPT's eval measures the training loss beside the held-out one: the held-out one first
     assert list(shown_metrics({"train_loss": 2.9, "val_loss": 3.1})) == ["val_loss", "train_loss"]
+    # one rule for timings, the output parser's too: total_flos is no metric either
+    assert list(shown_metrics({"total_flos": 1e15, "train_runtime": 2.1, "recall": 0.4})) == ["recall"]
     run = command_run()
     events = write(run, *started(run), steps_only(20, steps_per_s=None, window_s=None, units=UNKNOWN),
                    ("eval", {"step": 20, "metrics": hf}))

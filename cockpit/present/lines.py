@@ -8,14 +8,15 @@ from __future__ import annotations
 from cockpit.present.words import (checkpoint_step, duration, eta_text, memory_text, metric_value, resume_text,
                                    shown_per_sample, shown_rates, summary_text)
 from engine.text import strip_ansi
-from engine.record.rundir import interrupted_next, shown_metrics
+from engine.record.metrics import shown_metrics
+from engine.record.rundir import interrupted_next
 from engine.run.fallback import describe_change
 
 BAR = 12
 
 
 def _metrics(metrics: dict) -> str:
-    """An eval's metrics: its loss first, timings left out (engine.record.rundir.shown_metrics)."""
+    """An eval's metrics: its loss first, timings left out (engine.record.metrics.shown_metrics)."""
     return "  ".join(f"{k} {metric_value(v)}" for k, v in shown_metrics(metrics).items())
 
 

@@ -18,7 +18,7 @@ from typing import Callable
 
 from cockpit.present.lines import Main, human_line, status_line, step_line
 from cockpit.present.words import activity_text, duration
-from engine.record.rundir import choose_main_metric
+from engine.record.metrics import choose_main_metric
 
 LOG_EVERY_S = 30.0
 

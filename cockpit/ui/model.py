@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import Flag, auto
 
 from cockpit.present.lines import human_line as _human_line
-from engine.record.rundir import choose_main_metric, shown_metrics
+from engine.record.metrics import choose_main_metric, shown_metrics
 from engine.record.stats import Averages, RunStats
 
 MAX_POINTS = 256

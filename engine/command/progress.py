@@ -120,7 +120,7 @@ import warnings
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from engine.command.statements import fact_of, is_setting, whole_number
+from engine.command.statements import fact_of, is_setting, is_timing, whole_number
 from engine.text import strip_ansi
 
 MAX_LINE = 64 * 1024  # characters; a longer line is dropped
@@ -558,15 +558,9 @@ def _hf_dict(line: str, nested: bool = False) -> list[Observation] | None:
     if "train_runtime" in values:  # the end-of-training summary
         return []
     values = {name: value for name, value in values.items()
-              if not _hf_timing(name) and not is_setting(name)}
+              if not is_timing(name) and not is_setting(name)}
     obs = _classify(values, "hf")
     return [obs] if obs else []
-
-
-def _hf_timing(name: str) -> bool:
-    """A figure the Trainer logs about its own speed (eval_runtime, eval_samples_per_second,
-    total_flos), not about the model."""
-    return name == "total_flos" or name.endswith(("_runtime", "_per_second"))
 
 
 def _tqdm_bar(line: str, nested: bool = False) -> list[Observation] | None:

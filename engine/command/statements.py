@@ -59,6 +59,13 @@ def is_setting(name: str) -> bool:
             or name == "batch_size" or name.endswith("_batch_size"))
 
 
+def is_timing(name: str) -> bool:
+    """Whether a name is a figure of a run's speed that a framework logs beside its metrics
+    (HF's eval_runtime, train_samples_per_second, total_flos), never a metric of the model."""
+    name = normalise(name)
+    return name == "total_flos" or name.endswith(("runtime", "_per_second"))
+
+
 def whole_number(text: str) -> int | None:
     """A positive whole number as written (`200`, `600_000`, `3.0`), else None."""
     m = _WHOLE.fullmatch(str(text).strip())

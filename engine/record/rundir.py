@@ -17,17 +17,16 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
 import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 from engine import files, paths
 from engine.errors import ConfigError
 from engine.record.events import read_events
 from engine.record.identity import ProcessId
+from engine.record.metrics import choose_main_metric, shown_metrics
 from engine.record.stats import RunStats
 from engine.runconfig import RunConfig
 
@@ -279,57 +278,6 @@ class RunSummary:
         """Whether its samples per step are known: the trainer's always are; a command's where
         something said them (engine.command's units)."""
         return self.units is None or self.units.get("samples_per_step") is not None
-
-
-# ---------------------------------------------------------------- which metrics are shown
-
-# Timings a script logs beside its metrics (HF's eval_runtime, eval_samples_per_second): figures
-# of speed, never metrics to show or judge a run by.
-_TIMING = re.compile(r"(?:^|_)runtime$|per_second$")
-_REWARD_MEAN = re.compile(r"^rewards[/_].+[/_]mean$")
-_SPREAD = re.compile(r"(?:^|[/_])(?:std|min|max|var)$")
-# Recall- and accuracy-like words, each a whole word of the name: val_acc, eval_recall@10.
-_JUDGED = frozenset(("recall", "accuracy", "acc", "ndcg", "mrr", "f1", "precision"))
-
-
-def is_timing(name: str) -> bool:
-    return bool(_TIMING.search(name))
-
-
-def shown_metrics(metrics: dict) -> dict:
-    """An eval's metrics as the front ends show them: its losses first, the held-out one before
-    the training one (eval_loss, val_loss, then nanoGPT's train_loss measured beside it: the
-    eval shown is the held-out loss where it has one), then the others in their order; timings
-    left out."""
-    kept = {k: v for k, v in metrics.items() if not is_timing(k)}
-    losses = sorted((k for k in kept if "loss" in _words(k)), key=lambda k: _words(k)[0] == "train")
-    return {**{k: kept[k] for k in losses}, **{k: v for k, v in kept.items() if k not in losses}}
-
-
-def _words(name: str) -> list[str]:
-    return re.split(r"[^a-z0-9]+", name.lower())
-
-
-def choose_main_metric(names: Iterable[str], named: str = "") -> str | None:
-    """The one metric a run is judged by besides its loss, among `names` (those its steps and
-    evals reported, in the order they first came): the preset's `main_metric` when it names one
-    (even before it is reported; 'rewards/x/mean' and 'rewards_x_mean' are the same name),
-    else a reward (`reward`, then `rewards/<name>/mean`, then any other reward but a spread),
-    else a recall or accuracy; None when there is none."""
-    names = [n for n in names if not is_timing(n)]
-    if named:
-        flat = re.sub(r"[/.]", "_", named)
-        return next((n for n in names if n in (named, flat) or re.sub(r"[/.]", "_", n) == flat), named)
-    rewards = [n for n in names if "reward" in n.lower() and not _SPREAD.search(n.lower())]
-    for n in rewards:
-        if n.lower() == "reward":
-            return n
-    for n in rewards:
-        if _REWARD_MEAN.match(n.lower()):
-            return n
-    if rewards:
-        return rewards[0]
-    return next((n for n in names if _JUDGED.intersection(_words(n))), None)
 
 
 # What reading a run dir that is not as cockpit writes it raises: summarize() and the digest
