@@ -79,7 +79,18 @@ def test_steps_lost_are_what_the_script_trained_again_everywhere(home, tmp_path,
     assert f"{lost} steps lost to crashes" in done.stdout   # the headless last lines
     shown = subprocess.run(cockpit_cmd("runs", "show", run.id, "--json"), capture_output=True,
                            text=True, env=child_env(), timeout=60)
-    assert json.loads(shown.stdout)["steps_lost"] == lost
+    shown = json.loads(shown.stdout)
+    assert shown["steps_lost"] == lost
+    # each checkpoint the script wrote, with the step it holds or, for the one rewritten file,
+    # a step it holds at least (the step read before the write)
+    writes = shown["checkpoint_writes"]
+    written = re.findall(r"^step (\d+)/", run.attempt_log(1).read_text() + run.attempt_log(2).read_text(), re.M)
+    saved = sorted({int(s) for s in written if int(s) % 50 == 0})
+    if naming == "named":
+        assert [w["step"] for w in writes] == saved and {w["step_source"] for w in writes} == {"name"}
+    else:
+        assert {w["step_source"] for w in writes} == {"reached"}
+        assert all(w["step"] <= s for w, s in zip(writes, saved))
     digest = RunDigest(run)   # the runs screen and compare
     digest.refresh()
     assert digest.summary.steps_lost == digest.averages.steps_lost == lost

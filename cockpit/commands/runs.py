@@ -9,7 +9,7 @@ import json
 
 from cockpit.commands import train
 from cockpit.commands.train import follow as follow_run
-from cockpit.present.words import duration, metric_value
+from cockpit.present.words import checkpoint_step, duration, metric_value
 from engine import command, settings
 from engine.errors import ConfigError
 from engine.run import detached, lifeline, resume as resumption
@@ -77,6 +77,8 @@ def show(args: argparse.Namespace) -> int:
         print(f"compute   {rate(s.gflop_s)} GFLOP/s on average")
     for k, v in s.metrics.items():   # its losses first, timings left out (shown_metrics)
         print(f"eval      {k} {metric_value(v)}")
+    if (saved := checkpoints_text(s)) is not None:
+        print(f"saved     {saved}")
     for a in s.attempts:
         ended = f" ({a.exit})" if a.exit else ""
         print(f"attempt {a.attempt}: {a.preset} on {a.device}, {a.outcome}{ended}, last step {a.last_step}")
@@ -138,6 +140,16 @@ def figures_lines(s: RunSummary) -> list[str]:
     elif units.get("accumulation"):
         lines.append(f"counter   optimizer steps, of {units['accumulation']} batches each")
     return lines
+
+
+def checkpoints_text(s: RunSummary) -> str | None:
+    """'4 checkpoints, the last at step 60' (or 'after step 56' for a file whose name says no
+    step: the step read before it was written)."""
+    if not s.checkpoint_writes:
+        return None
+    last = s.checkpoint_writes[-1]
+    where = checkpoint_step(last)
+    return count(len(s.checkpoint_writes), "checkpoint") + (f", the last{where}" if where else "")
 
 
 def main_metric_text(s: RunSummary) -> str | None:

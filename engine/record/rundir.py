@@ -261,6 +261,10 @@ class RunSummary:
     fallbacks: list[dict] = field(default_factory=list)
     steps_lost: int = 0                # steps trained again, or lost past a checkpoint, after crashes
     checkpoints: int = 0               # checkpoint events: 0, and a resume starts over
+    # each checkpoint written: {"attempt", "step", "step_source", "path"}; a command's step
+    # source says how it is known ("name": its name says; "reached": the step read before it
+    # was written; absent: the script or the trainer said it)
+    checkpoint_writes: list[dict] = field(default_factory=list)
     command: list[str] | None = None   # a command workload's argv template
     error: str | None = None           # why a 'broken' run dir cannot be read
 
@@ -336,6 +340,8 @@ def _fold(run: RunDir) -> RunSummary:
             summary.attempts[-1].device = e.get("device", "?")
             # known before the first step, which may be minutes away on a slow device
             summary.total_steps = e.get("total_steps") or summary.total_steps
+        elif kind == "checkpoint":
+            summary.checkpoint_writes.append({k: e.get(k) for k in ("attempt", "step", "step_source", "path")})
         elif kind == "step":
             summary.step, summary.total_steps = e["step"], e.get("total") or summary.total_steps
             summary.samples_seen = e.get("samples_seen", summary.samples_seen)
