@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 
+from cockpit.present import words
 from cockpit.present.words import duration
 from engine.errors import ConfigError
 from engine.numbers import count, rate
@@ -207,8 +208,9 @@ def _samples_rate(r: Compared) -> str:
     """The run's samples/s, or its steps/s where a command's samples per step are not known
     (never a guessed sample count)."""
     a = r.averages
-    if a.samples_per_s is None and a.steps_per_s and a.units is not None and a.units.get("samples_per_step") is None:
-        return f"{rate(a.steps_per_s)} steps/s"
+    found = words.average_rate(a.samples_per_s, a.steps_per_s, a.samples_known)
+    if found is not None and found[1] == "steps":
+        return f"{rate(found[0])} steps/s"
     return _rate(a.samples_per_s)
 
 

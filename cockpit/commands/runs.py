@@ -9,6 +9,7 @@ import json
 
 from cockpit.commands import train
 from cockpit.commands.train import follow as follow_run
+from cockpit.present import words
 from cockpit.present.words import checkpoint_step, duration, metric_value
 from engine import command, settings
 from engine.errors import ConfigError
@@ -47,9 +48,11 @@ def list_(args: argparse.Namespace) -> int:
 def average_rate(s: RunSummary) -> str:
     """The 'avg samples' column: '317/s', or '4.95 st/s' where the samples per step are not
     known (steps, never a guessed sample count), '-' with no rate."""
-    if s.samples_per_s is not None:
-        return _rate(s.samples_per_s)
-    return f"{rate(s.steps_per_s)} st/s" if s.steps_per_s is not None and not s.samples_known else "-"
+    found = words.average_rate(s.samples_per_s, s.steps_per_s, s.samples_known)
+    if found is None:
+        return "-"
+    value, unit = found
+    return _rate(value) if unit == "samples" else f"{rate(value)} st/s"
 
 
 def show(args: argparse.Namespace) -> int:

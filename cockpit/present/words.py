@@ -73,6 +73,17 @@ def throughput_parts(samples_per_s: float | None, steps_per_s: float | None,
     return parts
 
 
+def average_rate(samples_per_s: float | None, steps_per_s: float | None,
+                 samples_known: bool) -> tuple[float, str] | None:
+    """A run's average rate for a column: (samples/s, "samples"), or (steps/s, "steps") where
+    its samples per step are not known (never a guessed sample count); None with no rate."""
+    if samples_per_s is not None:
+        return samples_per_s, "samples"
+    if steps_per_s is not None and not samples_known:
+        return steps_per_s, "steps"
+    return None
+
+
 def shown_rates(e: dict) -> list[str]:
     """A step event's throughput as shown: the smoothed samples/s (and tokens/s at the same
     rate), or the window's steps/s where its samples per step are not known."""

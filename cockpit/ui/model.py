@@ -16,7 +16,7 @@ from enum import Flag, auto
 
 from cockpit.present.lines import human_line as _human_line
 from engine.record.metrics import choose_main_metric, shown_metrics
-from engine.record.stats import Averages, RunStats
+from engine.record.stats import Averages, RunStats, samples_known
 
 MAX_POINTS = 256
 RECENT_POINTS = 1024   # ~8 minutes of step events at 2 a second
@@ -176,8 +176,7 @@ class RunModel:
 
     @property
     def samples_known(self) -> bool:
-        """The trainer's samples per step always are; a command's where its units say them."""
-        return self.units is None or self.units.get("samples_per_step") is not None
+        return samples_known(self.units)
 
     @property
     def main(self) -> tuple[str, float | None] | None:

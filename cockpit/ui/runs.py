@@ -21,6 +21,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from cockpit.comparison import devices
+from cockpit.present import words
 from cockpit.present.words import STATUS_STYLE, duration, metric_value, throughput_parts
 from cockpit.ui.compare import CompareScreen
 from engine.run import detached, resume as resumption
@@ -71,12 +72,11 @@ def when(s: RunSummary) -> str:
 def average_rate(a: Averages | None) -> str:
     """The samples/s column: the run's average, or its steps/s ('4.95 st/s') where a command's
     samples per step are not known (never a guessed sample count), as `cockpit runs list`."""
-    if a is None:
+    found = None if a is None else words.average_rate(a.samples_per_s, a.steps_per_s, a.samples_known)
+    if found is None:
         return "-"
-    if a.samples_per_s is not None:
-        return rate(a.samples_per_s)
-    unknown = a.units is not None and a.units.get("samples_per_step") is None
-    return f"{rate(a.steps_per_s)} st/s" if unknown and a.steps_per_s is not None else "-"
+    value, unit = found
+    return rate(value) if unit == "samples" else f"{rate(value)} st/s"
 
 
 @dataclasses.dataclass

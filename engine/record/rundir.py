@@ -27,7 +27,7 @@ from engine.errors import ConfigError
 from engine.record.events import read_events
 from engine.record.identity import ProcessId
 from engine.record.metrics import choose_main_metric, shown_metrics
-from engine.record.stats import RunStats
+from engine.record.stats import RunStats, samples_known
 from engine.runconfig import RunConfig
 
 
@@ -279,9 +279,7 @@ class RunSummary:
 
     @property
     def samples_known(self) -> bool:
-        """Whether its samples per step are known: the trainer's always are; a command's where
-        something said them (engine.command's units)."""
-        return self.units is None or self.units.get("samples_per_step") is not None
+        return samples_known(self.units)
 
 
 # What reading a run dir that is not as cockpit writes it raises: summarize() and the digest

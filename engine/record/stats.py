@@ -37,6 +37,12 @@ from typing import Iterable
 from engine.vocabulary import CLEAN
 
 
+def samples_known(units: dict | None) -> bool:
+    """Whether a run's samples per step are known: the trainer's always are (its step events
+    carry no units); a command's where something said them (engine.command.tracker's units)."""
+    return units is None or units.get("samples_per_step") is not None
+
+
 @dataclass(frozen=True, slots=True)
 class Averages:
     samples_per_s: float | None   # samples trained / time spent training, all attempts
@@ -50,6 +56,10 @@ class Averages:
     tokens_per_s: float | None = None  # over the windows whose tokens per step are known
     units: dict | None = None     # a command's: what a step is, and where that was learnt
     total_source: str | None = None  # a command's: where its total came from
+
+    @property
+    def samples_known(self) -> bool:
+        return samples_known(self.units)
 
 
 @dataclass(slots=True)

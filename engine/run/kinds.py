@@ -23,7 +23,6 @@ import signal
 import stat
 import time
 from collections import deque
-from pathlib import Path
 from typing import Callable
 
 from engine import command
