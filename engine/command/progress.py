@@ -31,8 +31,9 @@ Names are lowercased, with spaces, ``/`` and ``-`` turned into ``_`` (``val loss
 
 Understood formats, tried in this order on each line:
 
-0. Statements (kind "facts", source "stated"; each fact once, again only when its value
-   changes; ``said`` quotes the line without its logging prefix, at most 120 characters):
+0. Statements (kind "facts", source "stated"; engine.command.statements reads them; each fact
+   once, again only when its value changes; ``said`` quotes the line without its logging
+   prefix, at most 120 characters):
        ``tokens per iteration will be: 491,520`` (nanoGPT) -> tokens_per_step
        ``Overriding: max_iters = 200`` (nanoGPT's configurator) -> total; a setting that is
        not a fact (``Overriding: batch_size = 12``) gives nothing
@@ -40,6 +41,8 @@ Understood formats, tried in this order on each line:
        ``trainer.max_epochs: 3  # ...`` -> total, epochs or accumulation by its name (see
        engine.command.statements; ``steps = 100`` alone may be a count, and gives nothing)
        "`Trainer.fit` stopped: `max_steps=300` reached." (Lightning, anywhere on a line)
+       a config printed whole, ``Namespace(max_steps=300, ...)``, ``config: {'max_iters':
+       5000, ...}`` -> its settings' facts (the line may be a step besides)
        the HF Trainer's ``***** Running training *****`` rows, with or without a logging
        prefix (``[INFO|trainer.py:2314] 2026-01-01 10:00:00,000 >>``):
        ``  Num Epochs = 3`` -> epochs,
@@ -120,7 +123,8 @@ import warnings
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from engine.command.statements import fact_of, is_setting, is_timing, whole_number
+from engine.command import statements
+from engine.command.statements import is_setting, is_timing
 from engine.text import strip_ansi
 
 MAX_LINE = 64 * 1024  # characters; a longer line is dropped
@@ -200,30 +204,6 @@ _MESSAGE_PREFIX = re.compile(
 # `***** train metrics *****` (trainer.log_metrics) then `  train_loss = 5.0598` rows.
 _BLOCK_HEAD = re.compile(r"\*{3,}\s*(?P<title>[^*\s][^*]*?)\s*\*{3,}")
 _BLOCK_ROW = re.compile(r"[A-Za-z][\w .,&()'/\-]*?(?:\s+=\s+\S+|:\s*Unknown)")
-# Lines that state a unit or a total, whole messages (after a logging prefix).
-_STATED = (
-    (re.compile(r"tokens per iteration will be:\s*(?P<v>\d[\d,]*)", re.IGNORECASE),
-     "tokens_per_step"),  # nanoGPT
-    (re.compile(r"Total train batch size \(w\. parallel, distributed (?:&|and) accumulation\)"
-                r"\s*=\s*(?P<v>\d[\d,]*)"), "samples_per_step"),  # the HF Trainer's, and below
-    (re.compile(r"Total optimization steps\s*=\s*(?P<v>\d[\d,]*)"), "total"),
-    (re.compile(r"Gradient Accumulation steps\s*=\s*(?P<v>\d[\d,]*)"), "accumulation"),
-    (re.compile(r"Num Epochs\s*=\s*(?P<v>\d[\d,]*)"), "epochs"),
-)
-# nanoGPT's configurator: `Overriding: max_iters = 200`; a printed config line alone:
-# `max_iters = 200`, `max_steps: 300`, `trainer.max_steps=300  # a comment`.
-_OVERRIDING = re.compile(r"Overriding:\s*(?P<name>[\w.]+)\s*=\s*(?P<v>.*)")
-_CONFIG_LINE = re.compile(r"(?P<name>[A-Za-z_][\w.\-]*)\s*[:=]\s*(?P<v>\d[\d,_]*(?:\.0+)?)\s*(?:#.*)?")
-# A whole config printed on one line: `Namespace(max_steps=300, lr=0.001)` (argparse),
-# `config: {'max_steps': 300, ...}`; its settings' values are whole numbers, unquoted.
-_CONFIG_DUMP = re.compile(r"(?:[\w ]+:\s*)?(?:[\w.]*Namespace\((?P<body>.*)\)|\{(?P<dict>.*)\})")
-_DUMPED = re.compile(r"['\"]?(?P<name>[A-Za-z_]\w*)['\"]?\s*[=:]\s*(?P<v>\d[\d_]*)(?=\s*[,)}]|\s*$)")
-# `steps = 100` alone may be a count so far, not a setting: read from an argv only.
-_BARE_AMBIGUOUS = frozenset(("steps", "iters"))
-# Lightning, at the end: "`Trainer.fit` stopped: `max_steps=300` reached." (anywhere on a
-# line: Rich draws it after a bar).
-_FIT_STOPPED = re.compile(r"`Trainer\.fit` stopped: `(?P<name>\w+)=(?P<v>\d+)` reached")
-
 _STEP_LINE = re.compile(_LOG_PREFIX + r"(?:(?:step|iteration|iter)\b\s*[:#=]?\s*\[?\s*(?P<step>\d+)"
                         r"(?:\s*(?:/|\bof\b)\s*(?P<total>\d+))?\s*\]?"
                         r"|\[\s*(?P<bstep>\d+)\s*/\s*(?P<btotal>\d+)\s*\])(?![\d.])",
@@ -377,15 +357,11 @@ class OutputParser:
         if stated is not None:
             return stated
         found = []
-        stopped = _FIT_STOPPED.search(line)
-        if stopped:
-            found += self._facts_of(stopped[0] + ".", {fact_of(stopped["name"]): int(stopped["v"])})
-        dump = _CONFIG_DUMP.fullmatch(message)
-        if dump:  # argparse's Namespace(...) or a config dict, printed whole: its settings,
-            # and whatever else the line is (a log dict with a loss is still a step)
-            body = dump["body"] if dump["body"] is not None else dump["dict"]
-            facts = {fact_of(p["name"]): whole_number(p["v"]) for p in _DUMPED.finditer(body)}
-            found += self._facts_of(message, facts)
+        if (stopped := statements.fit_stopped(line)) is not None:
+            found += self._facts_of(*stopped)
+        # a config printed whole (argparse's Namespace(...), a dict): its settings, and
+        # whatever else the line is (a log dict with a loss is still a step)
+        found += self._facts_of(message, statements.dumped_in(message))
         if self._regex is not None:
             m = self._regex.search(line)
             if m:
@@ -400,17 +376,10 @@ class OutputParser:
         """A line that states a unit or a total: its facts (new ones only); None when the
         line states nothing. `message`: the line without its logging prefix, which is what
         the facts' `said` quotes."""
-        for pattern, key in _STATED:
-            m = pattern.fullmatch(message)
-            if m:
-                return self._facts_of(message, {key: whole_number(m["v"].replace(",", ""))})
-        m = _OVERRIDING.fullmatch(message)
-        if m:  # nanoGPT's; a setting that is not a fact (batch_size) gives nothing
-            return self._facts_of(message, {fact_of(m["name"]): whole_number(m["v"].strip())})
-        m = _CONFIG_LINE.fullmatch(message)
-        if m and fact_of(m["name"]) and m["name"].rsplit(".", 1)[-1].lower() not in _BARE_AMBIGUOUS:
-            return self._facts_of(message, {fact_of(m["name"]): whole_number(m["v"].replace(",", ""))})
-        return [] if self._block == "training" else None
+        facts = statements.stated_in(message)
+        if facts is None:
+            return [] if self._block == "training" else None
+        return self._facts_of(message, facts)
 
     def _facts_of(self, said: str, facts: dict) -> list[Observation]:
         """A facts observation of those that are new (a restatement says nothing)."""

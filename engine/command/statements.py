@@ -1,13 +1,17 @@
-"""What a command's own words state about its training: the total, epochs, accumulation.
+"""What a command's own words state about its training: the total, epochs, accumulation, the
+samples and tokens in a step.
 
 A script says how long it trains and how many micro-batches make an optimizer step in its
 argv (``--max_iters=200``, ``--num_train_epochs 3``, ``trainer.max_steps=300``) and in what
-it prints (engine.command.progress reads those lines). This module holds the names both
-read, and reads the argv. Torch-free, stdlib only.
+it prints (``Overriding: max_iters = 200``, the HF Trainer's ``Total train batch size (w.
+parallel, distributed & accumulation) = 32``, nanoGPT's ``tokens per iteration will be:
+491,520``, a config printed whole). This module reads both, and holds the names that say a
+setting (never a metric) or a timing (never a metric either); engine.command.progress asks it
+of each line it reads. Torch-free, stdlib only.
 
-Fact keys (the contract of issue 26): ``total`` (optimizer steps in the run), ``epochs``,
-``accumulation`` (micro-batches per optimizer step); progress.py adds ``samples_per_step``
-and ``tokens_per_step`` from printed lines, which an argv does not state alone.
+Fact keys: ``total`` (optimizer steps in the run), ``epochs``, ``accumulation``
+(micro-batches per optimizer step), and from printed lines only ``samples_per_step`` and
+``tokens_per_step``.
 """
 
 from __future__ import annotations
@@ -103,3 +107,67 @@ def from_argv(argv: list[str]) -> dict[str, tuple[int, str]]:
         if key and value is not None:
             found[key] = (value, said)
     return found
+
+
+# ---------------------------------------------------------------- what it prints
+
+# Lines that state a unit or a total, whole messages (after a logging prefix).
+_STATED = (
+    (re.compile(r"tokens per iteration will be:\s*(?P<v>\d[\d,]*)", re.IGNORECASE),
+     "tokens_per_step"),  # nanoGPT
+    (re.compile(r"Total train batch size \(w\. parallel, distributed (?:&|and) accumulation\)"
+                r"\s*=\s*(?P<v>\d[\d,]*)"), "samples_per_step"),  # the HF Trainer's, and below
+    (re.compile(r"Total optimization steps\s*=\s*(?P<v>\d[\d,]*)"), "total"),
+    (re.compile(r"Gradient Accumulation steps\s*=\s*(?P<v>\d[\d,]*)"), "accumulation"),
+    (re.compile(r"Num Epochs\s*=\s*(?P<v>\d[\d,]*)"), "epochs"),
+)
+# nanoGPT's configurator: `Overriding: max_iters = 200`; a printed config line alone:
+# `max_iters = 200`, `max_steps: 300`, `trainer.max_steps=300  # a comment`.
+_OVERRIDING = re.compile(r"Overriding:\s*(?P<name>[\w.]+)\s*=\s*(?P<v>.*)")
+_CONFIG_LINE = re.compile(r"(?P<name>[A-Za-z_][\w.\-]*)\s*[:=]\s*(?P<v>\d[\d,_]*(?:\.0+)?)\s*(?:#.*)?")
+# A whole config printed on one line: `Namespace(max_steps=300, lr=0.001)` (argparse),
+# `config: {'max_steps': 300, ...}`; its settings' values are whole numbers, unquoted.
+_CONFIG_DUMP = re.compile(r"(?:[\w ]+:\s*)?(?:[\w.]*Namespace\((?P<body>.*)\)|\{(?P<dict>.*)\})")
+_DUMPED = re.compile(r"['\"]?(?P<name>[A-Za-z_]\w*)['\"]?\s*[=:]\s*(?P<v>\d[\d_]*)(?=\s*[,)}]|\s*$)")
+# `steps = 100` alone may be a count so far, not a setting: read from an argv only.
+_BARE_AMBIGUOUS = frozenset(("steps", "iters"))
+# Lightning, at the end: "`Trainer.fit` stopped: `max_steps=300` reached." (anywhere on a
+# line: Rich draws it after a bar).
+_FIT_STOPPED = re.compile(r"`Trainer\.fit` stopped: `(?P<name>\w+)=(?P<v>\d+)` reached")
+
+
+def stated_in(message: str) -> dict[str, int] | None:
+    """The facts one printed message states, whole (its logging prefix taken off): {} for a
+    statement of no fact (nanoGPT's `Overriding: batch_size = 12`), None for a message that
+    states nothing."""
+    for pattern, key in _STATED:
+        m = pattern.fullmatch(message)
+        if m:
+            return _facts({key: whole_number(m["v"].replace(",", ""))})
+    m = _OVERRIDING.fullmatch(message)
+    if m:  # nanoGPT's; a setting that is not a fact (batch_size) gives nothing
+        return _facts({fact_of(m["name"]): whole_number(m["v"].strip())})
+    m = _CONFIG_LINE.fullmatch(message)
+    if m and fact_of(m["name"]) and m["name"].rsplit(".", 1)[-1].lower() not in _BARE_AMBIGUOUS:
+        return _facts({fact_of(m["name"]): whole_number(m["v"].replace(",", ""))})
+    return None
+
+
+def dumped_in(message: str) -> dict[str, int]:
+    """The facts of a config printed whole on one line (argparse's `Namespace(...)`, a dict)."""
+    m = _CONFIG_DUMP.fullmatch(message)
+    if not m:
+        return {}
+    body = m["body"] if m["body"] is not None else m["dict"]
+    return _facts({fact_of(p["name"]): whole_number(p["v"]) for p in _DUMPED.finditer(body)})
+
+
+def fit_stopped(line: str) -> tuple[str, dict[str, int]] | None:
+    """Lightning's "`Trainer.fit` stopped: `max_steps=300` reached.", anywhere on the line:
+    (what it said, its facts)."""
+    m = _FIT_STOPPED.search(line)
+    return (m[0] + ".", _facts({fact_of(m["name"]): int(m["v"])})) if m else None
+
+
+def _facts(found: dict) -> dict[str, int]:
+    return {k: v for k, v in found.items() if k is not None and v is not None}
