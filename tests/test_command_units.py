@@ -192,9 +192,11 @@ def test_a_lightning_bar_resumed_mid_epoch_counts_on_past_its_total():
     assert all(50 <= s["step"] <= 120 for s in steps)
 
 
-def test_each_write_of_a_checkpoint_file_is_one_checkpoint_and_a_directory_is_one(home, tmp_path):
+def test_each_write_of_a_checkpoint_is_one_checkpoint_a_directory_once_it_is_written(home, tmp_path):
     """One file rewritten (nanoGPT's ckpt.pt) is a checkpoint at each write, with the step read
-    by then; a directory (the HF Trainer's checkpoint-20/) filled a file at a time is one."""
+    by then. A directory filled a file at a time (the HF Trainer's checkpoint-20/) is one, told
+    once it has stayed the same for a look; written again in place (accelerate's save_state),
+    it is another."""
     import os
     from types import SimpleNamespace
     from engine import runconfig
@@ -207,30 +209,39 @@ def test_each_write_of_a_checkpoint_file_is_one_checkpoint_and_a_directory_is_on
     config = runconfig.resolve_command(["python", "train.py"], "script", "cpu",
                                        [f"command.checkpoints={out}/*"])
     run = RunDir.create(config)
+
+    def at(path, mtime):
+        path.touch()
+        os.utime(path, (mtime, mtime))
+
     with EventWriter(run.events_path, attempt=1) as events:
         kind = CommandKind(run, config, events)
         kind.since = 0.0
         kind._watch = SimpleNamespace(attempt=1)
         kind._steps_read.append((100.0, 7))   # step 7 was read at t=100
-
-        def write(path, mtime):
-            path.touch()
-            os.utime(path, (mtime, mtime))
-            kind.look_for_checkpoints()
-
-        write(out / "ckpt.pt", 150.0)
+        at(out / "ckpt.pt", 150.0)
+        kind.look_for_checkpoints()
         kind.look_for_checkpoints()           # nothing new: no second event
         kind._steps_read.append((200.0, 12))
-        write(out / "ckpt.pt", 250.0)         # the same file written again, later
+        at(out / "ckpt.pt", 250.0)            # the same file written again, later
+        kind.look_for_checkpoints()
         folder = out / "checkpoint-20"
         folder.mkdir()
+        at(folder / "config.json", 300.0)
         os.utime(folder, (300.0, 300.0))
+        kind.look_for_checkpoints()           # being written: not yet
+        at(folder / "model.safetensors", 301.0)
+        os.utime(folder, (301.0, 301.0))      # (a new entry: the directory's mtime too)
+        kind.look_for_checkpoints()           # still being written
+        kind.look_for_checkpoints()           # the same as at the last look: written
         kind.look_for_checkpoints()
-        (folder / "model.safetensors").touch()   # changes the directory's mtime
+        at(folder / "model.safetensors", 400.0)   # rewritten in place
         kind.look_for_checkpoints()
+        kind.look_for_checkpoints(final=True)
     said = [(e["path"].rsplit("/", 1)[-1], e["step"], e["step_source"])
             for e in run.events() if e["type"] == "checkpoint"]
-    assert said == [("ckpt.pt", 7, "reached"), ("ckpt.pt", 12, "reached"), ("checkpoint-20", 20, "name")]
+    assert said == [("ckpt.pt", 7, "reached"), ("ckpt.pt", 12, "reached"),
+                    ("checkpoint-20", 20, "name"), ("checkpoint-20", 20, "name")]
 
 
 def test_the_last_window_ends_at_its_last_step_not_at_the_exit():

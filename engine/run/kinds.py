@@ -23,6 +23,7 @@ import signal
 import stat
 import time
 from collections import deque
+from pathlib import Path
 from typing import Callable
 
 from engine import command
@@ -107,8 +108,9 @@ class TrainerKind:
     def see(self, event: dict) -> None:
         """One of this attempt's events."""
 
-    def look_for_checkpoints(self) -> None:
-        """Checkpoints it wrote and did not say (none: the trainer says)."""
+    def look_for_checkpoints(self, final: bool = False) -> None:
+        """Checkpoints it wrote and did not say (none: the trainer says); `final`: it has
+        exited, so nothing is still being written."""
 
     def exited(self, process: AttemptProcess) -> None:
         """It has exited: what it left behind (nothing: the trainer's children end with it)."""
@@ -124,7 +126,8 @@ class CommandKind(TrainerKind):
         self.unreadable: set[str] = set()          # its checkpoints that it failed to load
         self._parity_told = False                  # the parity check's warning, once a run
         self._told_no_total = False                # the tracker's no-total warning, likewise
-        self._newest_file: tuple[str, int | None] | None = None
+        self._newest_file: tuple[str, int | None] | None = None   # the last checkpoint told
+        self._settling: tuple[str, int | None] | None = None      # a directory being written
         self._parser: OutputParser | None = None   # this attempt's, which settles the epoch base
         # (when read, step) of this attempt's steps since the last checkpoint write looked at;
         # bounded: a checkpoint's step is among the last steps read before it was written
@@ -142,9 +145,7 @@ class CommandKind(TrainerKind):
         # the newest checkpoint an earlier supervisor told is not a new one when seen again
         if history.checkpoints:
             told = list(history.checkpoints)[-1]
-            self._newest_file = (told, _stamp(told))
-
-
+            self._newest_file = (told, _written(told))
 
     def fixed_settings(self) -> frozenset[str]:
         return command.fixed_settings(self.spec)
@@ -261,26 +262,28 @@ class CommandKind(TrainerKind):
             self.events.emit("numerical", attempt=attempt, step=bad["step"], message=bad["message"])
             self._stop_at_once()
 
-    def look_for_checkpoints(self) -> None:
+    def look_for_checkpoints(self, final: bool = False) -> None:
         """Each write of a file matching the command's checkpoint glob, a new file or the same
         one written again (nanoGPT's one `ckpt.pt`), is a checkpoint event with the step it
         holds, so resumes, retries and the TUI know of it without the script saying so. The
         step is its name's where the name says; else the step the script had reached when the
         file was written: the last step read before its modification time (read, so printed,
-        before it: never past the truth), or the step the attempt resumed from."""
+        before it: never past the truth), or the step the attempt resumed from. A directory
+        (the HF Trainer's checkpoint-500/, accelerate's save_state) is written a file at a
+        time: it is told once it has stayed the same for a look, or the script has exited."""
         if not self.spec.checkpoints:
             return
         latest = command.newest_checkpoint(self.spec, self.run.path, (), since=self.since)
         if latest is None:
             return
-        try:
-            info = os.stat(latest)
-        except OSError:
+        stamp = (str(latest), _written(latest))
+        if stamp[1] is None or stamp == self._newest_file:
             return
-        written, stamp = info.st_mtime, (str(latest), _stamp_of(info))
-        if stamp == self._newest_file:
+        if not final and latest.is_dir() and stamp != self._settling:
+            self._settling = stamp  # look again: it may still be being written
             return
         self._newest_file = stamp
+        written = stamp[1] / 1e9
         said = self.checkpoints.get(str(latest), {})
         if said.get("source") == "report" and said.get("attempt") == self._watch.attempt:
             return  # the script reported it itself, with its step
@@ -307,15 +310,14 @@ class CommandKind(TrainerKind):
         process.kill()  # what it left behind (its DataLoader workers)
 
 
-def _stamp_of(info: os.stat_result) -> int:
-    """What tells one write of a checkpoint from the next: a file's mtime. A directory (the HF
-    Trainer's checkpoint-500/) is written a file at a time, each changing its mtime: it is one
-    checkpoint, known by its path alone (its name is new each time)."""
-    return 0 if stat.S_ISDIR(info.st_mode) else info.st_mtime_ns
-
-
-def _stamp(path: str) -> int | None:
+def _written(path: str | Path) -> int | None:
+    """When a checkpoint was last written (ns): a file's mtime; a directory's, or that of the
+    newest file in it (a file rewritten in place leaves the directory's own mtime as it was)."""
     try:
-        return _stamp_of(os.stat(path))
+        info = os.stat(path)
+        if not stat.S_ISDIR(info.st_mode):
+            return info.st_mtime_ns
+        with os.scandir(path) as entries:
+            return max([info.st_mtime_ns] + [e.stat(follow_symlinks=False).st_mtime_ns for e in entries])
     except OSError:
         return None

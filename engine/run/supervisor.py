@@ -260,7 +260,7 @@ class Supervisor:
         watch, launch, rehearsal = self._watch, self._launch, self._rehearsal
         assert watch is not None and launch is not None and rehearsal is not None  # run_attempt's
         self._read_output(final=True)
-        self.kind.look_for_checkpoints()   # one written as it went down
+        self.kind.look_for_checkpoints(final=True)   # one written as it went down
         self._pump()
         tail = log_tail(log_path, lines=TAIL_LINES * (3 if launch.distributed else 1))
         verdict, code, sig = judge(watch, launch, code, tail, hung_for=hung_for, unstarted=unstarted,
