@@ -309,3 +309,25 @@ def test_lightnings_bar_over_a_dataset_of_no_length_counts_batches_towards_max_s
               for b in range(1, 601)]
     steps = [s["step"] for s in feed(tracker, frames)]
     assert steps[-1] == 300 and steps == sorted(steps)
+
+
+def test_a_continued_run_numbers_its_epochs_as_the_supervisor_before_it_did(home, tmp_path):
+    """A script counting epochs from 0, continued (`cockpit runs resume`) at epoch 2: the new
+    supervisor takes the base the last one settled from the step events, and `epoch 2 batch
+    1/10` is batch 21, not 11."""
+    from types import SimpleNamespace
+    from engine import runconfig
+    from engine.record.events import EventWriter
+    from engine.record.rundir import RunDir
+    from engine.run.kinds import CommandKind
+    from engine.run.resume import History
+
+    config = runconfig.resolve_command(["python", "train.py"], "script", "cpu", [])
+    run = RunDir.create(config)
+    earlier = [{"type": "step", "t": 1.0, "attempt": 1, "step": 12, "epoch_base": 0}]
+    with EventWriter(run.events_path, attempt=2) as events:
+        kind = CommandKind(run, config, events)
+        kind.continue_from(History.of(earlier))
+        launch = SimpleNamespace(parser=lambda epoch_base=None: OutputParser(epoch_base=epoch_base))
+        (o,) = kind.parser(launch).feed("epoch 2 batch 1/10 loss 0.5\n")
+    assert o.step == 21

@@ -114,6 +114,7 @@ class Tracker:
     epochs: int | None = None            # epochs in the run, where stated
     non_finite: dict | None = None       # the first non-finite loss seen: {"step", "message", "t"}
     step_t: float | None = None          # when the current step was first read
+    epoch_base: int | None = None        # how the output numbers its epochs, as its parser settled
     _window: _Window | None = None
     _meter: RateMeter | None = None      # the smoothed rate and the best full window
     _last_finite_t: float | None = None  # when a finite loss was last seen
@@ -355,6 +356,8 @@ class Tracker:
                  "loss": self.loss, "lr": self.lr, "source": self.source, "units": self._units()}
         if (tokens := self.tokens_seen) is not None:
             where["tokens_seen"] = tokens
+        if self.epoch_base is not None:  # so that a continued run counts its epochs alike
+            where["epoch_base"] = self.epoch_base
         return where
 
     def _close_window(self, t: float) -> dict:

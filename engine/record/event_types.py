@@ -283,6 +283,7 @@ class StepFields(TypedDict):
     from_step: NotRequired[int]
     tokens_seen: NotRequired[int]
     tokens_per_s: NotRequired[float]
+    epoch_base: NotRequired[int]    # a command's printed epochs, counted from 0 or 1
 
 
 class EvalStartedFields(TypedDict):

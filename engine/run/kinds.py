@@ -129,13 +129,14 @@ class CommandKind(TrainerKind):
         self._newest_file: tuple[str, int | None] | None = None   # the last checkpoint told
         self._settling: tuple[str, int | None] | None = None      # a directory being written
         self._parser: OutputParser | None = None   # this attempt's, which settles the epoch base
+        self._epoch_base: int | None = None        # ... as an earlier supervisor's settled it
         # (when read, step) of this attempt's steps since the last checkpoint write looked at;
         # bounded: a checkpoint's step is among the last steps read before it was written
         self._steps_read: deque[tuple[float, int]] = deque(maxlen=STEPS_KEPT)
         self._reached: int | None = None           # reached by the last write looked at (first: the resume step)
 
     def parser(self, launch: Launch) -> OutputParser | None:
-        base = self._parser.epoch_base if self._parser is not None else None
+        base = self._parser.epoch_base if self._parser is not None else self._epoch_base
         self._parser = launch.parser(epoch_base=base)
         return self._parser
 
@@ -144,8 +145,9 @@ class CommandKind(TrainerKind):
         self.unreadable = set(history.unreadable)
         # the newest checkpoint an earlier supervisor told is not a new one when seen again
         if history.checkpoints:
-            told = list(history.checkpoints)[-1]
+            told = max(history.checkpoints.values(), key=lambda e: e.get("t") or 0)["path"]
             self._newest_file = (told, _written(told))
+        self._epoch_base = history.epoch_base
 
     def fixed_settings(self) -> frozenset[str]:
         return command.fixed_settings(self.spec)
@@ -216,6 +218,8 @@ class CommandKind(TrainerKind):
         assert tracker is not None  # begin() made it
         for obs in observations:
             before = tracker.step
+            if self._parser is not None:
+                tracker.epoch_base = self._parser.epoch_base
             self._emit(tracker.parsed(obs, t))
             if obs.kind == "step" and not tracker.reported_steps:
                 self._watch.ready = True  # training has begun: the start-up allowance is over

@@ -41,6 +41,7 @@ class History:
     unreadable: set[str] = field(default_factory=set)           # checkpoints that did not load
     process: dict | None = None         # the last attempt's process (attempt_process event)
     last: dict | None = None            # the last attempt_started event: its preset as it ran
+    epoch_base: int | None = None       # how a command's printed epochs are numbered (0 or 1)
 
     @classmethod
     def of(cls, events: list[dict]) -> "History":
@@ -57,6 +58,8 @@ class History:
                 history.process = e
             elif kind == "fault_injected":
                 history.fired.add((preset_of.get(e.get("attempt")), e.get("spec")))
+            elif kind == "step" and e.get("epoch_base") is not None:
+                history.epoch_base = e["epoch_base"]
             elif kind == "checkpoint" and e.get("path"):
                 history.checkpoints[e["path"]] = e
             elif kind == "warning" and e.get("kind") == "checkpoint-unreadable" and e.get("path"):
