@@ -221,8 +221,8 @@ class RunSummary:
     step: int = 0
     total_steps: int = 0
     # where the total came from, a command's (its step events' total_source): "output" (a bar,
-    # `step N/M`), "stated" (a line of its own), "argv", "preset"; None: the trainer's schedule,
-    # or no total known
+    # `step N/M`), "stated" (a line of its own), "argv", "epochs" (its epochs x the steps in
+    # one), "preset"; None: the trainer's schedule, or no total known
     total_source: str | None = None
     samples_seen: int | None = 0       # None: a command whose samples per step are not known
     tokens_seen: int | None = None     # where the tokens per step are known
