@@ -235,11 +235,23 @@ def to_table(obj: Any) -> dict:
 
 
 def parse_value(text: str, annotation: Any = None) -> Any:
-    """A `--set` value: TOML syntax (3, 1e-3, true, ["a"]), or the bare text for a string field."""
+    """A `--set` value: TOML syntax (3, 1e-3, true, ["a"]), or the bare text for a string field;
+    for a list of strings, words as a person types them too (`native-crash@40`, `a,b`,
+    `[a, b]`: the shell has already taken any quotes away)."""
     if annotation is str or get_origin(annotation) is Literal:
         if not (text.startswith('"') or text.startswith("'")):
             return text
     try:
         return tomllib.loads(f"v = {text}")["v"]
     except (tomllib.TOMLDecodeError, RecursionError):  # nested past reason: the type check says
+        if _strings(annotation):
+            inner = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+            return [word.strip().strip("'\"") for word in inner.split(",") if word.strip()]
         return text
+
+
+def _strings(annotation: Any) -> bool:
+    """Whether a field is a list (or tuple) of strings."""
+    args = get_args(annotation)
+    return get_origin(annotation) in (list, tuple) and bool(args) and args[0] is str \
+        and all(a in (str, Ellipsis) for a in args)

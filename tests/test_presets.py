@@ -164,3 +164,14 @@ def test_run_config_round_trips_through_run_toml(home):
     again = runconfig.RunConfig.from_table(config.to_table(), "run.toml")
     assert again == config
     assert set(again.ladder) == {"mps-safe", "cpu"}
+
+
+def test_a_list_of_strings_set_as_a_person_types_it():
+    from engine.schema import parse_value
+
+    strings = tuple[str, ...]
+    assert parse_value("native-crash@40", strings) == ["native-crash@40"]
+    assert parse_value("oom@10,native-crash@40", strings) == ["oom@10", "native-crash@40"]
+    assert parse_value("[oom@10, native-crash@40]", strings) == ["oom@10", "native-crash@40"]
+    assert parse_value('["native-crash@40"]', strings) == ["native-crash@40"]   # TOML, as before
+    assert parse_value("native-crash@40", str) == "native-crash@40"

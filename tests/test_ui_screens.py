@@ -381,3 +381,46 @@ def test_palette_offers_the_screens_actions_and_runs_them(home):
             await wait_for(pilot, lambda: gauge.gauged == 1, what="the gauge action")
 
     run(drive())
+
+
+# ------------------------------------------------------------ overrides as a person types them
+
+
+@pytest.mark.parametrize("typed", ["inject=native-crash@40", "--inject native-crash@40",
+                                   "native-crash@40", "inject=[native-crash@40]",
+                                   "inject='[\"native-crash@40\"]'"])
+def test_a_fault_typed_as_a_person_types_it_is_rehearsed_once(home, typed):
+    """Each way of typing a fault reaches the run; the run takes it, and the field keeps the
+    rest of what was typed (train.epochs=1) but not the fault, which would fire again."""
+    async def drive():
+        app = make_app(attach=False)
+        opened = []
+
+        def open_run(run_dir, start=False):   # a stand-in for the dashboard: no training here
+            opened.append(run_dir)
+            app.push_screen(Screen())
+
+        app.open_run = open_run
+        async with app.run_test(size=(80, 24)) as pilot:
+            launch = app.screen
+            _pick(launch.query_one("#workloads"), "matmul")
+            field = launch.query_one("#overrides", Input)
+            field.value = f"train.epochs=1 {typed}"
+            await pilot.pause()
+            assert launch.resolve() is not None, str(launch.query_one("#resolved-text", Static).render())
+            launch.query_one("#workloads").focus()
+            await pilot.press("r")
+            await wait_for(pilot, lambda: opened, what="the run to start")
+            config = tomllib.loads(opened[0].config_path.read_text())
+            assert config["device"]["inject"] == ["native-crash@40"]
+            assert field.value == "train.epochs=1"
+
+    run(drive())
+
+
+def test_using_the_probes_answer_keeps_what_was_typed_as_typed():
+    from cockpit.ui.launch import _key, raw_words
+
+    typed = "inject='[\"x@1500\"]' batch_size=8 threads=4"
+    kept = [w for w in raw_words(typed) if _key(w) not in {"device", "threads"}]
+    assert " ".join(kept) == "inject='[\"x@1500\"]' batch_size=8"

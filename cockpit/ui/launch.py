@@ -4,6 +4,7 @@ probe, runs, attach."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 
@@ -19,11 +20,12 @@ from cockpit.ui.editor import EditorScreen
 from cockpit.ui.probe import probe_line
 from cockpit.ui.probe_screen import ProbeScreen
 from cockpit.ui.runs import live_runs
-from engine import command, presets, runconfig
+from engine import command, presets, runconfig, vocabulary
 from engine.errors import ConfigError
 from engine.numbers import count
 from engine.probe import cache
 from engine.record.rundir import RunDir
+from engine.schema import parse_value
 from engine.runconfig import RunConfig
 
 
@@ -130,7 +132,9 @@ class LaunchScreen(Screen):
     HELP = """\
 Pick a workload (what to train) and a device preset (how), add `--set`-style overrides
 (`batch_size=16 train.epochs=2`), check the resolved configuration, run. `tab` moves between
-the lists and the overrides field.
+the lists and the overrides field. A fault to rehearse: `inject=native-crash@40`, `--inject
+native-crash@40` or `native-crash@40` alone (several: `inject=oom@10,native-crash@40`); it is
+used by one run and leaves the field when the run starts.
 """
     DEFAULT_CSS = """
     #lists { height: 10; }
@@ -159,7 +163,7 @@ the lists and the overrides field.
             yield PresetList("devices", id="devices")
         with Horizontal(id="overrides-row"):
             yield Static("overrides", id="overrides-label")
-            yield Input(placeholder="key=value ... (e.g. batch_size=16 train.epochs=2); enter runs",
+            yield Input(placeholder="key=value ... (e.g. batch_size=16 inject=native-crash@40); enter runs",
                         id="overrides", compact=True)
         with VerticalScroll(id="resolved"):
             yield Static(id="resolved-text")
@@ -202,10 +206,7 @@ the lists and the overrides field.
 
     @property
     def overrides(self) -> list[str]:
-        try:
-            return shlex.split(self.query_one("#overrides", Input).value)
-        except ValueError as e:
-            raise ConfigError("overrides", None, f"cannot be split into key=value words ({e})") from None
+        return override_words(self.query_one("#overrides", Input).value)
 
     def resolve(self) -> RunConfig | None:
         workload = self.query_one("#workloads", PresetList).selected_name
@@ -251,6 +252,9 @@ the lists and the overrides field.
             # Back from the run, focus would return to the overrides field, and the next
             # key pressed there (o for runs, say) would be typed into it.
             self.query_one("#workloads", PresetList).focus()
+        # A fault is rehearsed once: left in the field, the next run would inject it again.
+        field = self.query_one("#overrides", Input)
+        field.value = " ".join(without_faults(field.value))
         self.app.open_run(run, start=True)
 
     def action_edit(self) -> None:
@@ -271,7 +275,8 @@ the lists and the overrides field.
             if words:
                 keys = {w.partition("=")[0] for w in words}
                 field = self.query_one("#overrides", Input)
-                kept = [w for w in shlex.split(field.value) if w.partition("=")[0] not in keys]
+                # what the user typed stays as typed, quotes and all: only the keys replaced go
+                kept = [w for w in raw_words(field.value) if _key(w) not in keys]
                 field.value = " ".join(kept + words)
             self.refresh_info()
 
@@ -283,3 +288,75 @@ the lists and the overrides field.
             self.notify("no live run to attach to", severity="warning")
             return
         self.app.open_run(live[0])
+
+
+# ---------------------------------------------------------------- the overrides field
+
+# A word of the field as typed: quoted parts kept whole, quotes and all.
+_RAW_WORD = re.compile(r"""(?:[^\s'"]+|'[^']*'|"[^"]*")+""")
+
+
+def raw_words(text: str) -> list[str]:
+    """The field's words as the user typed them (quotes kept), for rewriting it."""
+    return _RAW_WORD.findall(text)
+
+
+def _key(word: str) -> str:
+    return word.partition("=")[0].strip("'\"")
+
+
+def override_words(text: str) -> list[str]:
+    """The field's words as `--set` overrides, typed as a person types them: `key=value`
+    words, `--set key=value`, and a fault as `inject=KIND@STEP`, `--inject KIND@STEP` or
+    `KIND@STEP` alone (several are one inject)."""
+    try:
+        words = shlex.split(text)
+    except ValueError as e:
+        raise ConfigError("overrides", None, f"cannot be split into key=value words ({e})") from None
+    out, faults = [], []
+    it = iter(words)
+    for word in it:
+        if word in ("--set", "-s", "--inject"):
+            value = next(it, "")
+            (faults if word == "--inject" else out).append(value)
+        elif word.startswith(("--set=", "--inject=")):
+            flag, _, value = word.partition("=")
+            (faults if flag == "--inject" else out).append(value)
+        elif "=" not in word and _is_fault(word):
+            faults.append(word)
+        else:
+            out.append(word)
+    typed = [w for w in out if _key(w) in ("inject", "device.inject")]
+    if faults and typed:  # one inject of them all, not the last one's alone
+        for word in typed:
+            out.remove(word)
+            faults[:0] = parse_value(word.partition("=")[2], tuple[str, ...])
+    if faults:
+        out.append("inject=" + ",".join(faults))
+    return out
+
+
+def without_faults(text: str) -> list[str]:
+    """The field's words as typed, less the faults: those a run has rehearsed."""
+    kept, words = [], raw_words(text)
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+            continue
+        bare = word.strip("'\"")
+        if bare == "--inject":
+            skip = True
+        elif _key(word) in ("inject", "device.inject", "--inject") or "=" not in bare and _is_fault(bare):
+            continue
+        else:
+            kept.append(word)
+    return kept
+
+
+def _is_fault(word: str) -> bool:
+    try:
+        vocabulary.parse(word)
+    except ValueError:
+        return False
+    return True
