@@ -353,3 +353,12 @@ def test_a_supervisor_that_dies_is_told_by_its_lifeline(alerting):
     (alert,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert alert["event"] == "failure" and alert["source"][0]["type"] == "run_interrupted"
     assert alert["message"] == f"the supervisor died; continue it with: cockpit runs resume {run.id}"
+
+
+def test_a_retry_on_the_same_preset_is_said_to_be_one():
+    retry = {**FALLBACK, "from": "mps", "to_preset": "mps"}
+    (alert,) = AlertRules(ALL, "clip").see([CRASH, retry])
+    assert alert.event == "fallback" and alert.title.endswith(": clip retried")
+    assert alert.message == "attempt 1 on mps crashed (native-crash); attempt 2 resumes on mps again at step 40"
+    (moved,) = AlertRules(ALL, "clip").see([CRASH, {**FALLBACK, "from": "mps"}])
+    assert moved.title.endswith(": clip fell back")

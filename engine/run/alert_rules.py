@@ -95,15 +95,24 @@ class AlertRules:
         wanted = [n for n in order if n in self.on]
         if not wanted:
             return []
-        title = f"cockpit@{self.host}: {self.workload} {TITLE_WORDS[wanted[0]]}"
+        word = TITLE_WORDS[wanted[0]]
+        if wanted[0] == "fallback" and _retry(source[-1]):
+            word = "retried"  # the same preset again: no fallback to another
+        title = f"cockpit@{self.host}: {self.workload} {word}"
         return [Alert(wanted[0], tuple(names), title, message, source)]
 
     @staticmethod
     def _fallback_text(e: dict) -> str:
         resume, to = e.get("resume") or {}, e.get("to_preset", "?")
-        how = f"resumes on {to} at step {resume['step']}" if resume.get("step") is not None else \
-            f"resumes on {to} from its checkpoint" if resume else f"starts over on {to}"
+        again = "again " if _retry(e) else ""
+        how = f"resumes on {to} {again}at step {resume['step']}" if resume.get("step") is not None else \
+            f"resumes on {to} {again}from its checkpoint" if resume else f"starts over on {to}"
         return f"attempt {e.get('next_attempt', '?')} {how}"
+
+
+def _retry(e: dict) -> bool:
+    """A fallback event that runs the same preset again (a retry), not the next one."""
+    return e.get("type") == "fallback" and e.get("from") is not None and e.get("from") == e.get("to_preset")
 
 
 def _crash_name(crash: dict) -> str:
