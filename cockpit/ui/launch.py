@@ -163,7 +163,7 @@ used by one run and leaves the field when the run starts.
             yield PresetList("devices", id="devices")
         with Horizontal(id="overrides-row"):
             yield Static("overrides", id="overrides-label")
-            yield Input(placeholder="key=value ... (e.g. batch_size=16 inject=native-crash@40); enter runs",
+            yield Input(placeholder="key=value ... e.g. batch_size=16 inject=native-crash@40; enter runs",
                         id="overrides", compact=True)
         with VerticalScroll(id="resolved"):
             yield Static(id="resolved-text")
