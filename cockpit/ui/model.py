@@ -166,10 +166,6 @@ class RunModel:
         return self.averages.steps_per_s
 
     @property
-    def avg_tokens_per_s(self) -> float | None:
-        return self.averages.tokens_per_s
-
-    @property
     def avg_gflop_s(self) -> float | None:
         """Over the same training time as avg_samples_per_s."""
         return self.averages.gflop_s
