@@ -8,6 +8,7 @@ so the script runs as before anywhere:
 
     for step in range(start + 1, steps + 1):          # step: optimizer steps done
         loss = train_step(...)
+        report.reached(step, samples=step * batch_size) # every step: a store into memory
         if step % 10 == 0:                              # your logging interval
             report.step(step, total=steps, loss=loss.item(), samples=step * batch_size)
         if step % 100 == 0:
@@ -23,6 +24,10 @@ so the script runs as before anywhere:
 - `report.checkpoint(path, step, samples=None)`: a checkpoint the script has written; cockpit
   resumes from the newest one, with your command's `resume` arguments, after a crash or a
   fallback. With `samples`, the resumed attempt's `report.resumed_from()` is (step, samples).
+- `report.reached(step, samples=None)`: every optimizer step, where a crash is counted from.
+  It costs one store into memory (no event, no system call, no sync): with it, a crash between
+  two reports is told at the step where training was, and the steps it loses are exact.
+  `report.step` says as much at its own steps.
 - `report.active`: True when running under cockpit (on rank 0 of a multi-process job: RANK,
   SLURM_PROCID, or LOCAL_RANK and NODE_RANK say which).
 
@@ -40,7 +45,8 @@ cockpit sets the environment this module reads: COCKPIT_EVENTS (the run's events
 COCKPIT_ATTEMPT, COCKPIT_DEVICE, COCKPIT_INJECT (faults to rehearse: at `report.step` the
 due ones fail the way the real thing does, so the fallback ladder can be tried on your
 command: a step fault at its step, a timed one at the first call after its time) and
-COCKPIT_ATTEMPT_STARTED (when the attempt started, what a timed fault counts from).
+COCKPIT_ATTEMPT_STARTED (when the attempt started, what a timed fault counts from) and
+COCKPIT_REACHED (the file report.reached maps: engine.record.reached, stdlib too).
 Importing this module is cheap: stdlib only, no torch.
 """
 
@@ -54,7 +60,7 @@ import signal
 import sys
 import time
 
-__all__ = ["step", "eval", "checkpoint", "active", "resumed_from"]
+__all__ = ["step", "reached", "eval", "checkpoint", "active", "resumed_from"]
 
 SCHEMA_VERSION = 1  # engine.record.events.SCHEMA_VERSION; not imported, to keep this module light
 
@@ -75,17 +81,21 @@ _quiet = False           # an OSError writing the events file: stop trying
 _poison_loss = False     # a fired 'nan' fault: the reported loss is NaN from then on
 _last_step: int | None = None
 _resumed: tuple[int, int] | None = None  # read once, with the rest of the environment
+_publisher = None        # engine.record.reached.Publisher, made at the first step told
 
 
 def _reset() -> None:
     """(Re)read the environment: at import, and in tests after changing it."""
     global active, _path, _attempt, _device, _pending, _fd, _quiet, _poison_loss, _last_step
-    global _resumed, _started
+    global _resumed, _started, _publisher
     if _fd is not None:
         try:
             os.close(_fd)
         except OSError:
             pass
+    if _publisher is not None:
+        _publisher.close()
+        _publisher = None
     _fd, _quiet, _poison_loss, _last_step = None, False, False, None
     _path = os.environ.get("COCKPIT_EVENTS") or None
     active = _path is not None and _rank_zero()
@@ -159,12 +169,23 @@ def step(step, total=None, loss=None, samples=None, **metrics) -> None:
     values = {name: _real(name, v) for name, v in metrics.items()}
     if not active:
         return
+    _publish(step, samples)  # reached, whatever a fault due now does
     if _pending:
         _fire(step)
     if _poison_loss:
         loss = math.nan
     _last_step = step
     _emit("progress", step=step, total=total, loss=loss, samples=samples, metrics=values)
+
+
+def reached(step, samples=None) -> None:
+    """Optimizer step `step` is done (and `samples` seen): call it every step, it costs a store
+    into memory. A crash is then told at this step, not at the last one reported. TypeError,
+    naming the argument, for a bool or a non-number."""
+    step = _integer("step", step)
+    samples = None if samples is None else _integer("samples", samples)
+    if active:
+        _publish(step, samples)
 
 
 def eval(**metrics) -> None:  # noqa: A001 - the API's name, read as report.eval
@@ -235,6 +256,18 @@ def _emit(type: str, **fields) -> None:
         os.write(_fd, (json.dumps(event, separators=(",", ":")) + "\n").encode())
     except OSError:
         _quiet = True  # never fail the user's training because of cockpit
+
+
+def _publish(step: int, samples: int | None) -> None:
+    global _publisher
+    if _publisher is None:
+        where = os.environ.get("COCKPIT_REACHED")
+        if not where:
+            return
+        from engine.record.reached import Publisher  # stdlib only, loaded at the first step
+
+        _publisher = Publisher(where)
+    _publisher.publish(step, samples)
 
 
 # ---------------------------------------------------------------- fault injection

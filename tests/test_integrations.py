@@ -18,6 +18,7 @@ import pytest
 from conftest import ROOT, child_env
 from cockpit import report
 from engine import command
+from engine.record import reached
 from engine.presets import DevicePreset
 
 pytest.importorskip("transformers")
@@ -47,6 +48,7 @@ def events_file(tmp_path, monkeypatch):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("COCKPIT_EVENTS", str(path))
     monkeypatch.setenv("COCKPIT_ATTEMPT", "1")
+    monkeypatch.setenv("COCKPIT_REACHED", str(reached.path_of(tmp_path, 1)))
     report._reset()
     yield path
     monkeypatch.undo()
@@ -107,6 +109,23 @@ def test_hf_callback_reports_steps_evals_and_checkpoints(events_file, tmp_path):
     checkpoints = {e["step"]: Path(e["path"]) for e in got["checkpoint"]}
     assert 8 in checkpoints and checkpoints[8].name == "checkpoint-8"
     assert all(p.is_dir() and command.step_in_name(p) == s for s, p in checkpoints.items())
+
+
+def published_steps(monkeypatch) -> list[int]:
+    """The steps report.reached is told, as it is told them."""
+    told: list[int] = []
+    publish = report.reached
+    monkeypatch.setattr(report, "reached", lambda step, samples=None: (told.append(step), publish(step, samples)))
+    return told
+
+
+def test_hf_callback_publishes_every_step_reached(events_file, tmp_path, monkeypatch):
+    from cockpit.integrations.transformers import CockpitCallback
+
+    told = published_steps(monkeypatch)
+    hf_trainer(tmp_path / "out", [CockpitCallback()]).train()
+    assert told == list(range(1, 13))
+    assert reached.Reader(reached.path_of(tmp_path, 1)).read() == (12, 12 * 4 * 2)
 
 
 def test_hf_callbacks_total_is_what_the_epochs_come_to(events_file, tmp_path):
@@ -201,6 +220,15 @@ def test_lightning_callback_reports_steps_validations_and_checkpoints(events_fil
     checkpoints = [(e["step"], Path(e["path"])) for e in got["checkpoint"]]
     assert [s for s, _ in checkpoints] == [6, 12]
     assert all(p.is_file() and command.step_in_name(p) == s for s, p in checkpoints)
+
+
+def test_lightning_callback_publishes_every_step_reached(events_file, tmp_path, monkeypatch):
+    from cockpit.integrations.lightning import CockpitCallback
+
+    told = published_steps(monkeypatch)
+    lightning_run("lightning.pytorch", tmp_path, [CockpitCallback()])
+    assert told == list(range(1, 13))   # optimizer steps, not the 24 micro-batches
+    assert reached.Reader(reached.path_of(tmp_path, 1)).read() == (12, 12 * 4 * 2)
 
 
 @pytest.mark.parametrize("limits", [{"max_steps": -1, "max_epochs": 1},

@@ -130,6 +130,9 @@ def test_a_killed_supervisor_leaves_no_trainer_behind_and_the_run_resumes(home):
     lost = next(i for i, e in enumerate(events) if e["type"] == "supervisor_lost")
     # The trainer was told, finished its step and checkpointed on the way out.
     assert any(e["type"] == "checkpoint" and e["attempt"] == 1 for e in events[lost:])
+    # the lifeline read where it got to: the step of its checkpoint on the way out
+    (ended,) = [e for e in events[lost:] if e["type"] == "attempt_ended"]
+    assert ended["last_step"] == of_type(run, "checkpoint")[-1]["step"]
     s = summarize(run)
     assert s.status == "interrupted" and s.attempts[-1].outcome == "interrupted"
     assert not run.pid_path.exists()

@@ -14,9 +14,10 @@ import pytest
 from cockpit import report
 from conftest import ROOT, child_env
 from engine.train import faults
+from engine.record import reached
 from engine.record.events import read_events
 
-ENV = ("COCKPIT_EVENTS", "COCKPIT_ATTEMPT", "COCKPIT_DEVICE", "COCKPIT_INJECT", "RANK")
+ENV = ("COCKPIT_EVENTS", "COCKPIT_ATTEMPT", "COCKPIT_DEVICE", "COCKPIT_INJECT", "COCKPIT_REACHED", "RANK")
 
 
 @pytest.fixture
@@ -43,6 +44,7 @@ def cockpit_env(tmp_path, monkeypatch):
         monkeypatch.setenv("COCKPIT_ATTEMPT", str(attempt))
         monkeypatch.setenv("COCKPIT_DEVICE", device)
         monkeypatch.setenv("COCKPIT_INJECT", inject)
+        monkeypatch.setenv("COCKPIT_REACHED", str(reached.path_of(events.parent, attempt)))
         report._reset()
         return path
 
@@ -64,6 +66,7 @@ def test_outside_cockpit_every_call_is_a_no_op(outside, tmp_path, monkeypatch):
     report._reset()
     assert report.active is False
     report.step(5, total=10, loss=0.5, samples=160, lr=0.1)
+    report.reached(6, samples=192)
     report.eval(val_loss=0.4)
     report.checkpoint("ckpt.pt", 5)
     assert list(tmp_path.iterdir()) == []
@@ -142,12 +145,26 @@ def test_a_non_finite_loss_is_reported_as_it_is(cockpit_env):
     (lambda: report.eval(val_loss=False), "val_loss"),
     (lambda: report.checkpoint(3, 1), "path"),
     (lambda: report.checkpoint("ckpt.pt", "1"), "step"),
+    (lambda: report.reached(True), "step"),
+    (lambda: report.reached(4, samples=2.5), "samples"),
 ])
 def test_bad_values_raise_a_type_error_naming_the_argument(cockpit_env, call, name):
     events = cockpit_env()
     with pytest.raises(TypeError, match=rf"\b{name}\b"):
         call()
     assert not events.exists() or read_events(events) == []
+
+
+def test_each_step_reached_is_published_without_an_event(cockpit_env):
+    events = cockpit_env(attempt=2)
+    published = reached.Reader(reached.path_of(events.parent, 2))
+    report.reached(1)
+    assert published.read() == (1, None)
+    report.reached(2, samples=64)
+    assert published.read() == (2, 64)
+    assert not events.exists()   # a store into memory, nothing written to the events
+    report.step(3, loss=0.5, samples=96)   # a step reported is reached too
+    assert published.read() == (3, 96)
 
 
 def test_a_tensor_of_several_elements_is_not_a_number(cockpit_env):

@@ -128,6 +128,7 @@ class CockpitCallback(_callback_base()):
         self._stepped = step
         if self._batch is None:
             self._batch = _batch_size(batch)
+        report.reached(step, samples=self._samples(trainer))  # every step: a crash is told at it
         if step % max(1, trainer.log_every_n_steps) == 0:
             self._step(trainer, batch_idx, loss=self._loss(trainer, outputs),
                        **self._logged(trainer))

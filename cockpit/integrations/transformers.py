@@ -73,9 +73,13 @@ class CockpitCallback(TrainerCallback):
 
     @guarded
     def on_step_end(self, args, state, control, **kwargs):
-        # Between logging steps: where it is (no loss: that would wait for the device). At a
-        # logging step on_log follows with the loss.
-        if not self._speaks or _logging_step(args, state):
+        # Every step: reached (a store into memory), so a crash is told at its step. Between
+        # logging steps: where it is (no loss: that would wait for the device). At a logging
+        # step on_log follows with the loss.
+        if not self._speaks:
+            return
+        report.reached(state.global_step, samples=self._samples(args, state))
+        if _logging_step(args, state):
             return
         if self._throttle.due(final=state.global_step >= state.max_steps):
             self._step(args, state)

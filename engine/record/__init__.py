@@ -8,6 +8,7 @@ A floor below supervision and training: the supervisor (engine.run) and the trai
     identity     a process by pid and start time: liveness that a reused pid cannot fool
     attempt_log  an attempt's output: its tail as evidence, followed as it grows
     checkpoint   atomic checkpoints, the last K kept
+    reached      the step an attempt reached, published every step, readable after SIGKILL
     stats        a run's figures folded from its events
     curves       loss and metric curves from the events, for plots and comparison
     digest       a run in a few figures, for `cockpit compare`

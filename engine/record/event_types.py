@@ -111,7 +111,8 @@ class AttemptEndedFields(TypedDict):
     preset: NotRequired[str]
     exit_code: NotRequired[int | None]
     signal: NotRequired[str | None]
-    last_step: NotRequired[int | None]
+    last_step: NotRequired[int | None]  # the step it reached (engine.record.reached), or reported
+    samples_seen: NotRequired[int | None]  # ... and the samples seen by then, where published
     tail: NotRequired[str]          # the end of the attempt's log
 
 

@@ -5,6 +5,7 @@
         events.jsonl      append-only events (engine.record.events)
         checkpoints/      step-<n>.pt, the last K kept
         attempt-<n>.log   the trainer's stdout and stderr, one file per attempt
+        attempt-<n>.reached  the step it reached, published every step (engine.record.reached)
         supervisor.pid    pid and start time of the supervising process while it runs
         run.lock          held (flock) by the supervisor and its lifeline
         supervisor.log    a detached supervisor's own output
@@ -361,6 +362,8 @@ def _fold(run: RunDir) -> RunSummary:
         elif kind == "attempt_ended" and summary.attempts:
             summary.attempts[-1].outcome = e.get("outcome", "?")
             summary.attempts[-1].exit = e.get("exit", "")
+            if e.get("last_step") is not None:  # where it got to, past its last report
+                summary.attempts[-1].last_step = e["last_step"]
         elif kind == "run_finished":
             summary.status, summary.ended = e["status"], e["t"]
         elif kind == "run_interrupted":

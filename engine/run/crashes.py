@@ -90,7 +90,7 @@ class AttemptEnd:
     tail: str = ""                      # the end of attempt-N.log
     exception: dict | None = None       # the trainer's `exception` event, if it wrote one
     numerical: dict | None = None       # the trainer's `numerical` event, if it wrote one
-    last_step: int | None = None        # the last step it reported
+    last_step: int | None = None        # the last step it reached (or reported)
     stop_requested: bool = False        # the user asked the run to stop
     hung_for_s: float | None = None     # set when the supervisor killed it for a hang
     compiling_hung_for_s: float | None = None  # ... a hang before the first step of a compiling trainer
@@ -128,8 +128,8 @@ def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
     exc = end.exception or {}
     message = strip_ansi(f"{exc.get('error', '')}: {exc.get('message', '')}") if exc else ""
     evidence = {"exit_code": code, "signal": sig, "last_step": end.last_step}
-    # The last step the trainer reported: the crash came after it (steps are not synced one
-    # by one, so the exact step is not known from outside).
+    # The last step it reached (published each step, engine.record.reached), or, from a command
+    # that publishes none, the last it reported: the crash came after it.
     where = f" after step {end.last_step}" if end.last_step else ""
 
     def verdict(kind: str, message: str | None = None, **words) -> Verdict:

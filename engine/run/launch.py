@@ -33,6 +33,7 @@ from engine.presets import DevicePreset
 from engine.command import statements
 from engine.command.progress import OutputParser
 from engine.command.tracker import Units
+from engine.record import reached
 from engine.record.rundir import RunDir
 from engine.runconfig import RunConfig
 from engine.schema import to_table
@@ -144,7 +145,9 @@ def command_launch(run: RunDir, config: RunConfig, attempt: int, preset: DeviceP
            # what cockpit.report reads: where to write, and the faults it raises
            "COCKPIT_EVENTS": str(run.events_path.resolve()), "COCKPIT_ATTEMPT": str(attempt),
            "COCKPIT_RUN_DIR": str(run.path.resolve()), "COCKPIT_DEVICE": values["device"],
-           "COCKPIT_INJECT": ",".join(in_script), STARTED_ENV: repr(started)}
+           "COCKPIT_INJECT": ",".join(in_script), STARTED_ENV: repr(started),
+           # where cockpit.report.reached publishes each step (engine.record.reached)
+           reached.ENV: str(reached.path_of(run.path.resolve(), attempt))}
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         if preset.threads and var not in preset.env:  # the preset's own env wins
             env[var] = str(preset.threads)

@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 from engine.record.event_types import AttemptProcessFields
+from engine.record import reached
 from engine.record.events import EventWriter
 from engine.record.identity import ProcessId
 from engine.record.rundir import RunDir, continue_hint  # imported now: when the supervisor dies, every moment counts
@@ -119,7 +120,9 @@ def stop_orphan(run_path: Path, current: dict | None, by: str = "the lifeline",
             f"; stopping attempt {attempt} so that it does not train unsupervised" if running else ""))
         if running and current is not None:
             how = _stop(current)
-            events.emit("attempt_ended", outcome="interrupted", exit=f"stopped by {by}: {how}")
+            got = reached.Reader(reached.path_of(run.path, attempt)).read()  # where it got to
+            events.emit("attempt_ended", outcome="interrupted", exit=f"stopped by {by}: {how}",
+                        last_step=got[0] if got else None)
         # Gone before the last word: whoever reads run_interrupted finds no supervisor's pid
         # (a resume checks it), however long the alert below takes.
         run.pid_path.unlink(missing_ok=True)

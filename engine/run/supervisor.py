@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from engine.record import events as event_log, stats
+from engine.record import events as event_log, reached, stats
 from engine.run import alerts, fallback, kinds, launch as launches
 from engine.record.attempt_log import TAIL_LINES, OutputFollower, log_tail
 from engine.record.event_types import FallbackFields, RunStartedFields, WarningFields
@@ -77,6 +77,7 @@ class Supervisor:
         self._health: AttemptHealth | None = None   # memory, slowdown (engine.run.health)
         self._memory_percent: float | None = None   # system memory in use at the last sample
         self._output: OutputFollower | None = None   # attempt-N.log as it is written
+        self._reached: reached.Reader | None = None   # the step it published (engine.record.reached)
         self._rehearsal: Rehearsal | None = None   # the faults it delivers to a command
         self._lifeline: Lifeline | None = None
         self._first_attempt = 1   # above 1 when this supervisor continues a run
@@ -218,6 +219,7 @@ class Supervisor:
                 self._forward_stop()
                 self._pump()
                 self._read_output()
+                self._read_reached()
                 self.kind.look_for_checkpoints()   # after the output: the steps read before it
                 self._sample_memory(attempt)
                 rehearsal.tick()
@@ -252,6 +254,7 @@ class Supervisor:
         self._process = None
         self._rehearsal = Rehearsal(launch, watch, self.events)
         self._output = OutputFollower(log_path, self.kind.parser(launch))
+        self._reached = reached.Reader(reached.path_of(self.run.path, watch.attempt))
         self.kind.begin(launch, watch, name, preset, self._rehearsal, self._stop_at_once)
         self._health = None
 
@@ -260,6 +263,7 @@ class Supervisor:
         watch, launch, rehearsal = self._watch, self._launch, self._rehearsal
         assert watch is not None and launch is not None and rehearsal is not None  # run_attempt's
         self._read_output(final=True)
+        self._read_reached()   # the step it died at, not the last one it reported
         self.kind.look_for_checkpoints(final=True)   # one written as it went down
         self._pump()
         tail = log_tail(log_path, lines=TAIL_LINES * (3 if launch.distributed else 1))
@@ -276,7 +280,7 @@ class Supervisor:
         self.events.emit("attempt_ended", attempt=attempt, preset=name, outcome=verdict.kind,
                          exit_code=result.exit_code, signal=sig,
                          exit=sig or ("not started" if code is None else f"exit {code}"),
-                         last_step=watch.last_step, tail=tail)
+                         last_step=watch.last_step, samples_seen=watch.last_samples, tail=tail)
         self._pump()
         return result
 
@@ -293,6 +297,13 @@ class Supervisor:
             if watch.ready:
                 self._slowest_gap = max(self._slowest_gap, gap)
         self.kind.progress(observations, final)
+
+    def _read_reached(self) -> None:
+        """The step the attempt published, every step: where it was, exactly, should it die
+        between two reports; a step done is a sign of life."""
+        reader, watch = self._reached, self._watch
+        assert reader is not None and watch is not None  # an attempt's
+        watch.reach(reader.read(), time.monotonic())
 
     # ------------------------------------------------------------ health
 

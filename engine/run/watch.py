@@ -37,7 +37,8 @@ class AttemptWatch:
     attempt: int
     started: float = field(default_factory=time.monotonic)
     last_progress: float = field(default_factory=time.monotonic)
-    last_step: int | None = None
+    last_step: int | None = None   # the step it reached: reported, or published (reach)
+    last_samples: int | None = None  # ... and the samples seen by then, where published
     precision: str | None = None
     device: str | None = None
     exception: dict | None = None
@@ -59,12 +60,22 @@ class AttemptWatch:
         gap, self.last_progress = now - self.last_progress, now
         return gap
 
+    def reach(self, reached: tuple[int, int | None] | None, now: float) -> bool:
+        """The step it published (engine.record.reached): a step done is past start-up and a
+        sign of life. Returns whether it moved on."""
+        if reached is None or (self.last_step is not None and reached[0] <= self.last_step):
+            return False
+        (self.last_step, self.last_samples), self.ready = reached, True
+        self.touch(now)
+        return True
+
     def see(self, event: dict, now: float) -> float:
         """Record one of this attempt's events; returns the gap since the previous one."""
         gap = self.touch(now)
         kind = event["type"]
         if kind in ("step", "progress") and event.get("step") is not None:
-            self.last_step, self.ready = event["step"], True
+            # the published step may be ahead of the report
+            self.last_step, self.ready = max(event["step"], self.last_step or 0), True
         elif kind == "trainer_ready":
             # Compiling happens in the first step: until that step, the trainer is starting up.
             self.compiles = bool(event.get("compile"))

@@ -38,7 +38,7 @@ from torch import nn
 
 from engine import presets, runconfig, workloads
 from engine.monitor import device as devices
-from engine.record import checkpoint
+from engine.record import checkpoint, reached
 from engine.train import optim, parity, peaks
 from engine.vocabulary import (EXIT_CONFIG, EXIT_FAILED, EXIT_FINISHED, EXIT_NUMERICAL, EXIT_PARITY,
                                EXIT_STOPPED)
@@ -98,6 +98,10 @@ class Trainer:
         # Rank 0 speaks for the run; the other ranks only heartbeat (and report their own
         # exceptions, from main()). Injected faults hit rank 0.
         self.emit: Emit = events.emit if self.world.is_main else (lambda *a, **k: None)
+        # Each step as it is done, for the supervisor to read after any death (a report is
+        # every half second): rank 0's, as its events are.
+        self.reached = reached.Publisher(reached.path_of(run.path, events.attempt)) \
+            if self.world.is_main else None
         self.faults = Injector(preset.inject if self.world.is_main else (), self.device.type, self.emit)
         self.global_batch = preset.effective_batch * self.world.size
         if preset.threads:
@@ -229,6 +233,8 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self.samples_seen += group
+        if self.reached is not None:
+            self.reached.publish(self.step, self.samples_seen)
         self._window_samples += group
         self._window_steps += 1
 

@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(start, args.steps):
             loss = train_step(model, optimizer, x, y, args.bs, args.accum, gen, device)
             step = i + 1  # optimizer steps completed
+            report.reached(step, samples=step * args.bs * args.accum)  # report: a crash is told at it
             if step % REPORT_EVERY == 0 or step == args.steps:
                 # samples: this attempt's batch times the steps, so the rate and the ETA
                 # stay right after a resume with another --bs (cockpit measures differences)
