@@ -57,6 +57,14 @@ class CockpitApp(App):
         self.push_screen(screen)
         return screen
 
+    def on_dashboard_screen_stale(self, message: DashboardScreen.Stale) -> None:
+        """A dashboard shown again after its run went on (resumed since it ended there): a
+        fresh one in its place, which reads the run as it is now."""
+        screen = DashboardScreen(message.run)
+        if message.run.supervisor_pid() is not None:
+            self.watched[message.run.id] = message.run
+        self.switch_screen(screen)
+
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.screen))
@@ -68,9 +76,12 @@ class CockpitApp(App):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """Textual's own entries (theme, screenshot...) and attaching to a live run; the keys
         of the screen and the app come from KeyCommands."""
-        titles = {command.title for command in key_commands(screen, self)}
+        # Textual's Quit: ours asks about a live run. Textual's Keys: its panel squeezes the
+        # screen (at 80x24 the dashboard's panels lose their text) and Esc does not close it;
+        # Help (?) lists the keys of the screen, in words.
+        titles = {command.title for command in key_commands(screen, self)} | {"Keys"}
         for command in super().get_system_commands(screen):
-            if command.title not in titles:  # Textual's Quit: ours asks about a live run
+            if command.title not in titles:
                 yield command
         live = live_runs()
         if live:

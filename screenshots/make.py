@@ -49,9 +49,18 @@ def prepare(home: Path) -> None:
         lines = (live / "events.jsonl").read_text().splitlines(keepends=True)
         steps = [i for i, line in enumerate(lines) if '"type":"step"' in line]
         (live / "events.jsonl").write_text("".join(lines[: steps[len(steps) // 2] + 1]))
+    # A run just after its crash: the crash-fallback run cut at attempt 2's first step, live.
+    crashed = runs / "20261123-111300-crashed-live"
+    if not crashed.exists():
+        shutil.copytree(FIXTURES / "crash-fallback", crashed)
+        lines = (crashed / "events.jsonl").read_text().splitlines(keepends=True)
+        second = next(i for i, line in enumerate(lines)
+                      if '"type":"step"' in line and '"attempt":2' in line)
+        (crashed / "events.jsonl").write_text("".join(lines[: second + 1]))
     from engine.record.rundir import RunDir  # after sys.path has the project
 
     RunDir(live).write_supervisor_pid(os.getpid())
+    RunDir(crashed).write_supervisor_pid(os.getpid())
     # The probe screen shows the probe recorded on the H100 machine, as measured five minutes ago.
     os.environ["COCKPIT_CACHE_DIR"] = str(home / "cache")
     probes = home / "cache" / "probes"
@@ -138,6 +147,7 @@ SCREENS: dict[str, Callable[..., Awaitable[None]]] = {
     "editor-error": editor_error,
     "live-run": lambda app, pilot: open_run(app, pilot, "20261123-111500-live"),
     "crash-fallback": lambda app, pilot: open_run(app, pilot, "20261123-111011-crash-fallback"),
+    "crash-live": lambda app, pilot: open_run(app, pilot, "20261123-111300-crashed-live"),
     "finished": lambda app, pilot: open_run(app, pilot, "20261123-111049-finished"),
     "runs": runs,
     "compare": compare,

@@ -20,6 +20,7 @@ from cockpit.ui.dashboard import DashboardScreen, metric_text
 from cockpit.ui.model import LOG_LINES, MAX_POINTS, rate_text
 from cockpit.ui.widgets.attempts import AttemptsPanel
 from cockpit.ui.widgets.plots import CRASH_STYLE, LogTicks, PlotCard
+from textual.widgets._toast import Toast
 from conftest import TINY
 from engine.record.events import read_events
 from engine.record.rundir import RunDir, list_runs
@@ -108,8 +109,9 @@ def test_real_run_through_the_ui_crashes_falls_back_and_finishes(home):
             assert m.attempts[1].resumed_from["step"] == 2     # the checkpoint before the crash
             assert m.metrics["r2"] > 0.5                       # it trained to the end
             text = " ".join(_text(dash, "#attempts-text").split())   # as read, across wrapped lines
-            assert "native-crash" in text and "SIGABRT" in text and "attempt 2 on cpu" in text
-            assert "resume at step 2" in text
+            # told compactly at 80x24: the crash's sentence, what the fallback did, the attempt after
+            assert "#1 auto on cpu: The trainer died from SIGABRT after step 3 " in text
+            assert "→ fell back to cpu from step 2" in text and "#2 cpu on cpu finished" in text
             assert dash.query_one("#attempts").has_class("crashed")
             assert "took" in _text(dash, "#progress-text")
             await pilot.press("escape")
@@ -283,8 +285,12 @@ def test_after_a_fallback_the_crash_stays_in_view_at_80x24(home):
             rows = [line[panel.region.x:panel.region.right] for line in
                     screen_lines(app)[panel.region.y:panel.region.bottom]]
             visible = "\n".join(rows)
-            assert "#1 auto on cpu" in visible                  # the crashed attempt's header
-            assert "The trainer died from SIGABRT" in visible   # and its sentence
+            # in view together: the crash's sentence, what the fallback did, the attempt running
+            assert "#1 auto on cpu: The trainer died from SIGABRT" in visible
+            assert "aborts are." in visible                     # to its end
+            assert "→ fell back to cpu from step 10" in visible
+            assert "#2 cpu on cpu" in visible and "running" in visible
+            assert "…" not in rows[0] and "attempts" in rows[0]   # the title fits
             # wrapped lines hang under their paragraph: only an attempt's header starts at
             # the panel's first column
             inner = [r[1:-1] for r in rows[1:-1] if r[1:-1].strip()]
@@ -294,6 +300,36 @@ def test_after_a_fallback_the_crash_stays_in_view_at_80x24(home):
             text = _text(dash, "#attempts-text")
             assert all(len(line) <= width for line in text.splitlines())
             assert panel.scrollable_content_region.right <= panel.region.right - 2
+
+    run(drive())
+
+
+def test_a_retry_says_what_it_changed_and_the_title_fits_at_80x24(home):
+    """A retry on the same preset (a halved batch) after a crash that cost steps: the panel says
+    it retried, with the batch it changed, and its title keeps the steps lost in 80 columns."""
+    path = _live_after_fallback(home)
+    events = _events(path)
+    for e in events:
+        if e["type"] == "fallback":
+            e.update(to="auto", to_preset="auto", action="halve-batch", changed={"batch_size": [32, 16]})
+        elif e["type"] == "attempt_started" and e["attempt"] == 2:
+            e["preset"] = "auto"
+        elif e["type"] == "attempt_ended" and e["attempt"] == 1:
+            e["last_step"] = 245   # 235 steps past the checkpoint it resumed from
+    _write(path, events)
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            dash = await _open(pilot, app, path, live=True)
+            await pilot.pause(0.3)
+            panel = dash.query_one(AttemptsPanel)
+            rows = [line[panel.region.x:panel.region.right] for line in
+                    screen_lines(app)[panel.region.y:panel.region.bottom]]
+            visible = "\n".join(rows)
+            assert "235 steps trained again" in rows[0] and "…" not in rows[0]
+            assert "→ retried on auto with batch_size 32→16" in visible
+            assert "#2 auto on cpu" in visible and "running" in visible
 
     run(drive())
 
@@ -604,3 +640,48 @@ def test_a_flood_of_events_is_kept_up_with_in_bounded_memory(home):
             assert len(dash.model.samples_series) < MAX_POINTS and len(dash.model.log) <= LOG_LINES
 
     run(drive())  # the rates themselves are measured by benchmarks/ui_events.py
+
+
+def test_a_crash_toast_never_covers_the_attempts_panel_or_the_log(home):
+    path = _live_after_fallback(home)
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=(80, 24), notifications=True) as pilot:
+            dash = await _open(pilot, app, path, live=True)
+            app.notify("The trainer died from SIGABRT after step 10 without a Python traceback.",
+                       title="cockpit@host: matmul fell back", severity="warning", timeout=30)
+            await wait_for(pilot, lambda: list(dash.query(Toast)), what="the toast")
+            await pilot.pause(0.1)
+            (toast,) = dash.query(Toast)
+            for covered in (dash.query_one(AttemptsPanel), dash.query_one("#log")):
+                assert not toast.region.overlaps(covered.region), (toast.region, covered)
+
+    run(drive())
+
+
+def test_a_dashboard_shown_again_after_its_run_went_on_shows_it_as_it_is_now(home):
+    """s, o, r, Esc: the dashboard left behind when the run stopped is not shown stale once the
+    run was resumed and finished."""
+    path = copy_run(home, "finished")
+    events = _events(path)
+    middle = [i for i, e in enumerate(events) if e["type"] == "step"][10]
+    stopped = {**events[-1], "status": "stopped", "summary": {**events[-1]["summary"], "finished_on": None}}
+    _write(path, events[: middle + 1] + [stopped])
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            dash = await _open(pilot, app, path)
+            assert dash.model.status == "stopped"
+            await pilot.press("o")
+            await wait_for(pilot, lambda: not isinstance(app.screen, DashboardScreen), what="the runs screen")
+            _write(path, events[: middle + 1] + [stopped] + events[middle + 1:])   # resumed, finished
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen)
+                           and app.screen.model.status == "finished", what="the run as it is now")
+            assert app.screen is not dash
+            await pilot.pause(0.3)
+            assert on_screen(app, "finished") and not on_screen(app, "stopped")
+
+    run(drive())

@@ -187,6 +187,35 @@ def test_enter_in_overrides_launches_and_focus_does_not_return_to_the_field(home
     run(drive())
 
 
+def test_enter_on_the_lists_goes_on_to_the_next_and_then_runs(home):
+    """Enter, enter, enter: the workload, the device preset, the overrides field, where enter runs."""
+    async def drive():
+        app = make_app(attach=False)
+        opened = []
+
+        def open_run(run_dir, start=False):   # a stand-in for the dashboard: no training here
+            opened.append(run_dir)
+            app.push_screen(Screen())
+
+        app.open_run = open_run
+        async with app.run_test(size=(80, 24)) as pilot:
+            launch = app.screen
+            workloads, devices = launch.query_one("#workloads"), launch.query_one("#devices")
+            _pick(workloads, "matmul")
+            _pick(devices, "cpu")
+            workloads.focus()
+            await pilot.press("enter")
+            assert app.focused is devices and not opened
+            await pilot.press("enter")
+            assert app.focused is launch.query_one("#overrides", Input) and not opened
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: opened, what="the run to start")
+            config = opened[0].config()
+            assert (config.workload_preset, config.device_preset) == ("matmul", "cpu")
+
+    run(drive())
+
+
 # ------------------------------------------------------------ item 8: the editor
 
 
@@ -346,6 +375,7 @@ def test_palette_offers_the_screens_actions_and_runs_them(home):
             assert titles.count("Runs") == 1   # the launch screen's o and the app's are one
             system = [c.title for c in app.get_system_commands(app.screen)]
             assert "Quit" not in system and "Theme" in system   # Textual's Quit: ours asks first
+            assert "Keys" not in system   # its panel squeezed 80x24; Help says the keys
 
             probe = ProbeScreen(app.screen.resolve())
             app.push_screen(probe)

@@ -21,12 +21,14 @@ import math
 import textwrap
 import time
 from collections import deque
+from dataclasses import dataclass
 
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
@@ -66,6 +68,12 @@ REGIONS = {
 
 
 class DashboardScreen(Screen):
+    @dataclass
+    class Stale(Message):
+        """This dashboard's run went on after it stopped following it: show it anew."""
+
+        run: RunDir
+
     BINDINGS = [
         Binding("s", "stop", "Stop", tooltip="stop the run: it checkpoints after the current step, then exits"),
         Binding("d", "detach", "Detach", tooltip="back, leaving the run running without the cockpit"),
@@ -108,6 +116,9 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
     DashboardScreen.-narrow.-hardware #panels HardwarePanel { display: block; }
     DashboardScreen.-max #panels, DashboardScreen.-max #log { display: none; }
     DashboardScreen.-max #plots { height: 1fr; }
+    /* toasts (a crash, a fallback) at the top right, over the plots: never over the attempts
+       panel, which tells the same crash in full, nor the log */
+    DashboardScreen ToastRack { dock: top; align: right top; margin-bottom: 0; margin-top: 1; }
     """
 
     def __init__(self, run: RunDir, *, start: bool = False):
@@ -127,6 +138,7 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         self._can_stop: bool | None = None
         self._progress_rows = 0
         self.ended = False
+        self._ended_at: int | None = None   # the events file's size when the run ended here
         # what happens from now on alerts (a replayed past does not); the supervisor does the
         # rest -- desktop, notify command -- since it has no terminal of its own here
         self._alerts = ScreenAlerts(self.model.workload)
@@ -153,6 +165,19 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         self._dirty = {"status", "progress", "plots", "plot-titles", "memory", "attempts", "log"}
         self._paint()
         self.follow_run()
+
+    def on_screen_resume(self) -> None:
+        """Back on this dashboard from another screen: a run that went on after it ended here
+        (resumed from the runs screen, or by `cockpit runs resume`) is shown as it is now, by a
+        fresh dashboard, not as it was when this one stopped following it."""
+        if self.ended and self._events_size() > (self._ended_at or 0):
+            self.post_message(self.Stale(self.run))   # the app puts a fresh one in its place
+
+    def _events_size(self) -> int:
+        try:
+            return self.run.events_path.stat().st_size
+        except OSError:
+            return 0
 
     def on_resize(self) -> None:
         self._fit_to_size()
@@ -198,6 +223,7 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
             changed |= Change.RUN
         if message.ended:
             self.ended = True
+            self._ended_at = self._events_size()
             changed |= Change.RUN
         self._dirty |= regions(changed)
         self._schedule_paint()
@@ -272,12 +298,19 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         parts = [Text(m.status, style=colour if colour.startswith("bold") else f"bold {colour}".rstrip())]
         if m.live and not self.start:
             parts[0].append(" (attached)", style="dim")
-        parts.append(Text(f"{m.workload} on {m.device_preset}"))
+        what = Text(f"{m.workload} on {m.device_preset}")
         a = m.attempts[-1] if m.attempts else None
-        if a is not None:
-            parts.append(Text(f"attempt {a.attempt}: {a.preset}" + (f" on {a.device}" if a.device else "")))
-        parts.append(Text(m.run_id, style="dim"))
-        return fit(parts, max(20, self.size.width - 2), sep="  ")
+        attempt = Text(f"attempt {a.attempt}: {a.preset}" + (f" on {a.device}" if a.device else "")) \
+            if a is not None else None
+        run_id = Text(m.run_id, style="dim")
+        # The run's id is what a user types (runs show, resume): where the line is short, the
+        # attempt goes first (the attempts panel has it), then the workload, never the id.
+        width = max(20, self.size.width - 2)
+        for shown in ([what, attempt, run_id], [what, run_id], [run_id]):
+            line = [parts[0], *(p for p in shown if p is not None)]
+            if sum(p.cell_len for p in line) + 2 * (len(line) - 1) <= width:
+                return fit(line, width, sep="  ")
+        return fit([parts[0], run_id], width, sep="  ")
 
     def _paint_progress(self) -> None:
         m = self.model

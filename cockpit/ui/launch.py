@@ -132,7 +132,9 @@ class LaunchScreen(Screen):
     HELP = """\
 Pick a workload (what to train) and a device preset (how), add `--set`-style overrides
 (`batch_size=16 train.epochs=2`), check the resolved configuration, run. `tab` moves between
-the lists and the overrides field. A fault to rehearse: `inject=native-crash@40`, `--inject
+the lists and the overrides field; `enter` takes a list's choice and goes on to the next, and
+runs from the overrides field (enter, enter, enter: the highlighted workload on the highlighted
+device preset). A fault to rehearse: `inject=native-crash@40`, `--inject
 native-crash@40` or `native-crash@40` alone (several: `inject=oom@10,native-crash@40`); it is
 used by one run and leaves the field when the run starts.
 """
@@ -229,6 +231,13 @@ used by one run and leaves the field when the run starts.
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         self.resolve()
         self.show_probe_line()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        """Enter on a list takes its choice and goes on, as a form does: the workload to the
+        device presets, the device preset to the overrides, where enter runs."""
+        event.stop()
+        following = "#devices" if event.option_list.id == "workloads" else "#overrides"
+        self.query_one(following).focus()
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.resolve()

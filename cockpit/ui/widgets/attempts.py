@@ -3,7 +3,10 @@ the action taken and the step it resumed from.
 
 Wrapped lines hang under their own paragraph (a sentence never runs back to column 0 under
 the attempt's number), the text wraps before the scrollbar, and when the panel is too short
-for everything it keeps the newest crash in view: its header, its sentence, the fallback.
+for everything (80x24) it tells the attempts compactly, a line each, but the newest crash: its
+sentence, what the fallback did (retried or fell back, with the settings it changed, where it
+resumes) and the attempt running now stay in view together. Its title is the longest of its
+wordings that fits.
 """
 
 from __future__ import annotations
@@ -95,21 +98,69 @@ def attempt_paragraphs(a: Attempt) -> list[Paragraph]:
     return out
 
 
+def fallback_words(f: dict) -> str:
+    """What a fallback did, in a few words: 'fell back to cpu, resumes at step 40', 'retried on
+    mps with batch_size 32→16, resumes at step 40', '... starts over'. A retry names what it
+    changed; another preset is named (the attempt's own line says its settings)."""
+    to = f.get("to_preset", f.get("to", "?"))
+    if f.get("from") is not None and f.get("from") == to:
+        changes = ", ".join(f"{k} {_value(k, x)}→{_value(k, y)}" for k, (x, y) in (f.get("changed") or {}).items())
+        what = f"retried on {to}" + (f" with {changes}" if changes else "")
+    else:
+        what = f"fell back to {to}"
+    resume = f.get("resume")
+    return what + (f" from {resume_text(resume)}" if resume else ", starting over (no checkpoint yet)")
+
+
+def compact_paragraphs(a: Attempt, newest_crash: bool) -> list[Paragraph]:
+    """One attempt when the panel is short: a line each, but the newest crash's sentence (with
+    the attempt's name in front of it) and what the fallback did."""
+    if newest_crash and a.crash:
+        sentence = Text(f"#{a.attempt} {a.preset} on {a.device or '?'}: ", style="bold red")
+        sentence.append(a.crash.get("sentence", ""), style="red")
+        out = [Paragraph(sentence, 0, 3)]
+        if a.fallback:
+            out.append(Paragraph(Text(f"→ {fallback_words(a.fallback)}", style="bold yellow"), 3, 2))
+        if a.failed_why:
+            out.append(Paragraph(Text(f"✗ no further attempt: {a.failed_why}", style="bold red"), 3, 2))
+        return out
+    line = Text()
+    line.append(f"#{a.attempt} ", style="bold")
+    line.append(f"{a.preset} on {a.device or '?'}")
+    if a.outcome == "running" and a.batch:
+        line.append(f" ({a.batch}" + (f", {a.precision})" if a.precision else ")"))
+    line.append("  ")
+    line.append(a.outcome, style=OUTCOME_STYLE.get(a.outcome, "bold red"))
+    if a.last_step is not None and a.outcome != "running":
+        line.append(f" after step {a.last_step}" if a.crash else f" at step {a.last_step}", style="dim")
+    return [Paragraph(line, 0, 3)]
+
+
 def attempts_text(m: RunModel, width: int = 1000) -> Text:
     """The panel's text, wrapped to `width` with hanging indents."""
     return attempts_layout(m, width)[0]
 
 
-def attempts_layout(m: RunModel, width: int) -> tuple[Text, int | None]:
+def attempts_layout(m: RunModel, width: int, height: int | None = None) -> tuple[Text, int | None]:
     """The panel's text wrapped to `width` with hanging indents, and the line where the newest
-    crashed attempt starts (None without a crash)."""
-    text, line, crash_line = Text(), 0, None
+    crashed attempt starts (None without a crash). Taller than `height` with a crash, it is
+    told compactly (compact_paragraphs): the newest crash, its fallback and the attempts after
+    it fit where the whole account would not."""
     if not m.attempts:
         return Text("no attempt yet", style="dim"), None
-    for a in m.attempts:
+    full = _layout(m.attempts, width, attempt_paragraphs)
+    newest = max((i for i, a in enumerate(m.attempts) if a.crash), default=None)
+    if height is None or newest is None or full[0].plain.count("\n") + 1 <= height:
+        return full
+    return _layout(m.attempts, width, lambda a: compact_paragraphs(a, a is m.attempts[newest]))
+
+
+def _layout(attempts: list[Attempt], width: int, paragraphs) -> tuple[Text, int | None]:
+    text, line, crash_line = Text(), 0, None
+    for a in attempts:
         if a.crash:
             crash_line = line
-        for p in attempt_paragraphs(a):
+        for p in paragraphs(a):
             for i, piece in enumerate(_wrap(p, width)):
                 if line:
                     text.append("\n")
@@ -133,6 +184,14 @@ def _wrap(p: Paragraph, width: int) -> list[Text]:
     for line in rewrapped:
         line.rstrip()
     return [head] + rewrapped
+
+
+def panel_title(crashed: bool, steps_lost: int, width: int) -> str:
+    """The panel's title, the longest of its wordings that fits `width` cells."""
+    lost = f"{count(steps_lost, 'step')} trained again" if steps_lost else ""
+    names = ["attempts · crashes & fallbacks", "crashes & fallbacks", "attempts"] if crashed else ["attempts"]
+    wordings = [" · ".join(w for w in (name, lost) if w) for name in names] + [lost or names[-1]]
+    return next((w for w in wordings if len(w) <= width), wordings[-1])
 
 
 class AttemptsPanel(VerticalScroll, can_focus=True):
@@ -169,8 +228,8 @@ class AttemptsPanel(VerticalScroll, can_focus=True):
 
     def show(self, m: RunModel) -> None:
         self._model = m
-        width = self.scrollable_content_region.width or 40
-        text, crash_line = attempts_layout(m, width)
+        region = self.scrollable_content_region
+        text, crash_line = attempts_layout(m, region.width or 40, region.height or None)
         if text != self._text:
             lines = text.plain.count("\n") + 1
             # a longer text needs a layout pass; a changed word only a repaint
@@ -178,8 +237,7 @@ class AttemptsPanel(VerticalScroll, can_focus=True):
             self._text, self._lines = text, lines
         crashed = any(a.crash for a in m.attempts)
         self.set_class(crashed, "crashed")
-        lost = f" · {count(m.steps_lost, 'step')} trained again" if m.steps_lost else ""
-        title = ("attempts · crashes & fallbacks" if crashed else "attempts") + lost
+        title = panel_title(crashed, m.steps_lost, self.size.width - 4)
         if title != self.border_title:
             self.border_title = title
         # Scroll only when what the panel holds changes (an attempt, a crash, a fallback, an
