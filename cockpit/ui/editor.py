@@ -17,9 +17,12 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.notifications import Notification, Notify
 from textual.screen import ModalScreen, Screen
 from textual.content import Content
+from textual.widget import Widget
 from textual.widgets import Button, Footer, Header, Input, Label, Select, Static
+from textual.widgets.input import Selection
 
 from engine import files, paths, presets
 from engine.errors import ConfigError
@@ -83,6 +86,103 @@ def flat(kind: str, table: dict) -> dict[str, Any]:
     for section in ("train", "params"):
         out.update({f"{section}.{k}": v for k, v in table.get(section, {}).items()})
     return out
+
+
+def _typed(old: str, new: str) -> tuple[str, int] | None:
+    """('insert', i) when `new` is `old` with one character put in at i, ('delete', i) when
+    it is `old` less the character at i; None for any other change (a paste, a selection
+    replaced, a word deleted)."""
+    if abs(len(new) - len(old)) != 1:
+        return None
+    longer, shorter = (new, old) if len(new) > len(old) else (old, new)
+    i = next((k for k, (a, b) in enumerate(zip(longer, shorter)) if a != b), len(shorter))
+    if longer[:i] + longer[i + 1:] != shorter:
+        return None
+    return ("insert" if longer is new else "delete", i)
+
+
+def _changed_end(restored: str, current: str) -> int:
+    """Where the cursor goes in `restored` after an undo: the end of the part that differs
+    from `current` (the end, for a whole description typed over)."""
+    prefix = next((k for k, (a, b) in enumerate(zip(restored, current)) if a != b),
+                  min(len(restored), len(current)))
+    suffix = 0
+    while (suffix < min(len(restored), len(current)) - prefix
+           and restored[-1 - suffix] == current[-1 - suffix]):
+        suffix += 1
+    return len(restored) - suffix
+
+
+class FieldInput(Input):
+    """A text field of the form: focus selects nothing (Textual's default selects all, and
+    the next keystroke replaced a whole description), and it keeps its own edits for
+    ctrl+z (Textual's Input has no undo). A run of typed characters, or of backspaces, is one
+    edit; a paste, a cut or a selection typed over is one each."""
+
+    def __init__(self, value: str, **kwargs: Any):
+        super().__init__(value, select_on_focus=False, **kwargs)
+        self.edits: list[str] = []             # the value before each edit, oldest first
+        self._run: tuple[str, int] | None = None   # the last edit while typing extends it
+        self._undoing = False
+
+    def cursor_to_end(self) -> None:
+        """The cursor after the last character, nothing selected, in view (Tab into the field;
+        a click keeps the position clicked)."""
+        self.selection = Selection.cursor(len(self.value))
+        self.scroll_to(x=self.max_scroll_x, animate=False, force=True)
+
+    def on_blur(self) -> None:
+        self._run = None   # typing after coming back is a new edit
+
+    def watch_value(self, old: str, new: str) -> None:
+        if not self.is_mounted or self._undoing or old == new:
+            return
+        typed = _typed(old, new)
+        last = self._run
+        if (typed is not None and last is not None and typed[0] == last[0]
+                and typed[1] - last[1] in ((1,) if typed[0] == "insert" else (-1, 0))):
+            self._run = typed     # the same run of typing: one edit
+            return
+        self.edits.append(old)
+        self._run = typed
+
+    def undo(self) -> bool:
+        """The value before the last edit back, the cursor after what came back; False when
+        there is no edit to undo."""
+        if not self.edits:
+            return False
+        restored, current = self.edits.pop(), self.value
+        self._undoing = True
+        try:
+            self.value = restored
+        finally:
+            self._undoing = False
+        self.selection = Selection.cursor(_changed_end(restored, current))
+        self._run = None
+        return True
+
+
+class FieldSelect(Select):
+    """A choice field of the form, with its own edits for ctrl+z."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.edits: list[Any] = []
+        self._undoing = False
+
+    def watch_value(self, old: Any, new: Any) -> None:
+        if self.is_mounted and not self._undoing and old != new and old is not Select.NULL:
+            self.edits.append(old)
+
+    def undo(self) -> bool:
+        if not self.edits:
+            return False
+        self._undoing = True
+        try:
+            self.value = self.edits.pop()
+        finally:
+            self._undoing = False
+        return True
 
 
 class SaveAsScreen(ModalScreen[str | None]):
@@ -155,6 +255,7 @@ class EditorScreen(Screen):
     BINDINGS = [
         Binding("ctrl+s", "save", "Save", tooltip="save to your preset dir (a shipped name: your copy shadows it)"),
         Binding("ctrl+o", "save_as", "Save as", tooltip="save under a new name in your preset dir"),
+        Binding("ctrl+z", "undo", "Undo", tooltip="undo the last edit of the field you are in"),
         Binding("escape", "back", "Back", tooltip="back to launch; unsaved edits: asks save, discard or keep"),
     ]
     HELP = """\
@@ -187,6 +288,7 @@ one puts your copy in your preset dir, where it shadows the shipped one.
         self.shipped = self._shipped_values()
         self.errors: dict[str, str] = {}
         self.saved_values: dict[str, Any] | None = None
+        self.toast: Notification | None = None   # the last save's (or discard's) toast
 
     def _shipped_values(self) -> dict[str, Any] | None:
         path = paths.shipped_presets_dir() / self.kind / f"{self.preset_name}.toml"
@@ -227,12 +329,12 @@ one puts your copy in your preset dir, where it shadows the shipped one.
     def _widget(self, spec: FieldSpec):
         wid = f"field-{self._fid(spec.key)}"
         if get_origin(spec.annotation) is Literal:
-            return Select([(str(c), c) for c in get_args(spec.annotation)], value=spec.value,
-                          allow_blank=False, compact=True, id=wid)
+            return FieldSelect([(str(c), c) for c in get_args(spec.annotation)], value=spec.value,
+                               allow_blank=False, compact=True, id=wid)
         if spec.annotation is bool:
-            return Select([("true", True), ("false", False)], value=spec.value, allow_blank=False,
-                          compact=True, id=wid)
-        return Input(_text(spec.value), compact=True, id=wid)
+            return FieldSelect([("true", True), ("false", False)], value=spec.value, allow_blank=False,
+                               compact=True, id=wid)
+        return FieldInput(_text(spec.value), compact=True, id=wid)
 
     def _doc(self, spec: FieldSpec) -> str:
         doc = spec.field.metadata.get("doc", "") if spec.field is not None else "one line shown in lists"
@@ -353,21 +455,53 @@ one puts your copy in your preset dir, where it shadows the shipped one.
         if self.is_mounted:
             self.validate()
 
+    def focus_next(self, selector: Any = "*") -> Widget | None:
+        return self._into(super().focus_next(selector))
+
+    def focus_previous(self, selector: Any = "*") -> Widget | None:
+        return self._into(super().focus_previous(selector))
+
+    @staticmethod
+    def _into(widget: Widget | None) -> Widget | None:
+        """Tab (or shift+tab) into a text field: the cursor at its end, nothing selected."""
+        if isinstance(widget, FieldInput):
+            widget.cursor_to_end()
+        return widget
+
+    def action_undo(self) -> None:
+        """The focused field's last edit undone (each field keeps its own)."""
+        field = self.focused
+        while field is not None and not isinstance(field, (FieldInput, FieldSelect)):
+            field = field.parent if isinstance(field.parent, Widget) else None
+        if field is None:
+            self.notify("nothing to undo: ctrl+z undoes the field you are in", severity="warning")
+        elif not field.undo():
+            self.notify("nothing to undo in this field", severity="warning")
+
     # ------------------------------------------------------------ saving
+
+    def _toast(self, message: str, severity: str = "information") -> None:
+        """A save's (or a discard's) toast, in place of the previous one still showing: a
+        'not saved' from the last try stayed up beside the 'saved' of the next."""
+        if self.toast is not None:
+            self.app._unnotify(self.toast)   # Textual's own way to drop one toast (a click)
+        self.toast = Notification(message, severity=severity, timeout=self.app.NOTIFICATION_TIMEOUT,
+                                  markup=False)
+        self.app.post_message(Notify(self.toast))
 
     def _save(self, name: str) -> bool:
         self.validate()
         if self.errors:
             key, problem = next(iter(self.errors.items()))
-            self.notify(f"not saved: {key}: {problem}", severity="error")
+            self._toast(f"not saved: {key}: {problem}", severity="error")
             return False
         try:
             path = presets.save_user_preset(self.kind, name, self.table())
         except ConfigError as e:
-            self.notify(f"not saved: {e.line()}", severity="error")
+            self._toast(f"not saved: {e.line()}", severity="error")
             return False
         shadows = (paths.shipped_presets_dir() / self.kind / f"{name}.toml").is_file()
-        self.notify(f"saved {path}" + (" (shadows the shipped preset)" if shadows else ""))
+        self._toast(f"saved {path}" + (" (shadows the shipped preset)" if shadows else ""))
         self.preset_name = name
         self.ref = presets.find(self.kind, name)
         self.shipped = self._shipped_values()
@@ -399,7 +533,7 @@ one puts your copy in your preset dir, where it shadows the shipped one.
             if choice == "save" and self._save(self.preset_name):
                 self.dismiss()
             elif choice == "discard":
-                self.notify("edits discarded", severity="warning")
+                self._toast("edits discarded", severity="warning")
                 self.dismiss()
             # None (keep editing), or a save refused: the form stays, its problems shown
 

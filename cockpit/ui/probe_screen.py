@@ -32,7 +32,14 @@ from engine.probe.speed import CandidateResult, ProbeResult, interval_text, prob
 from engine.runconfig import RunConfig
 
 CANDIDATE_STYLE = {"ok": "green", "rough": "yellow", "too-slow": "yellow", "crashed": "bold red", "wrong": "bold red",
-                   "unavailable": "dim", "waiting": "dim", "measuring": "bold cyan"}
+                   "unavailable": "dim", "waiting": "dim", "warming up": "cyan", "measuring": "bold cyan"}
+# The result column's word for each state, none longer than 'too-slow': at 80 columns the
+# column is 8 wide ('measuring' showed as 'measuri'). The sentence under the table says the
+# rest ('mps crashed (oom)', 'cuda is unavailable').
+STATUS_WORD = {"waiting": "waiting", "warming up": "warm-up", "measuring": "timing", "ok": "ok",
+               "rough": "rough", "wrong": "wrong", "too-slow": "too-slow", "crashed": "crashed",
+               "unavailable": "n/a"}
+STATUS_WIDTH = max(len(word) for word in STATUS_WORD.values())
 PRESSURE_STYLE = {"normal": "green", "warn": "bold yellow", "critical": "bold red"}
 
 
@@ -49,6 +56,11 @@ class ProbeFinished(Message):
 
 def _right(text: str) -> Text:
     return Text(text, justify="right")
+
+
+def status_cell(status: str) -> Text:
+    """A candidate's state as its result cell: a word that fits the column."""
+    return Text(STATUS_WORD.get(status, status), style=CANDIDATE_STYLE.get(status, ""))
 
 
 class ProbeScreen(Screen):
@@ -125,8 +137,9 @@ memory pressure normal and swap flat (asks an optional memory limit such as 6G).
         # No device column: at 80 columns every cell counts, and the label names the device.
         for label, key in (("candidate", "label"), ("batch", "batch"),
                            ("samples/s", "rate"), ("90% CI", "spread"), ("peak", "peak"),
-                           ("pressure", "pressure"), ("result", "status")):
+                           ("pressure", "pressure")):
             table.add_column(label, key=key)
+        table.add_column("result", key="status", width=STATUS_WIDTH)  # as wide as its longest word
         trials = self.query_one("#trials", DataTable)
         for label, key in (("batch", "batch"), ("fits", "fits"), ("samples/s", "rate"),
                            ("footprint", "peak"), ("pressure", "pressure"), ("why", "why")):
@@ -222,20 +235,20 @@ memory pressure normal and swap flat (asks an optional memory limit such as 6G).
             for c in update["candidates"]:
                 p = c.preset
                 table.add_row(c.label, f"{p.batch_size} x {p.accumulation}", _right("-"), "", "",
-                              "", Text("waiting", style=CANDIDATE_STYLE["waiting"]), key=c.label)
+                              "", status_cell("waiting"), key=c.label)
         elif kind == "importing":
             self._status(f"starting {update['total']} workers…")
         elif kind == "candidate":
             self._status(f"[{update['index'] + 1}/{update['total']}] {update['label']}: "
                          f"up to {max(0.0, update['until'] - time.time()):.0f} s")
-            table.update_cell(update["label"], "status", Text("measuring", style=CANDIDATE_STYLE["measuring"]))
+            table.update_cell(update["label"], "status", status_cell("measuring"))
         elif kind == "events":
             for e in update["events"]:
                 if e["type"] == "trainer_ready":
-                    table.update_cell(update["label"], "status", Text("warming up", style="cyan"))
+                    table.update_cell(update["label"], "status", status_cell("warming up"))
                 elif e["type"] in ("step", "probe_timing") and e.get("samples_per_s"):
-                    table.update_cell(update["label"], "rate", _right(rate(e["samples_per_s"])))
-                    table.update_cell(update["label"], "status", Text("measuring", style=CANDIDATE_STYLE["measuring"]))
+                    table.update_cell(update["label"], "rate", _right(rate(e["samples_per_s"])), update_width=True)
+                    table.update_cell(update["label"], "status", status_cell("measuring"))
         elif kind == "result":
             self._fill_row(update["result"])
         elif kind == "warning":
@@ -247,17 +260,17 @@ memory pressure normal and swap flat (asks an optional memory limit such as 6G).
 
     def _fill_row(self, r: CandidateResult) -> None:
         table = self.query_one("#candidates", DataTable)
-        status = r.status if r.status != "crashed" else f"crashed: {r.crash['kind']}"
         pressure = r.memory.get("pressure")
         cells = {"label": r.label, "batch": r.batch_text,
                  "rate": _right("-" if r.samples_per_s is None else rate(r.samples_per_s)),
                  "spread": interval_text(r.spread),
                  "peak": _right("-" if r.peak_mb[0] is None else f"{r.peak_mb[0]:,.0f} MB"),
                  "pressure": Text(pressure or "n/a", style=PRESSURE_STYLE.get(pressure, "dim")),
-                 "status": Text(status, style=CANDIDATE_STYLE.get(r.status, ""))}
+                 "status": status_cell(r.status)}
         if r.label in table.rows:
+            # a row first shown waiting: its columns widen to the figures now in it
             for key, value in cells.items():
-                table.update_cell(r.label, key, value)
+                table.update_cell(r.label, key, value, update_width=True)
         else:
             table.add_row(*cells.values(), key=r.label)
 

@@ -16,6 +16,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
+from textual_hires_canvas import Canvas
 from textual_plot import HiResMode, NumericAxisFormatter, PlotWidget
 from textual_plot.axis_formatter import AxisFormatter
 
@@ -53,6 +54,27 @@ def time_text(seconds: float) -> str:
         return f"{m}m" if s == 0 else f"{m}m{s:02d}"
     h, m = divmod(m, 60)
     return f"{h}h" if m == 0 else f"{h}h{m:02d}"
+
+
+def place_labels(ticks: Sequence[tuple[int, str, bool]], width: int) -> list[tuple[int, str]]:
+    """Where x tick labels start on a line `width` columns wide, from (the tick's column, its
+    label, whether it is the axis' right end). Each is centred under its tick, as textual-plot
+    draws it (the right end's ends there), but moved in from an edge rather than cut (a tick
+    two columns from the right end read '1m3'), and left out rather than run into the label
+    before it: a whole label or none."""
+    placed: list[tuple[int, str]] = []
+    after = -2                       # the column after the last label placed
+    for column, label, at_end in ticks:
+        n = len(label)
+        if not label or n > width:
+            continue
+        start = column - n + 1 if at_end else column - n // 2 + (1 if n % 2 == 0 else 0)
+        start = max(0, min(start, width - n))
+        if start <= after:           # one blank column between two labels
+            continue
+        placed.append((start, label))
+        after = start + n
+    return placed
 
 
 _TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
@@ -174,6 +196,28 @@ class SeriesPlot(PlotWidget, can_focus=False):
             self.set_ylimits(ys[0] - pad, ys[0] + pad)
         else:
             self.set_ylimits(None, None)
+
+    def _render_x_ticks(self) -> None:
+        # textual-plot draws the tick marks; their labels are written again, placed whole
+        # (place_labels): its own cut the one near the right end of the line
+        super()._render_x_ticks()
+        line = self.query_one("#margin-bottom", Canvas)
+        if line._canvas_size is None:
+            return
+        line.reset()
+        if self._x_ticks is None:
+            ticks, labels = self._x_formatter.get_ticks_and_labels(self._x_min, self._x_max)
+        else:
+            ticks, labels = self._x_ticks, self._x_formatter.get_labels_for_ticks(self._x_ticks)
+        shown = []
+        for tick, label in zip(ticks, labels):
+            if not self._x_min <= tick <= self._x_max:
+                continue
+            x, _ = self.get_pixel_from_coordinate(tick, 0.0)
+            shown.append((x - (tick == self._x_min) + self.margin_left, label, tick == self._x_max))
+        style = self.get_component_rich_style("plot--tick")
+        for start, label in place_labels(shown, line._canvas_size.width):
+            line.write_text(start, 0, f"[{style}]{label}")
 
     def _render_v_line_plot(self, vline) -> None:
         # textual-plot draws a v-line solid, like a series: dashed, with a ✗ under the frame's top
