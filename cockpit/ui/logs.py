@@ -39,6 +39,7 @@ STAMP = len("12:34:56")
 class AttemptInfo:
     preset: str = "?"
     outcome: str = "running"
+    builtin: bool = False           # cockpit's own trainer ran it, not the user's command
     crash: dict | None = None
     crash_line: int | None = None   # the crash's line in the events pane
 
@@ -60,7 +61,8 @@ class EventLines:
             text = "".join(line + "\n" for line in self._transcript.see(e))
             kind, n = e.get("type"), e.get("attempt")
             if kind == "attempt_started" and n is not None:
-                self.attempts[n] = AttemptInfo(preset=e.get("preset", "?"))
+                # a command's attempt_started names the command it ran (engine.run.launch)
+                self.attempts[n] = AttemptInfo(preset=e.get("preset", "?"), builtin="command" not in e)
             elif kind == "attempt_ended" and n in self.attempts:
                 self.attempts[n].outcome = e.get("outcome", "?")
             if not text:
@@ -150,6 +152,8 @@ A big log is read from its last 4 MB; the whole is in the run directory.
     LogScreen #panes LogPane { display: none; width: 1fr; height: 1fr; }
     LogScreen #panes LogPane.current { display: block; }
     LogScreen.wide #panes LogPane { display: block; }
+    /* side by side, an attempt with no output leaves the events its room: a strip for its word */
+    LogScreen.wide.-no-output #panes #output { width: 34; }
     LogScreen #search { display: none; dock: bottom; margin-bottom: 1; }
     LogScreen #search.open { display: block; }
     """
@@ -184,6 +188,7 @@ A big log is read from its last 4 MB; the whole is in the run directory.
 
     def on_resize(self) -> None:
         self.set_class(self.size.width >= WIDE, "wide")
+        self._titles()
 
     # ------------------------------------------------------------ reading (worker threads)
 
@@ -274,11 +279,30 @@ A big log is read from its last 4 MB; the whole is in the run directory.
                      f" · {self.run.attempt_log(self.attempt).name}")
         skipped = f"{self.skipped / 1e6:,.1f} MB before not shown · " if self.skipped else ""
         _label(output, title, skipped + self._state(output))
+        said = self._no_output()
+        output.say_when_empty(said)
+        self.set_class(bool(said), "-no-output")
+
+    def _no_output(self) -> str:
+        """Why the output pane is empty ('' while it has lines, or its log is not read yet)."""
+        output = self.query_one("#output", LogPane)
+        if self.attempt is None:
+            return "no attempt yet: an attempt's output (attempt-N.log) is shown here once one starts"
+        if output.line_count or not self._output_read:
+            return ""
+        n, info = self.attempt, self.attempts.get(self.attempt)
+        yet = " yet" if info is None or info.outcome == "running" else ""
+        if info is not None and info.builtin:
+            where = "on the left" if self.has_class("wide") else "v shows them"
+            return (f"no output from attempt {n}{yet}: cockpit's own trainer writes its steps, losses "
+                    f"and evals as events ({where}), and here only errors and its closing line")
+        return f"no output from attempt {n}{yet}: {self.run.attempt_log(n).name} is empty"
 
     def _state(self, pane: LogPane) -> str:
         searched = ""
         if pane.query:
-            where = f"line {pane.match + 1}" if pane.match is not None else "no match"
+            where = (f"line {pane.match + 1}, match {pane.match_number()} of {pane.match_count()}"
+                     if pane.match is not None else "no match")
             searched = f"/{pane.query}: {where} · "
         return searched + ("following" if pane.following else "paused · f follows")
 
@@ -375,12 +399,24 @@ A big log is read from its last 4 MB; the whole is in the run directory.
         if not pane.query:
             self.action_search()
             return
-        self._find(pane.query, forward)
+        self._find(pane.query, forward, again=True)
 
-    def _find(self, query: str, forward: bool) -> None:
+    def _find(self, query: str, forward: bool, again: bool = False) -> None:
+        """Search the current pane; `again` (n, N): say so where the match did not move on (the
+        only one) or went round the end, which the pane alone would not show."""
         pane = self.current_pane()
-        if pane.search(query, forward) is None and query:
+        before = pane.match if query == pane.query else None
+        found = pane.search(query, forward)
+        if found is None and query:
             self.notify(f"no match for {query!r} in the {self.view}", severity="warning")
+        elif found is not None and again:
+            count, number = pane.match_count(), pane.match_number()
+            if count == 1:
+                self.notify(f"{query!r}: the only match in the {self.view} (line {found + 1})", timeout=3)
+            elif before is not None and (found <= before if forward else found >= before):
+                end = "top" if forward else "bottom"
+                self.notify(f"{query!r}: from the {end} again, match {number} of {count} "
+                            f"(line {found + 1})", timeout=3)
         self._titles()
 
     def action_wrap(self) -> None:

@@ -2,7 +2,9 @@
 id; open a past one (replayed from its events) or attach to a live one, read its logs, mark
 two or more (space) and compare them (c).
 
-It refreshes itself every REFRESH_S while shown. Each run is a digest (engine.record.digest): a
+The id column shows each id whole where the width allows; narrower, the end of it that tells
+the runs apart (their ids share a date prefix), the whole one in the detail line below. It
+refreshes itself every REFRESH_S while shown. Each run is a digest (engine.record.digest): a
 finished run's events are read once, a live run's only as they are appended."""
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import threading
 import time
 from pathlib import Path
 
+from rich.cells import cell_len
+from rich.measure import Measurement
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -33,6 +37,7 @@ from engine.record.stats import Averages
 
 REFRESH_S = 3.0
 MARK = "●"
+RESUMING_STYLE = STATUS_STYLE["running"]   # r pressed: the run is checked before it continues
 
 
 # Digests of the runs with a live supervisor, kept between calls of live_runs().
@@ -79,6 +84,52 @@ def average_rate(a: Averages | None) -> str:
     return rate(value) if unit == "samples" else f"{rate(value)} st/s"
 
 
+def id_tails(run_id: str) -> list[str]:
+    """The ends of a run id at its '-', shortest first ('2bcd', 'auto-2bcd', ...), without
+    the whole id: a run's id is its start time, workload, device preset and a random token
+    (RunDir.create), so the end tells runs apart where their shared date prefix does not."""
+    parts = run_id.split("-")
+    return ["-".join(parts[i:]) for i in range(len(parts) - 1, 0, -1)]
+
+
+def shown_ids(ids: list[str], room: int) -> dict[str, str]:
+    """Each id as the id column shows it in `room` cells: whole where it fits, else '…' and the
+    longest end of it that fits and no other id ends with (the token alone, without the '…',
+    where only that fits); the whole id is in the detail line below the table."""
+    shown = {}
+    for run_id in ids:
+        if cell_len(run_id) <= room:
+            shown[run_id] = run_id
+            continue
+        others = [other for other in ids if other != run_id]
+        unique = [t for t in id_tails(run_id) if not any(o == t or o.endswith("-" + t) for o in others)]
+        if not unique:
+            shown[run_id] = run_id
+        elif fitting := [t for t in unique if cell_len(t) + 1 <= room]:
+            shown[run_id] = "…" + fitting[-1]
+        else:
+            shown[run_id] = unique[0]
+    return shown
+
+
+class RunId:
+    """The id column's cell: the run's id (str() and comparisons: what the table holds) drawn
+    as `shown`, the part of it the column has room for."""
+
+    def __init__(self, run_id: str, shown: str | None = None):
+        self.id = run_id
+        self.shown = shown or run_id
+
+    def __str__(self) -> str:
+        return self.id
+
+    def __rich_console__(self, console, options):
+        yield Text(self.shown, no_wrap=True, end="")
+
+    def __rich_measure__(self, console, options) -> Measurement:
+        return Measurement(cell_len(self.shown), cell_len(self.shown))
+
+
 @dataclasses.dataclass
 class RunsLoaded(Message):
     rows: list[tuple[RunDir, RunSummary]]
@@ -121,6 +172,8 @@ curves overlaid, and the settings in which they differ (`cockpit runs compare` h
         # Kept by the screen while it lives: each refresh reads only what runs appended.
         self._digests = RunDigests()
         self._refresh_timer = None
+        self._shown_ids: dict[str, str] = {}   # run id -> what the id column shows of it
+        self._resuming: set[str] = set()       # run ids r is checking before they continue
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -153,10 +206,46 @@ curves overlaid, and the settings in which they differ (`cockpit runs compare` h
                                      {d.run.id: d.averages for d in digests}))
 
     def _cells(self, run: RunDir, s: RunSummary) -> tuple:
-        return (MARK if run.id in self.marked else "", when(s),
-                Text(s.status, style=STATUS_STYLE.get(s.status, "")), s.workload, devices(s),
-                Text(average_rate(self.averages.get(run.id)), justify="right"),
-                Text(duration(s.duration_s), justify="right"), str(len(s.attempts)), run.id)
+        status = "resuming" if run.id in self._resuming else s.status
+        style = RESUMING_STYLE if status == "resuming" else STATUS_STYLE.get(status, "")
+        return (MARK if run.id in self.marked else "", when(s), Text(status, style=style),
+                s.workload, devices(s), Text(average_rate(self.averages.get(run.id)), justify="right"),
+                Text(duration(s.duration_s), justify="right"), str(len(s.attempts)),
+                RunId(run.id, self._shown_ids.get(run.id)))
+
+    def _id_room(self) -> int | None:
+        """Cells the id column has before the table must scroll sideways; None before the table
+        is laid out. Measured from the cells, not the table's columns (it sizes them later)."""
+        table = self.query_one(DataTable)
+        width, height = table.size
+        if not width:
+            return None
+        if len(self.rows) + 1 > height:   # rows and the header: a vertical scrollbar
+            width -= table.styles.scrollbar_size_vertical
+        pad = 2 * table.cell_padding
+        cells = [self._cells(run, s) for run, s in self.rows]
+        used = sum(max([cell_len(name), *(cell_len(str(row[i])) for row in cells)]) + pad
+                   for i, name in enumerate(self.COLUMNS[:-1]))
+        return width - used - pad
+
+    def _fit_ids(self) -> bool:
+        """Choose what the id column shows of each id for the table's width; True if it changed."""
+        room = self._id_room()
+        ids = [run.id for run, _ in self.rows]
+        shown = {i: i for i in ids} if room is None else shown_ids(ids, room)
+        changed, self._shown_ids = shown != self._shown_ids, shown
+        return changed
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._refit_ids)
+
+    def _refit_ids(self) -> None:
+        if self._fit_ids():
+            table = self.query_one(DataTable)
+            for run, _ in self.rows:
+                if run.id in table.rows:
+                    table.update_cell(run.id, "id", RunId(run.id, self._shown_ids.get(run.id)),
+                                      update_width=True)
 
     def on_runs_loaded(self, message: RunsLoaded) -> None:
         table = self.query_one(DataTable)
@@ -166,14 +255,18 @@ curves overlaid, and the settings in which they differ (`cockpit runs compare` h
         self.rows, self.averages = message.rows, message.averages
         self.marked &= {r.id for r, _ in self.rows}
         self._show_marks()
+        self._fit_ids()
         if same_runs and table.row_count == len(self.rows):
             # Cell by cell: the cursor and the scroll stay where the user left them.
             for run, s in self.rows:
                 for name, value in zip(self.COLUMNS, self._cells(run, s)):
-                    if str(table.get_cell(run.id, name)) != str(value):
-                        table.update_cell(run.id, name, value)
+                    old = table.get_cell(run.id, name)
+                    if str(old) != str(value) or getattr(old, "shown", None) != getattr(value, "shown", None):
+                        table.update_cell(run.id, name, value, update_width=name == "id")
         else:
             table.clear()
+            for column in table.columns.values():   # sized anew by the rows (clear keeps widths)
+                column.content_width = cell_len(str(column.label))
             for run, s in self.rows:
                 table.add_row(*self._cells(run, s), key=run.id)
         if self.rows:
@@ -214,6 +307,8 @@ curves overlaid, and the settings in which they differ (`cockpit runs compare` h
                  + "".join(f"  {part} avg" for part in speed)
                  + (f"  {rate(a.gflop_s)} GFLOP/s" if a is not None and a.gflop_s else "")
                  + (f"  {count(a.steps_lost, 'step')} lost" if a is not None and a.steps_lost else "")]
+        if run.id in self._resuming:
+            lines.append("resuming: checking it can continue from its newest checkpoint")
         if crash:
             lines.append(f"attempt {crash.attempt}: {crash.crash}")
         if s.error:
@@ -268,20 +363,42 @@ curves overlaid, and the settings in which they differ (`cockpit runs compare` h
             self.notify(f"{run.id} is not running", severity="warning")
 
     def action_resume(self) -> None:
-        run = self._selected()
-        if run is not None:
-            self.resume(run)
+        row = self.query_one(DataTable).cursor_row
+        if not 0 <= row < len(self.rows) or self.rows[row][0].id in self._resuming:
+            return
+        run, s = self.rows[row]
+        if s.status in resumption.RESUMABLE:   # (a finished one is told why not, at once)
+            self._set_resuming(run, True)
+        self.resume(run)
 
     @work(thread=True, exclusive=True, group="runs-resume", exit_on_error=False)
     def resume(self, run: RunDir) -> None:
         """Continue the run on the preset its last attempt ran on (what `cockpit runs resume`
-        does without -d), then watch it. Checking it may load torch: off the UI thread."""
+        does without -d), then watch it. Checking it may load torch: off the UI thread, its row
+        saying 'resuming' meanwhile."""
         try:
             resumption.prepare(run)
-        except ConfigError as e:
+        except BaseException as e:
+            self.app.call_from_thread(self._set_resuming, run, False)
+            if not isinstance(e, ConfigError):
+                raise
             self.app.call_from_thread(self.notify, e.line(), severity="warning")
             return
         self.app.call_from_thread(self.app.open_run, run, start=True)
+        self.app.call_from_thread(self._set_resuming, run, False)
+
+    def _set_resuming(self, run: RunDir, resuming: bool) -> None:
+        if resuming:
+            self._resuming.add(run.id)
+        else:
+            self._resuming.discard(run.id)
+        for row, (r, s) in enumerate(self.rows):
+            if r.id == run.id:
+                status = self._cells(r, s)[self.COLUMNS.index("status")]
+                self.query_one(DataTable).update_cell(run.id, "status", status)
+                if row == self.query_one(DataTable).cursor_row:
+                    self._show_detail(row)
+                    self.refresh_bindings()
 
     def action_refresh(self) -> None:
         self.load()

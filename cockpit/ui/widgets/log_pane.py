@@ -10,6 +10,8 @@ starts, and `_line_row` where each line starts.
 from __future__ import annotations
 
 import re
+import textwrap
+from bisect import bisect_left
 from typing import Callable
 
 from rich.style import Style
@@ -23,6 +25,7 @@ MAX_LINES = 200_000           # kept in memory; older ones are dropped from the 
 MATCH = Style(color="black", bgcolor="yellow")
 CURRENT_MATCH = Style(color="black", bgcolor="bright_green", bold=True)
 MARKED = Style(reverse=True)     # the line a jump landed on (a traceback, a crash event)
+EMPTY = Style(dim=True)          # what an empty pane says instead
 
 
 class LogPane(ScrollView, can_focus=False):
@@ -46,6 +49,8 @@ class LogPane(ScrollView, can_focus=False):
         self.query = ""
         self._pattern: re.Pattern | None = None
         self.match: int | None = None      # the line of the current match
+        self._found: list[int] = []        # the lines (of `lines`, not the partial) that match
+        self.empty_text = ""               # said, dim, while the pane has no line
         self.marked: int | None = None     # the line the last jump landed on
         self._width = 0                    # of the longest line (unwrapped, the virtual width)
         self._wrap_width = 0               # the width rows were wrapped to
@@ -60,6 +65,7 @@ class LogPane(ScrollView, can_focus=False):
     def replace(self, lines: list[str], partial: str = "") -> None:
         """New content (another attempt's log, or one started over), followed from its end."""
         self.lines, self.partial, self.match, self.marked = [], "", None, None
+        self._found = []
         self._drawn.clear()
         self.following = True
         self._width = 0
@@ -71,6 +77,8 @@ class LogPane(ScrollView, can_focus=False):
         if lines:
             self.lines.extend(lines)
             self._width = max(self._width, max(map(len, lines)))
+            if self._pattern is not None:
+                self._found += [old + i for i, line in enumerate(lines) if self._pattern.search(line)]
         if partial is not None:
             self.partial = partial
         if len(self.lines) > MAX_LINES * 11 // 10:
@@ -90,6 +98,7 @@ class LogPane(ScrollView, can_focus=False):
         self._drawn.clear()
         shift = lambda i: i - dropped if i is not None and i >= dropped else None  # noqa: E731
         self.match, self.marked = shift(self.match), shift(self.marked)
+        self._found = [i - dropped for i in self._found if i >= dropped]
         self._rewrap_from(0)
         if not self.following:  # keep the same lines in view
             self._scroll_top(self.row_of(max(0, top - dropped)))
@@ -100,6 +109,12 @@ class LogPane(ScrollView, can_focus=False):
 
     def line(self, index: int) -> str:
         return self.lines[index] if index < len(self.lines) else self.partial
+
+    def say_when_empty(self, text: str) -> None:
+        """What the pane says (dim, wrapped) while it has no line: why it is empty."""
+        if text != self.empty_text:
+            self.empty_text = text
+            self.refresh()
 
     # ------------------------------------------------------------ rows
 
@@ -209,6 +224,8 @@ class LogPane(ScrollView, can_focus=False):
         if query != self.query:
             self.query, self.match = query, None
             self._pattern = re.compile(re.escape(query), re.IGNORECASE) if query else None
+            pattern = self._pattern
+            self._found = [i for i, line in enumerate(self.lines) if pattern.search(line)] if pattern else []
         if self._pattern is None or not self.line_count:
             return None
         n = self.line_count
@@ -225,6 +242,20 @@ class LogPane(ScrollView, can_focus=False):
         self.refresh()
         return None
 
+    def match_count(self) -> int:
+        """How many lines hold the query (the unfinished last one included)."""
+        if self._pattern is None:
+            return 0
+        return len(self._found) + (1 if self.partial and self._pattern.search(self.partial) else 0)
+
+    def match_number(self) -> int | None:
+        """The current match's place among them, from 1 at the top; None without one."""
+        if self.match is None:
+            return None
+        if self.match >= len(self.lines):   # the unfinished last line
+            return len(self._found) + 1
+        return bisect_left(self._found, self.match) + 1
+
     # ------------------------------------------------------------ rendering
 
     def render_line(self, y: int) -> Strip:
@@ -232,6 +263,12 @@ class LogPane(ScrollView, can_focus=False):
         row = scroll_y + y
         width = self.size.width
         base = self.rich_style
+        if not self.line_count and self.empty_text:
+            said = textwrap.wrap(self.empty_text, max(10, width - 1))
+            if 0 <= y < len(said):
+                text = Text(said[y], style=EMPTY, no_wrap=True)
+                return Strip(text.render(self.app.console), text.cell_len).apply_style(base) \
+                    .crop_extend(0, width, base)
         if row >= self.row_count:
             return Strip.blank(width, base)
         index, start, end = row, 0, -1
