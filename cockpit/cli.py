@@ -113,13 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
                                 ("follow", runs_cmd.follow, "print a run's events until it ends"),
                                 ("stop", runs_cmd.stop, "stop a running run gracefully")):
         q = rsub.add_parser(name, help=text)
-        q.add_argument("run", help="run id, a unique prefix of one, a path, or 'last'")
+        q.add_argument("run", help="run id, a unique prefix or end of one, a path, or 'last'")
         if name != "stop":
             q.add_argument("--json", action="store_true")
         q.set_defaults(handler=handler)
     q = rsub.add_parser("resume", help="continue a stopped, failed or interrupted run from its "
                                        "newest checkpoint")
-    q.add_argument("run", help="run id, a unique prefix of one, a path, or 'last'")
+    q.add_argument("run", help="run id, a unique prefix or end of one, a path, or 'last'")
     q.add_argument("--device", "-d", metavar="PRESET",
                    help="continue on this device preset (default: the one the last attempt ran on)")
     q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

@@ -29,6 +29,8 @@ FIXTURES = ROOT / "tests" / "fixtures" / "runs"
 PROBES = ROOT / "tests" / "fixtures" / "probes"
 OUT = ROOT / "screenshots"
 SIZE = (80, 24)
+FINISHED, CRASHED = "20261123-111646-matmul-cpu-61e9", "20261123-111111-matmul-auto-2bcd"
+LIVE, CRASHED_LIVE = "20261123-111800-matmul-cpu-7a3f", "20261123-111500-matmul-auto-c41d"  # cut copies
 
 
 def prepare(home: Path) -> None:
@@ -39,18 +41,20 @@ def prepare(home: Path) -> None:
     time.tzset()
     runs = home / "runs"
     runs.mkdir(parents=True, exist_ok=True)
-    for name in ("finished", "crash-fallback"):
-        dest = runs / f"20261123-1110{'49' if name == 'finished' else '11'}-{name}"
+    # Named as RunDir.create names them (their recorded ids), so the runs screen shows what a
+    # user's runs look like: start time, workload, device preset, a random token.
+    for name, run_id in (("finished", FINISHED), ("crash-fallback", CRASHED)):
+        dest = runs / run_id
         if not dest.exists():
             shutil.copytree(FIXTURES / name, dest)
-    live = runs / "20261123-111500-live"
+    live = runs / LIVE
     if not live.exists():
         shutil.copytree(FIXTURES / "finished", live)
         lines = (live / "events.jsonl").read_text().splitlines(keepends=True)
         steps = [i for i, line in enumerate(lines) if '"type":"step"' in line]
         (live / "events.jsonl").write_text("".join(lines[: steps[len(steps) // 2] + 1]))
     # A run just after its crash: the crash-fallback run cut at attempt 2's first step, live.
-    crashed = runs / "20261123-111300-crashed-live"
+    crashed = runs / CRASHED_LIVE
     if not crashed.exists():
         shutil.copytree(FIXTURES / "crash-fallback", crashed)
         lines = (crashed / "events.jsonl").read_text().splitlines(keepends=True)
@@ -112,7 +116,7 @@ async def compare(app, pilot) -> None:
     runs = app.screen
     while len(runs.rows) < 3:
         await pilot.pause(0.05)
-    for run_id in ("20261123-111049-finished", "20261123-111011-crash-fallback"):
+    for run_id in (FINISHED, CRASHED):
         runs.query_one("#runs").move_cursor(row=[r.id for r, _ in runs.rows].index(run_id))
         await pilot.press("space")
     await pilot.press("c")
@@ -123,7 +127,7 @@ async def compare(app, pilot) -> None:
 
 async def log(app, pilot) -> None:
     """The crash-fallback run's log view (l from its dashboard), at its crash event (x)."""
-    await open_run(app, pilot, "20261123-111011-crash-fallback")
+    await open_run(app, pilot, CRASHED)
     await pilot.press("l")
     events = app.screen.query_one("#events")
     while not any("run finished" in line for line in events.lines):
@@ -145,10 +149,10 @@ async def probe(app, pilot) -> None:
 SCREENS: dict[str, Callable[..., Awaitable[None]]] = {
     "launch": launch,
     "editor-error": editor_error,
-    "live-run": lambda app, pilot: open_run(app, pilot, "20261123-111500-live"),
-    "crash-fallback": lambda app, pilot: open_run(app, pilot, "20261123-111011-crash-fallback"),
-    "crash-live": lambda app, pilot: open_run(app, pilot, "20261123-111300-crashed-live"),
-    "finished": lambda app, pilot: open_run(app, pilot, "20261123-111049-finished"),
+    "live-run": lambda app, pilot: open_run(app, pilot, LIVE),
+    "crash-fallback": lambda app, pilot: open_run(app, pilot, CRASHED),
+    "crash-live": lambda app, pilot: open_run(app, pilot, CRASHED_LIVE),
+    "finished": lambda app, pilot: open_run(app, pilot, FINISHED),
     "runs": runs,
     "compare": compare,
     "log": log,

@@ -281,8 +281,8 @@ def test_a_run_argument_that_is_no_run_says_what_it_is(home, capsys, command, wh
                "run.toml)" in line
     else:
         assert words in line
-    assert "expected a run id or a unique prefix of one (cockpit runs list), 'last', or a run " \
-           "directory" in line
+    assert "expected a run id, a unique prefix or end of one (cockpit runs list), 'last', or a " \
+           "run directory" in line
 
 
 @pytest.mark.parametrize("override, words", [

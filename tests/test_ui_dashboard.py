@@ -685,3 +685,30 @@ def test_a_dashboard_shown_again_after_its_run_went_on_shows_it_as_it_is_now(hom
             assert on_screen(app, "finished") and not on_screen(app, "stopped")
 
     run(drive())
+
+
+def test_a_resumed_run_shows_where_it_stands_while_its_supervisor_starts(home, monkeypatch):
+    """Not 'created, step 0/?' for the second its supervisor takes to start: the run's step and
+    attempts at once, as 'resuming'."""
+    path = copy_run(home, "finished")
+    events = _events(path)
+    middle = [i for i, e in enumerate(events) if e["type"] == "step"][10]
+    stopped = {**events[-1], "status": "stopped"}
+    _write(path, events[: middle + 1] + [stopped])
+    starting = threading.Event()
+    monkeypatch.setattr("cockpit.ui.follow.detached.start_detached", lambda run: starting.wait(60))
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            dash = app.open_run(RunDir(path), start=True)
+            try:
+                await wait_for(pilot, lambda: dash.model.step == events[middle]["step"], what="the run as it stands")
+                await pilot.pause(0.3)
+                assert dash.model.status == "resuming"
+                assert on_screen(app, "resuming") and on_screen(app, f"step {events[middle]['step']}/")
+                assert not on_screen(app, "created")
+            finally:
+                starting.set()
+
+    run(drive())

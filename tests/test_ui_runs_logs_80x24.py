@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 import threading
 
+import pytest
 from textual.widgets import DataTable
 
 from cockpit.app import make_app
 from cockpit.ui.logs import LogScreen
 from cockpit.ui.runs import RunsScreen, shown_ids
 from cockpit.ui.widgets.log_pane import LogPane
-from engine.record.rundir import RunDir
+from engine.errors import ConfigError
+from engine.record.rundir import RunDir, find_run
 from engine.run import resume
 from ui_support import copy_run, run, wait_for
 
@@ -260,3 +262,18 @@ def test_n_and_n_say_the_only_match_and_going_round(home):
                            what="no match")
 
     run(drive())
+
+
+def test_what_the_id_column_shows_is_what_the_commands_take(home):
+    """The end shown at 80 columns finds its run (cockpit runs show 9f3e), as a prefix does."""
+    for run_id in IDS:
+        copy_run(home, "finished", run_id)
+    shown = shown_ids(IDS, 12)
+    for run_id in IDS:
+        assert find_run(shown[run_id]).id == run_id
+        assert find_run(run_id.rsplit("-", 1)[1]).id == run_id   # the token alone
+    assert find_run("20261124").id == IDS[0]                       # a prefix still first
+    with pytest.raises(ConfigError, match="matches several runs"):
+        find_run("20261123")
+    with pytest.raises(ConfigError, match="not found"):
+        find_run("matmul")   # the middle of an id is neither its start nor its end

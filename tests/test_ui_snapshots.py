@@ -19,7 +19,7 @@ spec.loader.exec_module(make)
 
 # Not 'runs' (a live run's duration there is counted to now) nor 'launch' and 'editor-error'
 # (they list every shipped preset and field, which other work adds to).
-@pytest.mark.parametrize("name", ["crash-fallback", "finished", "live-run", "probe", "compare", "log",
+@pytest.mark.parametrize("name", ["crash-fallback", "crash-live", "finished", "live-run", "probe", "compare", "log",
                                   "live-run-160x48", "log-160x48"])
 def test_screen_matches_its_screenshot(name, home, monkeypatch, tmp_path):
     monkeypatch.setenv("TZ", "UTC")

@@ -20,7 +20,7 @@ TAIL = 40
 
 def add_parser(runs_sub) -> None:
     q = runs_sub.add_parser("log", help="an attempt's own output: its last lines, followed, or its traceback")
-    q.add_argument("run", help="run id, a unique prefix of one, a path, or 'last'")
+    q.add_argument("run", help="run id, a unique prefix or end of one, a path, or 'last'")
     q.add_argument("--attempt", "-a", type=int, metavar="N", help="this attempt (default: the newest)")
     q.add_argument("--lines", "-n", type=int, default=TAIL, metavar="N",
                    help=f"how many of the last lines to print (default {TAIL}; 0: all of the last 4 MB)")

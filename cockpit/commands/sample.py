@@ -50,7 +50,7 @@ def _seed(text: str) -> int:
 
 def add_parser(sub) -> None:
     q = sub.add_parser("sample", help="continue a prompt with a text run's latest checkpoint")
-    q.add_argument("run", help="run id, a unique prefix of one, a path, or 'last'")
+    q.add_argument("run", help="run id, a unique prefix or end of one, a path, or 'last'")
     q.add_argument("--prompt", required=True, help="the text to continue")
     q.add_argument("--tokens", type=_tokens, default=200, metavar="N",
                    help="bytes to write (default 200)")

@@ -11,7 +11,7 @@ SETTLE_WINDOWS = 5   # an attempt's first step windows measure warm-up: its ETA 
 
 # A run's status (engine.record.rundir.RunSummary's), in colour: the runs table, the comparison
 # and the dashboard's title (which shows every status bold).
-STATUS_STYLE = {"running": "bold cyan", "finished": "green", "stopped": "yellow",
+STATUS_STYLE = {"running": "bold cyan", "resuming": "bold cyan", "finished": "green", "stopped": "yellow",
                 "failed": "bold red", "lost": "red", "interrupted": "yellow", "created": "dim", "broken": "bold red"}
 
 

@@ -217,6 +217,9 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         if message.events and self._unpainted_t is None:
             self._unpainted_t = message.events[0].get("t")
         changed = self.model.fold(message.events)
+        if message.starting and self.model.finished:
+            # its supervisor is starting: the run's end so far is not where it stands
+            self.model.status, self.model.ended_t = "resuming", None
         for alert in self._alerts.see(message.events):
             self._alerts.ring(self.app, alert)
         if self.model.set_live(message.live):

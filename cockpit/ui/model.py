@@ -283,7 +283,7 @@ def warning_text(e: dict) -> str:
 
 
 def _run_started(m: RunModel, e: dict) -> Change:
-    m.run_id = e.get("run", m.run_id)
+    m.run_id = m.run_id or e.get("run", "")   # the directory's name wins: a moved run's id
     m.workload, m.device_preset = e.get("workload", m.workload), e.get("device_preset", m.device_preset)
     m.started_t, m.status = e.get("t"), "running"
     m._say(e, human_line(e))

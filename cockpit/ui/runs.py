@@ -37,7 +37,6 @@ from engine.record.stats import Averages
 
 REFRESH_S = 3.0
 MARK = "●"
-RESUMING_STYLE = STATUS_STYLE["running"]   # r pressed: the run is checked before it continues
 
 
 # Digests of the runs with a live supervisor, kept between calls of live_runs().
@@ -207,7 +206,7 @@ curves overlaid, and the settings in which they differ (`cockpit runs compare` h
 
     def _cells(self, run: RunDir, s: RunSummary) -> tuple:
         status = "resuming" if run.id in self._resuming else s.status
-        style = RESUMING_STYLE if status == "resuming" else STATUS_STYLE.get(status, "")
+        style = STATUS_STYLE.get(status, "")
         return (MARK if run.id in self.marked else "", when(s), Text(status, style=style),
                 s.workload, devices(s), Text(average_rate(self.averages.get(run.id)), justify="right"),
                 Text(duration(s.duration_s), justify="right"), str(len(s.attempts)),

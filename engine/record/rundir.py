@@ -160,11 +160,13 @@ def interrupted_next(event: dict) -> str:
 
 
 def find_run(ref: str, root: Path | None = None) -> RunDir:
-    """A run by id, unique id prefix, path, or 'last'. A path (anything with a '/', or a
+    """A run by id, unique id prefix, unique end (its token, 'auto-2bcd': what the runs screen
+    shows of an id at 80 columns), path, or 'last'. A path (anything with a '/', or a
     directory that is no run's id) is taken as it is, and one that is not a run's directory is
     said to be so: never "not found" for a directory that is there."""
     root = Path(root) if root else paths.runs_dir()
-    expected = "expected a run id or a unique prefix of one (cockpit runs list), 'last', or a run directory"
+    expected = ("expected a run id, a unique prefix or end of one (cockpit runs list), 'last', "
+                "or a run directory")
     if not ref:  # Path('') is '.', a directory
         raise ConfigError("run", None, f"got '', {expected}")
     if ref != "last" and Path(ref).is_dir() and (Path(ref) / "run.toml").exists():
@@ -174,7 +176,8 @@ def find_run(ref: str, root: Path | None = None) -> RunDir:
         if not runs:
             raise ConfigError("run", "last", f"no runs in {root}")
         return runs[0]
-    matches = [r for r in runs if r.id.startswith(ref)]
+    matches = [r for r in runs if r.id.startswith(ref)] or \
+        [r for r in runs if r.id.endswith("-" + ref.lstrip("…-"))]
     if len(matches) == 1:
         return matches[0]
     if matches:

@@ -40,11 +40,11 @@ def at_work(run: RunDir) -> bool:
     return run.supervisor_pid() is not None or resume.at_work(run)
 
 
-def follow(run: RunDir, poll_s: float = POLL_S) -> Iterator[Batch]:
+def follow(run: RunDir, poll_s: float = POLL_S, follower: EventFollower | None = None) -> Iterator[Batch]:
     """A batch every `poll_s` (so a consumer can stop between them), from the run's first event
-    to its end; the batch that ends it is the last. Polling is the coalescing: however fast
-    events are written, at most one batch a poll."""
-    follower, end = EventFollower(run.events_path), None
+    (or where `follower` has read to) to its end; the batch that ends it is the last. Polling is
+    the coalescing: however fast events are written, at most one batch a poll."""
+    follower, end = follower or EventFollower(run.events_path), None
     while True:
         # first: what was written before this is all read below. The supervisor's pid is read
         # once a poll (a file and a process lookup), for both questions.
