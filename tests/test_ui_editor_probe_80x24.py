@@ -16,7 +16,8 @@ from textual.widgets import DataTable
 from textual.widgets.input import Selection
 
 from cockpit.app import make_app
-from cockpit.ui.editor import EditorScreen, FieldInput
+from cockpit.ui.editor import EditorScreen
+from cockpit.ui.widgets.fields import FieldInput
 from cockpit.ui.probe_screen import STATUS_WIDTH, STATUS_WORD, ProbeProgress, ProbeScreen
 from cockpit.ui.widgets.plots import PlotCard, TimeTicks, place_labels
 from conftest import FIXTURES
