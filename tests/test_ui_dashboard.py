@@ -263,6 +263,12 @@ def test_memory_and_hardware_share_a_slot_when_narrow(home):
 # ------------------------------------------------------------ issue 16 item 5: attempts panel
 
 
+def _rows_of(app, widget) -> list[str]:
+    """The widget's rows as drawn on the terminal, its border included."""
+    return [line[widget.region.x:widget.region.right]
+            for line in screen_lines(app)[widget.region.y:widget.region.bottom]]
+
+
 def _live_after_fallback(home):
     """The crash-fallback run cut after attempt 2's first step, with a live supervisor."""
     path = copy_run(home, "crash-fallback")
@@ -282,8 +288,7 @@ def test_after_a_fallback_the_crash_stays_in_view_at_80x24(home):
             dash = await _open(pilot, app, path, live=True)
             await pilot.pause(0.3)
             panel = dash.query_one(AttemptsPanel)
-            rows = [line[panel.region.x:panel.region.right] for line in
-                    screen_lines(app)[panel.region.y:panel.region.bottom]]
+            rows = _rows_of(app, panel)
             visible = "\n".join(rows)
             # in view together: the crash's sentence, what the fallback did, the attempt running
             assert "#1 auto on cpu: The trainer died from SIGABRT" in visible
@@ -324,8 +329,7 @@ def test_a_retry_says_what_it_changed_and_the_title_fits_at_80x24(home):
             dash = await _open(pilot, app, path, live=True)
             await pilot.pause(0.3)
             panel = dash.query_one(AttemptsPanel)
-            rows = [line[panel.region.x:panel.region.right] for line in
-                    screen_lines(app)[panel.region.y:panel.region.bottom]]
+            rows = _rows_of(app, panel)
             visible = "\n".join(rows)
             assert "235 steps trained again" in rows[0] and "…" not in rows[0]
             assert "→ retried on auto with batch_size 32→16" in visible

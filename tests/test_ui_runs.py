@@ -17,17 +17,9 @@ from cockpit.ui.runs import MARK, RunsScreen, live_runs
 from engine.numbers import rate
 from engine.record.rundir import RunDir
 from engine.record.stats import averages
-from ui_support import copy_run, fake_live, run, wait_for
+from ui_support import copy_run, fake_live, open_runs, run, wait_for
 
 SIZES = [(80, 24), (200, 50)]
-
-
-async def _open_runs(app, pilot, count: int) -> RunsScreen:
-    await pilot.press("o")
-    screen = app.screen
-    assert isinstance(screen, RunsScreen)
-    await wait_for(pilot, lambda: len(screen.rows) == count, what=f"{count} runs to load")
-    return screen
 
 
 def _row(screen: RunsScreen, run_id: str) -> dict[str, str]:
@@ -50,7 +42,7 @@ def test_the_table_shows_the_run_id_and_its_average_throughput(home, size):
     async def drive():
         app = make_app(attach=False)
         async with app.run_test(size=size) as pilot:
-            screen = await _open_runs(app, pilot, 1)
+            screen = await open_runs(app, pilot, 1)
             row = _row(screen, "20261123-000001-finished")
             assert row["id"] == "20261123-000001-finished"
             assert row["samples/s"] == rate(average)
@@ -66,7 +58,7 @@ def test_the_screen_refreshes_by_itself(home, monkeypatch):
     async def drive():
         app = make_app(attach=False)
         async with app.run_test(size=(80, 24)) as pilot:
-            screen = await _open_runs(app, pilot, 1)
+            screen = await open_runs(app, pilot, 1)
             digest = screen._digests.refresh()[0]
             copy_run(home, "crash-fallback", "20261123-000002-crash")
             await wait_for(pilot, lambda: len(screen.rows) == 2, what="the new run to appear")
@@ -89,7 +81,7 @@ def test_stop_is_offered_on_a_running_run_only(home, size):
         async def drive():
             app = make_app(attach=False)
             async with app.run_test(size=size) as pilot:
-                screen = await _open_runs(app, pilot, 2)
+                screen = await open_runs(app, pilot, 2)
                 assert _row(screen, "20261123-000002-live")["status"] == "running"
                 await pilot.pause()
                 actions = _footer_actions(screen)
@@ -114,7 +106,7 @@ def test_space_marks_and_unmarks_runs(home):
     async def drive():
         app = make_app(attach=False)
         async with app.run_test(size=(80, 24)) as pilot:
-            screen = await _open_runs(app, pilot, 2)
+            screen = await open_runs(app, pilot, 2)
             await pilot.press("space")
             assert screen.sub_title == "1 marked: mark another to compare"
             await pilot.press("down", "space")
@@ -142,7 +134,7 @@ def test_l_opens_the_log_view_of_the_highlighted_run(home, size):
     async def drive():
         app = make_app(attach=False)
         async with app.run_test(size=size) as pilot:
-            runs = await _open_runs(app, pilot, 2)
+            runs = await open_runs(app, pilot, 2)
             await pilot.press("down", "l")
             await wait_for(pilot, lambda: isinstance(app.screen, LogScreen), what="the log view")
             assert app.screen.run.id == "20261123-000001-finished"

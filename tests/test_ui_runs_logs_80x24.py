@@ -18,21 +18,13 @@ from cockpit.ui.widgets.log_pane import LogPane
 from engine.errors import ConfigError
 from engine.record.rundir import RunDir, find_run
 from engine.run import resume
-from ui_support import copy_run, run, wait_for
+from ui_support import copy_run, open_runs, run, wait_for
 
 SMALL, LARGE = (80, 24), (200, 50)
 
 # as RunDir.create makes them: start time, workload, device preset, a random token
 IDS = ["20261124-093000-trm-tiny-auto-a1b2", "20261123-111512-matmul-cpu-9f3e",
        "20261123-111049-matmul-cpu-2bcd"]
-
-
-async def _open_runs(app, pilot, count: int) -> RunsScreen:
-    await pilot.press("o")
-    screen = app.screen
-    assert isinstance(screen, RunsScreen)
-    await wait_for(pilot, lambda: len(screen.rows) == count, what=f"{count} runs to load")
-    return screen
 
 
 def _table_rows(screen: RunsScreen) -> list[str]:
@@ -55,7 +47,7 @@ def test_the_id_column_tells_runs_apart_at_80_columns(home):
     async def drive():
         app = make_app(attach=False)
         async with app.run_test(size=SMALL) as pilot:
-            screen = await _open_runs(app, pilot, len(IDS))
+            screen = await open_runs(app, pilot, len(IDS))
             ordered = [r.id for r, _ in screen.rows]
             # each row shows an end of its own id, the random token at least, none the same
             await wait_for(pilot, lambda: all(
@@ -129,7 +121,7 @@ def test_r_says_resuming_at_once_while_the_run_is_checked(home, monkeypatch):
             opened = []
             app.open_run = lambda run, start=False: opened.append((run.id, start))
             async with app.run_test(size=SMALL) as pilot:
-                screen = await _open_runs(app, pilot, 1)
+                screen = await open_runs(app, pilot, 1)
                 table = screen.query_one("#runs", DataTable)
                 assert str(table.get_cell(path.name, "status")) == "stopped"
                 await pilot.press("r")

@@ -56,6 +56,18 @@ def _pick(lst, name: str) -> None:
     lst.highlighted = [o.id for o in lst._options].index(name)
 
 
+def _runs_opened(app) -> list:
+    """The runs the app is asked to open, each shown as a blank screen: no training here."""
+    opened = []
+
+    def open_run(run_dir, start=False):
+        opened.append(run_dir)
+        app.push_screen(Screen())
+
+    app.open_run = open_run
+    return opened
+
+
 def _cached_probe(home) -> dict:
     recorded = FIXTURES / "probes" / "h100-trm-tiny.json"   # measured at batch 32 x 4
     (home / "cache" / "probes").mkdir(parents=True)
@@ -191,13 +203,7 @@ def test_enter_on_the_lists_goes_on_to_the_next_and_then_runs(home):
     """Enter, enter, enter: the workload, the device preset, the overrides field, where enter runs."""
     async def drive():
         app = make_app(attach=False)
-        opened = []
-
-        def open_run(run_dir, start=False):   # a stand-in for the dashboard: no training here
-            opened.append(run_dir)
-            app.push_screen(Screen())
-
-        app.open_run = open_run
+        opened = _runs_opened(app)
         async with app.run_test(size=(80, 24)) as pilot:
             launch = app.screen
             workloads, devices = launch.query_one("#workloads"), launch.query_one("#devices")
@@ -424,13 +430,7 @@ def test_a_fault_typed_as_a_person_types_it_is_rehearsed_once(home, typed):
     rest of what was typed (train.epochs=1) but not the fault, which would fire again."""
     async def drive():
         app = make_app(attach=False)
-        opened = []
-
-        def open_run(run_dir, start=False):   # a stand-in for the dashboard: no training here
-            opened.append(run_dir)
-            app.push_screen(Screen())
-
-        app.open_run = open_run
+        opened = _runs_opened(app)
         async with app.run_test(size=(80, 24)) as pilot:
             launch = app.screen
             _pick(launch.query_one("#workloads"), "matmul")

@@ -50,3 +50,14 @@ def _holds(condition) -> bool:
 
 def run(coro):
     return asyncio.run(coro)
+
+
+async def open_runs(app, pilot, count: int):
+    """The runs screen (o), once it lists `count` runs."""
+    from cockpit.ui.runs import RunsScreen
+
+    await pilot.press("o")
+    screen = app.screen
+    assert isinstance(screen, RunsScreen)
+    await wait_for(pilot, lambda: len(screen.rows) == count, what=f"{count} runs to load")
+    return screen
