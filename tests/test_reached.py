@@ -13,7 +13,7 @@ import textwrap
 from conftest import TINY, child_env, cockpit_cmd, user_preset
 from engine import runconfig
 from engine.record import reached, stats
-from engine.record.rundir import RunDir, list_runs
+from engine.record.rundir import RunDir, list_runs, summarize
 from engine.run.supervisor import Supervisor
 
 
@@ -53,6 +53,7 @@ def test_a_trainer_crash_between_reports_is_told_at_the_step_it_reached(home):
     assert crash["evidence"]["last_step"] == first_end["last_step"] == 6
     assert "after step 6 " in crash["sentence"]
     assert first_end["samples_seen"] == 6 * 8
+    assert summarize(run).attempts[0].last_step == 6   # runs show, the runs screen
     assert stats.fold(events).steps_lost == 2   # steps 5 and 6, trained again from step 4
     (finished,) = [e for e in events if e["type"] == "run_finished"]
     assert finished["summary"]["steps_lost"] == 2

@@ -367,6 +367,7 @@ def _fold(run: RunDir) -> RunSummary:
             summary.attempts[-1].exit = e.get("exit", "")
             if e.get("last_step") is not None:  # where it got to, past its last report
                 summary.attempts[-1].last_step = e["last_step"]
+                summary.step = max(summary.step, e["last_step"])
         elif kind == "run_finished":
             summary.status, summary.ended = e["status"], e["t"]
         elif kind == "run_interrupted":
