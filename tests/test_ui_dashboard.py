@@ -716,3 +716,34 @@ def test_a_resumed_run_shows_where_it_stands_while_its_supervisor_starts(home, m
                 starting.set()
 
     run(drive())
+
+
+def test_a_crash_too_long_for_six_lines_takes_two_from_the_plots_at_80x24(home):
+    """A crash in a first attempt that checkpointed nothing, retried with a smaller batch: told
+    compactly, longer than the panel's six lines. The panel grows, the plots give way, all
+    stays whole."""
+    path = _live_after_fallback(home)
+    events = _events(path)
+    long = ("The trainer died from SIGABRT after step 199 without a Python traceback: a native "
+            "crash in torch or a native library it loaded.")
+    for e in events:
+        if e["type"] in ("crash", "fallback"):
+            e["sentence"] = long
+        if e["type"] == "fallback":   # a retry that halved the batch, from the start
+            e.update(resume=None, to="auto", to_preset="auto", changed={"batch_size": [32, 16]})
+        elif e["type"] == "attempt_started" and e["attempt"] == 2:
+            e["preset"] = "auto"
+    _write(path, events)
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            dash = await _open(pilot, app, path, live=True)
+            await pilot.pause(0.3)
+            visible = "\n".join(_rows_of(app, dash.query_one(AttemptsPanel)))
+            assert "loaded." in visible and "→ retried on auto with batch_size 32→16," in visible
+            assert "#2 auto on cpu" in visible and "running" in visible
+            assert dash.has_class("-tall-attempts")
+            _assert_whole(dash)
+
+    run(drive())

@@ -3,7 +3,8 @@ learning rate, memory and hardware, the crash/fallback panel and a log tail, for
 (attached or just started) or a past one (replayed from its events).
 
 Layout by the terminal's size: below SHORT rows the panels keep six lines and the log two, so
-the plots get the rest (six data rows at 80x24); below NARROW columns memory and hardware
+the plots get the rest (six data rows at 80x24), but a crash that needs more lines, told
+compactly, takes two from the plots; below NARROW columns memory and hardware
 share one slot (h switches) and two plots share a row; at 200x50 up to four in a row, all
 panels side by side and a log that takes what is left. m maximises one plot at a time.
 
@@ -48,6 +49,7 @@ from engine.record.rundir import RunDir
 
 FRAME_S = 0.1
 SHORT = 32     # rows below which panels and log shrink so the plots keep their height
+SHORT_PANEL_LINES = 6   # ... to these lines inside their borders
 NARROW = 120   # columns below which memory and hardware share one slot
 BAR_CELLS = 16
 # (hex or basic names: Textual fails to parse Rich's bright_blue or grey35 at every paint)
@@ -110,6 +112,8 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
     #panels AttemptsPanel { width: 2fr; }
     DashboardScreen.-short #panels { height: 8; }
     DashboardScreen.-short #log { height: 3; }
+    DashboardScreen.-short.-tall-attempts #panels { height: 10; }
+    DashboardScreen.-short.-tall-attempts #plots { min-height: 6; }
     DashboardScreen.-narrow #panels HardwarePanel { width: 30; display: none; }
     DashboardScreen.-narrow #panels AttemptsPanel { width: 1fr; }
     DashboardScreen.-narrow.-hardware #panels MemoryPanel { display: none; }
@@ -275,7 +279,12 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         if "hardware" in dirty or "memory" in dirty:
             self.query_one(HardwarePanel).show(m)
         if "attempts" in dirty:
-            self.query_one(AttemptsPanel).show(m)
+            panel = self.query_one(AttemptsPanel)
+            panel.show(m)
+            # Short of rows (80x24), a crash told compactly that still needs more than the
+            # panel's six lines takes two from the plots: the crash, the fallback and the
+            # attempt running stay in view together.
+            self.set_class(panel.has_class("crashed") and panel.lines > SHORT_PANEL_LINES, "-tall-attempts")
         if "log" in dirty:
             self._paint_log()
         self.frames += 1

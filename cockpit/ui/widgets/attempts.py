@@ -109,7 +109,7 @@ def fallback_words(f: dict) -> str:
     else:
         what = f"fell back to {to}"
     resume = f.get("resume")
-    return what + (f" from {resume_text(resume)}" if resume else ", starting over (no checkpoint yet)")
+    return what + (f" from {resume_text(resume)}" if resume else ", starting over")
 
 
 def compact_paragraphs(a: Attempt, newest_crash: bool) -> list[Paragraph]:
@@ -214,6 +214,11 @@ class AttemptsPanel(VerticalScroll, can_focus=True):
         self._shape: tuple | None = None     # what the scroll position was chosen for
         self._lines = 0
         self._text: Text | None = None
+
+    @property
+    def lines(self) -> int:
+        """The lines of what it shows now (the dashboard gives it more rows when it needs them)."""
+        return self._lines
 
     def compose(self):
         yield Static(id="attempts-text")
