@@ -8,7 +8,7 @@ import bisect
 import dataclasses
 
 from cockpit.present import words
-from cockpit.present.words import duration
+from cockpit.present.words import badput_parts, duration
 from engine.errors import ConfigError
 from engine.numbers import count, rate
 from engine.files import read_toml
@@ -138,6 +138,7 @@ def table(runs: list[Compared]) -> list[Row]:
         Row("ran on", each(lambda r: devices(r.summary))),
         Row("steps", each(lambda r: f"{r.summary.step}/{r.summary.total_steps}" if r.summary.step else "no steps")),
         Row("steps lost", each(lambda r: str(r.averages.steps_lost))),
+        Row("goodput", each(lambda r: goodput_cell(r.summary.goodput))),
         Row("steps/s avg", each(lambda r: _rate(r.averages.steps_per_s))),
         Row("training", each(lambda r: duration(r.averages.train_s) if r.averages.train_s else "-")),
         Row("id", each(lambda r: r.run.id)),
@@ -187,7 +188,7 @@ def as_json(runs: list[Compared], with_curves: bool = False) -> list[dict]:
              "total_source": r.averages.total_source,
              "steps_per_s": r.averages.steps_per_s, "gflop_s": r.averages.gflop_s, "duration_s": r.summary.duration_s,
              "train_s": r.averages.train_s, "steps": r.summary.step, "total_steps": r.summary.total_steps,
-             "steps_lost": r.averages.steps_lost, "ran_on": devices(r.summary),
+             "steps_lost": r.averages.steps_lost, "goodput": r.summary.goodput, "ran_on": devices(r.summary),
              "settings": {k: r.settings.get(k) for k in differ},
              **({"curves": _curves_json(r.curves)} if with_curves else {})} for r in runs]
 
@@ -220,3 +221,11 @@ def _rate(value: float | None) -> str:
 
 def _number(value) -> str:
     return f"{value:.4g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
+def goodput_cell(g: dict | None) -> str:
+    """'72% (start-up 14 s)': the run's goodput and where most of the rest went."""
+    if not g or g.get("goodput") is None:
+        return "-"
+    parts = badput_parts(g)
+    return f"{g['goodput']:.0%}" + (f" ({parts[0]})" if parts and not parts[0].startswith("not known") else "")

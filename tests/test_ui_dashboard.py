@@ -22,6 +22,7 @@ from cockpit.ui.widgets.attempts import AttemptsPanel
 from cockpit.ui.widgets.plots import CRASH_STYLE, LogTicks, PlotCard
 from textual.widgets._toast import Toast
 from conftest import TINY
+from engine.record import stats
 from engine.record.events import read_events
 from engine.record.rundir import RunDir, list_runs
 from ui_support import copy_run, fake_live, run, wait_for
@@ -745,5 +746,18 @@ def test_a_crash_too_long_for_six_lines_takes_two_from_the_plots_at_80x24(home):
             assert "#2 auto on cpu" in visible and "running" in visible
             assert dash.has_class("-tall-attempts")
             _assert_whole(dash)
+
+    run(drive())
+
+
+def test_the_progress_line_has_the_runs_goodput_as_a_bar(home):
+    path = copy_run(home, "finished")
+    expected = stats.fold(_events(path)).goodput().fraction
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _open(pilot, app, path)
+            assert on_screen(app, f"goodput ━━━━━━━━━━ {expected:.0%}")
 
     run(drive())

@@ -6,11 +6,12 @@ import argparse
 import os
 import dataclasses
 import json
+import textwrap
 
 from cockpit.commands import train
 from cockpit.commands.train import follow as follow_run
 from cockpit.present import words
-from cockpit.present.words import checkpoint_step, duration, metric_value
+from cockpit.present.words import badput_parts, checkpoint_step, duration, goodput_line, metric_value
 from engine import command, settings
 from engine.errors import ConfigError
 from engine.run import detached, lifeline, resume as resumption
@@ -90,7 +91,21 @@ def show(args: argparse.Namespace) -> int:
     if s.steps_lost:
         print(f"lost      {count(s.steps_lost, 'step')} to crashes "
               "(trained again after a fallback, or past the last checkpoint)")
+    for line in goodput_lines(s):
+        print(line)
     return 0
+
+
+def goodput_lines(s: RunSummary) -> list[str]:
+    """'goodput   72% of 1m10s: 50 s training kept' and where the rest went, wrapped at 80."""
+    if not s.goodput:
+        return []
+    line = goodput_line(s.goodput).removeprefix("goodput ")
+    lines = [f"goodput   {line}"]
+    if (parts := badput_parts(s.goodput)) and s.goodput.get("goodput") is not None:
+        lines += textwrap.wrap("the rest: " + ", ".join(parts), 80, initial_indent=" " * 10,
+                               subsequent_indent=" " * 10)
+    return lines
 
 
 def progress_text(s: RunSummary) -> str:

@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from cockpit.headless import LOG_EVERY_S, HeadlessPrinter
-from cockpit.present.words import duration, metric_value, throughput_parts
+from cockpit.present.words import duration, goodput_text, metric_value, throughput_parts
 from engine import command, presets, runconfig, settings
 from engine.errors import ConfigError
 from engine.run.alerts import Terminal
@@ -129,6 +129,8 @@ def _print_summary(s: RunSummary) -> None:
     line = (f"{s.status}: step {s.step}" + (f"/{s.total_steps}" if s.total_steps else "") + f", {loss}"
             + main + (f", {metrics}" if metrics else "") + f", in {duration(s.duration_s)}"
             + (f", {' and '.join(speed)} on average" if speed and s.train_s else ""))
+    if s.goodput:
+        line += "\n" + goodput_text(s.goodput)
     try:
         print(line, flush=True)
     except OSError:

@@ -147,3 +147,44 @@ def summary_text(summary: dict) -> str:
     if summary.get("steps_lost"):
         text += f", {count(summary['steps_lost'], 'step')} lost to crashes"
     return text
+
+
+# A goodput bucket in words (engine.record.goodput.BUCKETS), as the lines below name them.
+BUCKET_WORDS = {"startup": "start-up", "compile": "compile", "checkpoint_save": "checkpoint saves",
+                "checkpoint_load": "checkpoint loads", "eval": "evaluation", "epoch_prep": "epoch preparation",
+                "lost": "steps trained again", "recovery": "recovery", "stalls": "stalls",
+                "unknown": "between steps (not told apart)", "other": "exits and the rest"}
+
+
+def span(value: float) -> str:
+    """A bucket's time: '0.3 s', '14 s', '3m05s'."""
+    if value < 10:
+        return f"{value:.1f} s"
+    return f"{value:.0f} s" if value < 60 else duration(value)
+
+
+def goodput_line(g: dict) -> str:
+    """'goodput 72% of 1m10s: 50 s training kept (3m10s stopped, not counted)'."""
+    if g.get("goodput") is None:
+        return "goodput -: nothing timed yet"
+    line = f"goodput {g['goodput']:.0%} of {duration(g['wall_s'])}: {span(g['productive_s'])} training kept"
+    if g.get("gaps_s"):
+        line += f" ({duration(g['gaps_s'])} stopped, not counted)"
+    return line
+
+
+def badput_parts(g: dict) -> list[str]:
+    """The badput's buckets, largest first ('start-up 14 s', ...), then those not known."""
+    buckets = g.get("buckets") or {}
+    known = sorted(((v, k) for k, v in buckets.items() if v), reverse=True)
+    parts = [f"{BUCKET_WORDS.get(k, k)} {span(v)}" for v, k in known if v >= 0.05]
+    unknown = [BUCKET_WORDS.get(k, k) for k, v in buckets.items() if v is None]
+    if unknown:
+        parts.append("not known: " + ", ".join(unknown))
+    return parts
+
+
+def goodput_text(g: dict) -> str:
+    """goodput_line and its badput in one line, for a log: '...; the rest: start-up 14 s, ...'."""
+    parts = badput_parts(g)
+    return goodput_line(g) + (f"; the rest: {', '.join(parts)}" if parts and g.get("goodput") is not None else "")

@@ -365,6 +365,8 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         main = m.main
         if main is not None and main[1] is not None:   # a reward, a recall: what the run is judged by
             parts.append(Text(f"{main[0]} {metric_text(main[1])}", style="bold"))
+        if (bar := goodput_bar(m.stats.goodput().as_dict())) is not None:
+            parts.append(bar)
         # the eval's loss first, timings left out (RunModel.metrics is shown_metrics')
         for k, v in [(k, v) for k, v in m.metrics.items() if main is None or k != main[0]][:3]:
             parts.append(Text(f"{k} {metric_text(v)}"))
@@ -505,6 +507,33 @@ def wrap_hanging(line: str, width: int) -> list[str]:
     stamp = len(line) - len(line.lstrip()) + len(line.lstrip().split(" ", 1)[0]) + 1
     indent = " " * (stamp if stamp < width // 2 else 2)
     return textwrap.wrap(line, width, subsequent_indent=indent) or [line[:width]]
+
+
+# A goodput bar's cells, by what the time went to: training kept, steps trained again, a
+# crash's recovery and stalls, and the rest (start-up, checkpoints, evaluation...).
+GOODPUT_CELLS = 10
+GOODPUT_STYLES = (("productive", "green"), ("lost", "red"), ("recovery", "yellow"),
+                  ("stalls", "yellow"), ("overhead", "#4e4e4e"))
+
+
+def goodput_bar(g: dict) -> Text | None:
+    """'goodput ━━━━━━━━━━ 72%': the run's wall time in ten cells, coloured by where it went
+    (engine.record.goodput); None before anything was timed."""
+    if g.get("goodput") is None or not g.get("wall_s"):
+        return None
+    buckets = g.get("buckets") or {}
+    spent = {"productive": g["productive_s"], "lost": buckets.get("lost") or 0.0,
+             "recovery": buckets.get("recovery") or 0.0, "stalls": buckets.get("stalls") or 0.0}
+    spent["overhead"] = max(0.0, g["wall_s"] - sum(spent.values()))
+    bar, edge, cells = Text("goodput "), 0.0, 0
+    for name, style in GOODPUT_STYLES:
+        edge += spent[name] / g["wall_s"] * GOODPUT_CELLS
+        n = min(GOODPUT_CELLS, round(edge)) - cells
+        if n > 0:
+            bar.append("━" * n, style=style)
+            cells += n
+    bar.append(f" {g['goodput']:.0%}", style="bold")
+    return bar
 
 
 def two_lines(parts: list[Text], width: int, sep: str = "  ") -> Text:

@@ -83,7 +83,7 @@ class RunDigest:
 
     def _summarize(self) -> RunSummary:
         """summarize() over the kept events; the whole-run figures it shares with the averages
-        (throughput, time training, steps lost) from the digest's own fold, which saw every
+        (throughput, time training, steps lost) and the goodput from the digest's own fold, which saw every
         step, and the newest event's time from every event, memory samples too."""
         summary = summarize(_SoFar(self.run.path, self._kept))
         if summary.status == "broken":
@@ -95,6 +95,7 @@ class RunDigest:
                 setattr(summary, f.name, getattr(whole, f.name))
         if "last_event" in names:
             summary.last_event = self._stats.last_t
+        summary.goodput = self._stats.goodput().as_dict()   # the kept events time too little
         return summary
 
     def _add(self, e: dict) -> None:

@@ -284,6 +284,7 @@ class StepFields(TypedDict):
     from_step: NotRequired[int]
     tokens_seen: NotRequired[int]
     tokens_per_s: NotRequired[float]
+    compile_s: NotRequired[float]   # the first window's: what compiling its first step cost
     epoch_base: NotRequired[int]    # a command's printed epochs, counted from 0 or 1
 
 

@@ -264,6 +264,7 @@ class RunSummary:
     attempts: list[AttemptSummary] = field(default_factory=list)
     fallbacks: list[dict] = field(default_factory=list)
     steps_lost: int = 0                # steps trained again, or lost past a checkpoint, after crashes
+    goodput: dict | None = None        # where its wall time went (engine.record.goodput, as_dict)
     checkpoints: int = 0               # checkpoint events: 0, and a resume starts over
     # each checkpoint written: {"attempt", "step", "step_source", "path"}; a command's step
     # source says how it is known ("name": its name says; "reached": the step read before it
@@ -379,6 +380,7 @@ def _fold(run: RunDir) -> RunSummary:
     summary.gflop_s, summary.train_s = averages.gflop_s, averages.train_s
     summary.steps_lost, summary.last_event = averages.steps_lost, stats.last_t
     summary.checkpoints = stats.checkpoints
+    summary.goodput = stats.goodput().as_dict()
     named = workload.get("main_metric")
     named = named if isinstance(named, str) else ""
     summary.main_metric = choose_main_metric(reported, named)

@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from engine.record.goodput import Goodput, Timeline
 from engine.vocabulary import CLEAN
 
 
@@ -90,7 +91,7 @@ class RunStats:
 
     __slots__ = ("samples", "samples_s", "steps", "tokens", "tokens_s", "gflop", "gflop_s_time",
                  "train_s", "first_t", "last_t", "final_loss", "final_metrics", "checkpoints",
-                 "attempts", "units", "total_source", "_current")
+                 "attempts", "units", "total_source", "timeline", "_current")
 
     def __init__(self) -> None:
         self.samples = 0.0
@@ -109,9 +110,11 @@ class RunStats:
         self.final_metrics: dict = {}
         self.checkpoints = 0         # checkpoint events: 0, and a resume starts over
         self.attempts: list[AttemptAccount] = []
+        self.timeline = Timeline()   # where the time went (engine.record.goodput)
         self._current: AttemptAccount | None = None
 
     def add(self, e: dict) -> None:
+        self.timeline.add(e)
         t = e.get("t")
         if t is not None:
             if self.first_t is None:
@@ -224,14 +227,22 @@ class RunStats:
         and, for an attempt that crashed with no successor that has said where it resumed
         (the last one, or the next before its first step), the steps past its newest
         checkpoint."""
-        lost = 0
+        return sum(self.lost_by_attempt().values())
+
+    def lost_by_attempt(self) -> dict[int | None, int]:
+        """steps_lost, by the attempt that trained the steps lost."""
+        lost: dict[int | None, int] = {}
         for a, after in zip(self.attempts, self.attempts[1:] + [None]):
             if after is not None and after.start_step is not None:
-                lost += max(0, a.reached - after.start_step)
+                lost[a.attempt] = lost.get(a.attempt, 0) + max(0, a.reached - after.start_step)
             # a clean end (finished, stopped, config) checkpointed its steps or trained none
             elif a.outcome is not None and a.outcome not in CLEAN:
-                lost += max(0, a.reached - a.kept)
+                lost[a.attempt] = lost.get(a.attempt, 0) + max(0, a.reached - a.kept)
         return lost
+
+    def goodput(self) -> Goodput:
+        """Where the run's wall time went (engine.record.goodput)."""
+        return self.timeline.result(self.lost_by_attempt())
 
     def summary(self) -> dict:
         """run_finished's summary: each attempt and how it ended, where the run finished, its
@@ -239,6 +250,7 @@ class RunStats:
         attempts = [a for a in self.attempts if a.attempt is not None]
         last = attempts[-1] if attempts else None
         return {"attempts": [a.summary() for a in attempts], "steps_lost": self.steps_lost,
+                "goodput": self.goodput().as_dict(),
                 "finished_on": last.preset if last and last.outcome == "finished" else None,
                 "final_step": last.last_step if last else None}
 

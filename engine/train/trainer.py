@@ -159,6 +159,8 @@ class Trainer:
         # called with (done, of) after each micro-batch (the probe)
         self.micro_batch_hook: Callable[[int, int], None] | None = None
         self._epoch_cost_s: float | None = None     # the last epoch preparation's (mining)
+        self._first_step_s: float | None = None     # this attempt's first step, timed
+        self._compile_told = not preset.compile     # its compile time said in a step event
         self._new_window()
 
     # ------------------------------------------------------------ the loop
@@ -169,8 +171,12 @@ class Trainer:
         self.faults.before_step(0)
         if self.preset.parity_check:
             self.check_parity()
+        self._window_start = time.monotonic()   # training starts here: start-up ends
         while self.should_continue():
+            started = time.monotonic() if self._first_step_s is None else None
             self.train_step()
+            if started is not None:   # compiling happens in it (host time: the compile's)
+                self._first_step_s = time.monotonic() - started
             self.maybe_report()
             self.maybe_eval()
             self.maybe_checkpoint()
@@ -350,6 +356,12 @@ class Trainer:
             event["gflop_s"] = round(samples_per_s * self.workload.flops_per_sample / 1e9, 2)
             if self.peak is not None:  # model FLOP utilisation of every rank's GPU together
                 event["mfu"] = round(event["gflop_s"] / (self.peak[0] * 1e3 * self.world.size), 4)
+        if not self._compile_told and self._first_step_s is not None:
+            # What compiling cost: the first step's time beyond a step's (the window's others);
+            # the window's rates keep it, the run's goodput moves it to its compile bucket.
+            self._compile_told = True
+            others = (elapsed - self._first_step_s) / (self._window_steps - 1) if self._window_steps > 1 else 0.0
+            event["compile_s"] = round(max(0.0, self._first_step_s - others), 3)
         if elapsed < self.train.report_every_s:
             # Cut short by a checkpoint or the end: a few steps' rate, too noisy to show or to
             # count as a best (the run's averages still count its samples and time).
@@ -449,6 +461,7 @@ class Trainer:
         # restored last, once everything else has loaded, so it never needs putting back).
         fresh = self.optimizer.state_dict(), self.scaler.state_dict(), devices.rng_state(), \
             self.scheduler.state_dict() if self.scheduler is not None else None
+        started = time.monotonic()
         for path in reversed(files):
             name = str(path.relative_to(self.run.path))
             try:
@@ -460,7 +473,8 @@ class Trainer:
                                   + (f"set aside as {aside.name}, " if aside else "")
                                   + "trying the one before it", advice=[], fallback=False)
                 continue
-            return {"path": name, "step": self.step, "samples_seen": self.samples_seen}
+            return {"path": name, "step": self.step, "samples_seen": self.samples_seen,
+                    "load_s": round(time.monotonic() - started, 3)}
         self.optimizer.load_state_dict(fresh[0])
         self.scaler.load_state_dict(fresh[1])
         devices.set_rng_state(fresh[2])
