@@ -54,8 +54,11 @@ def expected(annotation: Any, field: dataclasses.Field | None = None) -> str:
     meta = field.metadata if field else {}
     lo, hi, above = meta.get("min"), meta.get("max"), meta.get("above")
     origin = get_origin(annotation)
+    if _union(annotation):   # 'an integer >= 0 or 'auto''
+        return " or ".join(expected(a, field) for a in get_args(annotation))
     if origin is Literal:
-        return "one of " + ", ".join(repr(c) for c in get_args(annotation))
+        choices = get_args(annotation)
+        return repr(choices[0]) if len(choices) == 1 else "one of " + ", ".join(repr(c) for c in choices)
     if annotation is bool:
         return "true or false"
     if annotation in (int, float):
@@ -82,6 +85,13 @@ def expected(annotation: Any, field: dataclasses.Field | None = None) -> str:
 def _check_value(name: str, value: Any, annotation: Any, field: dataclasses.Field) -> Any:
     """Return the value in the field's own type, or raise FieldError."""
     bad = FieldError(name, f"got {describe(value)}, expected {expected(annotation, field)}")
+    if _union(annotation):   # the first of its types the value is (an interval, or 'auto')
+        for alternative in get_args(annotation):
+            try:
+                return _check_value(name, value, alternative, field)
+            except FieldError:
+                continue
+        raise bad
     origin = get_origin(annotation)
     if origin is Literal:
         if value not in get_args(annotation):
@@ -248,6 +258,11 @@ def parse_value(text: str, annotation: Any = None) -> Any:
             inner = text[1:-1] if text.startswith("[") and text.endswith("]") else text
             return [word.strip().strip("'\"") for word in inner.split(",") if word.strip()]
         return text
+
+
+def _union(annotation: Any) -> bool:
+    """Whether a field takes one of several types (int | Literal['auto'])."""
+    return get_origin(annotation) in (typing.Union, types.UnionType)
 
 
 def _strings(annotation: Any) -> bool:

@@ -1,0 +1,67 @@
+"""The checkpoint interval that loses least (engine.record.interval): Young/Daly for given save
+costs and crash rates, its bounds, and a device's crash history read from earlier runs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from engine.record.interval import MAX_S, PRIOR_S, choose, device_history, young_daly
+
+
+def expected_loss(tau: float, cost: float, mtbf: float) -> float:
+    """The share of time lost checkpointing every `tau`: saves, and half an interval a crash."""
+    return cost / tau + (tau + cost) / (2 * mtbf)
+
+
+@pytest.mark.parametrize("cost, mtbf", [(3.0, 3600.0), (0.05, 120.0), (20.0, 86400.0)])
+def test_young_daly_loses_least_among_its_neighbours(cost, mtbf):
+    tau = young_daly(cost, mtbf)
+    assert tau == pytest.approx(math.sqrt(2 * cost * mtbf) - cost)
+    for other in (tau / 2, tau * 0.8, tau * 1.25, tau * 2):
+        assert expected_loss(tau, cost, mtbf) < expected_loss(other, cost, mtbf)
+
+
+def test_the_issues_example_one_crash_an_hour_and_a_three_second_save():
+    chosen = choose(cost_s=3.0, step_s=0.42, crashes=1, observed_s=3600.0)
+    assert chosen.mtbf_s == 3600.0
+    assert 300 < chosen.steps < 400                  # about every 350 steps
+    assert "every 343 steps" in chosen.reason and "3.00 s save" in chosen.reason
+
+
+def test_more_crashes_or_cheaper_saves_checkpoint_more_often():
+    base = choose(1.0, 0.1, crashes=2, observed_s=7200.0)
+    assert choose(1.0, 0.1, crashes=8, observed_s=7200.0).steps < base.steps
+    assert choose(0.1, 0.1, crashes=2, observed_s=7200.0).steps < base.steps
+
+
+def test_bounds_and_a_run_with_no_crash_seen():
+    quiet = choose(0.05, 0.1, crashes=0, observed_s=0.0)
+    assert quiet.mtbf_s == PRIOR_S and "one a day assumed" in quiet.reason
+    assert choose(60.0, 1.0, crashes=0, observed_s=10 * PRIOR_S).seconds == MAX_S
+    assert choose(0.001, 0.01, crashes=100, observed_s=1.0).seconds >= 1.0   # never under a second
+    assert choose(0.5, 10.0, crashes=100, observed_s=60.0).steps == 1       # at least a step
+
+
+def _finished(root, run_id: str, attempts: list[tuple[str, str]], productive: float, lost: float = 0.0):
+    run = root / run_id
+    run.mkdir(parents=True)
+    summary = {"attempts": [{"attempt": i + 1, "device": d, "outcome": o} for i, (d, o) in enumerate(attempts)],
+               "goodput": {"productive_s": productive, "buckets": {"lost": lost}}}
+    lines = [{"type": "run_started", "t": 0.0}, {"type": "run_finished", "t": 1.0, "summary": summary}]
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+
+
+def test_a_devices_history_counts_its_crashes_and_training_time(tmp_path):
+    _finished(tmp_path, "20261120-000000-a", [("cuda:0", "native-crash"), ("cuda:0", "finished")], 900.0, 100.0)
+    _finished(tmp_path, "20261121-000000-b", [("cuda:0", "oom"), ("cpu", "finished")], 600.0)
+    _finished(tmp_path, "20261122-000000-c", [("cpu", "finished")], 300.0)
+    _finished(tmp_path, "20261123-000000-d", [("cuda:0", "config")], 0.0)   # refused: no crash
+    (tmp_path / "20261124-000000-e").mkdir()                                  # never ran
+    crashes, observed = device_history("cuda", tmp_path)
+    assert crashes == 2
+    assert observed == pytest.approx(1000.0 + 300.0)   # b: half its attempts on cuda
+    assert device_history("cuda:1", tmp_path, exclude="20261120-000000-a") == (1, pytest.approx(300.0))
+    assert device_history("mps", tmp_path) == (0, 0.0)
