@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from engine.record.interval import MAX_S, PRIOR_S, choose, device_history, young_daly
+from engine.record.interval import MAX_S, Advice, PRIOR_S, choose, command_advice, device_history, young_daly
 
 
 def expected_loss(tau: float, cost: float, mtbf: float) -> float:
@@ -65,3 +65,26 @@ def test_a_devices_history_counts_its_crashes_and_training_time(tmp_path):
     assert observed == pytest.approx(1000.0 + 300.0)   # b: half its attempts on cuda
     assert device_history("cuda:1", tmp_path, exclude="20261120-000000-a") == (1, pytest.approx(300.0))
     assert device_history("mps", tmp_path) == (0, 0.0)
+
+
+def test_a_commands_interval_far_from_the_one_that_loses_least_gets_advice(tmp_path):
+    """Windows of 10 steps a second; a checkpoint every 2,000 steps whose window took 3 s more;
+    one crash in the run's 500-odd seconds of training: about every 500 steps loses least."""
+    events, t, step = [{"type": "attempt_started", "t": 0.0, "attempt": 1, "device": "cpu"}], 0.0, 0
+    while step < 5000:
+        slow = step in (1990, 3990)
+        t += 4.0 if slow else 1.0
+        events.append({"type": "step", "t": t, "attempt": 1, "step": step + 10, "from_step": step,
+                       "window_s": 4.0 if slow else 1.0})
+        if slow:
+            events.append({"type": "checkpoint", "t": t - 0.5, "attempt": 1, "step": step + 10,
+                           "step_source": "name"})
+        step += 10
+    events.append({"type": "attempt_ended", "t": t, "attempt": 1, "outcome": "native-crash"})
+    advice = command_advice(events, tmp_path)
+    assert advice is not None and advice.far
+    assert advice.theirs == 2000
+    assert advice.best.cost_s == pytest.approx(3.0) and advice.best.mtbf_s == pytest.approx(t)
+    assert 400 < advice.best.steps < 600
+    assert advice.text.startswith("checkpoints every 2,000 steps; at a crash every ")
+    assert not Advice(advice.best.steps * 3 // 2, advice.best).far   # near it: nothing to say

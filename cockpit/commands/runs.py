@@ -12,10 +12,11 @@ from cockpit.commands import train
 from cockpit.commands.train import follow as follow_run
 from cockpit.present import words
 from cockpit.present.words import badput_parts, checkpoint_step, duration, goodput_line, metric_value
-from engine import command, settings
+from engine import command, paths, settings
 from engine.errors import ConfigError
 from engine.run import detached, lifeline, resume as resumption
 from engine.numbers import count, rate
+from engine.record import interval
 from engine.record.rundir import RunSummary, continue_hint, find_run, list_runs, summarize
 
 
@@ -83,6 +84,9 @@ def show(args: argparse.Namespace) -> int:
         print(f"eval      {k} {metric_value(v)}")
     if (saved := checkpoints_text(s)) is not None:
         print(f"saved     {saved}")
+        if s.command is not None and (advice := interval.command_advice(
+                run.events(), paths.runs_dir(), run.id)) is not None and advice.far:
+            print(textwrap.fill(advice.text, 80, initial_indent=" " * 10, subsequent_indent=" " * 10))
     for a in s.attempts:
         ended = f" ({a.exit})" if a.exit else ""
         print(f"attempt {a.attempt}: {a.preset} on {a.device}, {a.outcome}{ended}, last step {a.last_step}")

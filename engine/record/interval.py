@@ -108,3 +108,52 @@ def _span(seconds: float) -> str:
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s} s"
+
+
+@dataclass(frozen=True, slots=True)
+class Advice:
+    """A command's own checkpoint interval against the one that loses least."""
+
+    theirs: int              # the script checkpoints every this many steps
+    best: Interval
+
+    @property
+    def far(self) -> bool:
+        """Worth saying: more than twice or under half the interval that loses least."""
+        return not 0.5 <= self.theirs / self.best.steps <= 2.0
+
+    @property
+    def text(self) -> str:
+        """'checkpoints every 2,000 steps; at a crash every 1h00m and a 3.0 s save, about every
+        343 steps loses least'."""
+        b = self.best
+        return (f"checkpoints every {self.theirs:,} steps; at a crash every {_span(b.mtbf_s)} and a "
+                f"{b.cost_s:.1f} s save, about every {b.steps:,} steps loses least")
+
+
+def command_advice(events: list[dict], root: Path | None = None, run_id: str | None = None) -> Advice | None:
+    """For a command's run: its checkpoint interval (the steps between the checkpoints it wrote)
+    against the one that loses least. Its save time is what the windows around its checkpoints
+    took beyond their steps; the crash rate is the device's (this run's and `root`'s runs').
+    None where its checkpoints, steps or saves do not say enough."""
+    steps = sorted({int(e["step"]) for e in events if e.get("type") == "checkpoint"
+                    and e.get("step") is not None and e.get("step_source", "name") != "reached"})
+    gaps = [b - a for a, b in zip(steps, steps[1:]) if b > a]
+    windows = [(e["t"] - e["window_s"], e["t"], e["step"] - e["from_step"]) for e in events
+               if e.get("type") == "step" and e.get("window_s") and e.get("from_step") is not None
+               and e.get("step") is not None and e["step"] > e["from_step"]]
+    if not gaps or len(windows) < 3:
+        return None
+    per_step = sorted((end - start) / n for start, end, n in windows)
+    step_s = per_step[len(per_step) // 2]
+    saves = sorted(max(0.0, (end - start) - n * step_s) for start, end, n in windows
+                   if any(start < e["t"] <= end for e in events if e.get("type") == "checkpoint"))
+    if not saves:
+        return None
+    device = next((e.get("device") for e in events if e.get("type") == "attempt_started" and e.get("device")), "cpu")
+    crashes, observed = device_history(device, root, exclude=run_id) if root is not None else (0, 0.0)
+    fold = [e for e in events if e.get("type") == "attempt_ended"]
+    crashes += sum(1 for e in fold if e.get("outcome") not in CLEAN)
+    observed += sum(end - start for start, end, _ in windows)
+    best = choose(saves[len(saves) // 2], step_s, crashes, observed)
+    return Advice(sorted(gaps)[len(gaps) // 2], best)
