@@ -39,6 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from engine.record import stats  # noqa: E402
 from engine.record.identity import ProcessId  # noqa: E402
 from engine.record.rundir import RunDir, summarize  # noqa: E402
 
@@ -123,6 +124,7 @@ def draw_once(rng: random.Random, runs: Path) -> dict:
     written = [e for e in events[:second] if e["type"] == "checkpoint"] if second else list(before.values())
     newest = max((e["step"] for e in written), default=None)
     expected = EXPECTED[sig.name] if target == "trainer" else "interrupted"
+    goodput = stats.fold(events).goodput()
     return {
         "target": target, "signal": sig.name, "at": killed_at,
         "detected": crash is not None, "classified": kind, "expected": expected,
@@ -130,6 +132,8 @@ def draw_once(rng: random.Random, runs: Path) -> dict:
         "newest": newest,
         "finished": status == "finished", "events_ok": intact,
         "checkpoints_ok": checkpoints_load(run),
+        "goodput": goodput.fraction, "recovery_s": goodput.buckets["recovery"],
+        "gaps_s": goodput.gaps_s,
     }
 
 
@@ -167,7 +171,7 @@ def main() -> int:
         (presets / "chaos.toml").write_text('device = "cpu"\nfallback = ["chaos-2"]\nmax_attempts = 5\n')
         (presets / "chaos-2.toml").write_text('device = "cpu"\n')
         print(f"{'#':>2} {'target':<10} {'signal':<7} {'step':>4}  {'detected':<8} {'classified':<12} "
-              f"{'resumed at':<16} {'finished':<8} {'events':<6} {'ckpts':<5} ok")
+              f"{'resumed at':<16} {'finished':<8} {'events':<6} {'ckpts':<5} ok   goodput  recovery")
         rows = []
         for i in range(1, args.draws + 1):
             row = draw_once(rng, home / "runs")
@@ -179,15 +183,24 @@ def main() -> int:
             print(f"{i:>2} {row['target']:<10} {row['signal']:<7} {row['at']:>4}  "
                   f"{_yes(row['detected']):<8} {row['classified'] or '-':<12} {resumed:<16} "
                   f"{_yes(row['finished']):<8} {_yes(row['events_ok']):<6} {_yes(row['checkpoints_ok']):<5} "
-                  f"{_yes(recovered(row))}", flush=True)
+                  f"{_yes(recovered(row)):<4} {_percent(row['goodput']):>7} {row['recovery_s']:>7.2f} s", flush=True)
         drawn = [r for r in rows if "skipped" not in r]
         good = sum(recovered(r) for r in drawn)
         corrupt = sum(not (r["events_ok"] and r["checkpoints_ok"]) for r in drawn)
+        trainer = sorted(r["recovery_s"] for r in drawn if r["target"] == "trainer")
+        if trainer:   # a supervisor's death waits for `runs resume`: that gap is not counted
+            print(f"\nrecovery (a trainer's death to the next attempt's launch): median "
+                  f"{trainer[len(trainer) // 2]:.2f} s over {len(trainer)} trainer kills; goodput "
+                  f"median {_percent(sorted(r['goodput'] or 0 for r in drawn)[len(drawn) // 2])}")
         print(f"\nrecovered {good}/{len(drawn)} draws "
               f"({sum(r['target'] == 'trainer' for r in drawn)} trainer kills, "
               f"{sum(r['target'] == 'supervisor' for r in drawn)} supervisor kills); "
               f"corrupt runs: {corrupt}; skipped: {len(rows) - len(drawn)}")
         return 0 if good == len(drawn) and not corrupt else 1
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
 
 
 def _yes(flag: bool) -> str:
