@@ -10,6 +10,8 @@ A floor below supervision and training: the supervisor (engine.run) and the trai
     checkpoint   atomic checkpoints, the last K kept
     reached      the step an attempt reached, published every step, readable after SIGKILL
     stats        a run's figures folded from its events
+    goodput      where a run's wall time went: training kept, and the badput by bucket
+    interval     the checkpoint interval that loses least (Young/Daly), and a device's crash history
     curves       loss and metric curves from the events, for plots and comparison
     digest       a run in a few figures, for `cockpit compare`
 """
