@@ -4,7 +4,10 @@ One supervisor runs both kinds of workload. Each attempt is a Launch built from 
 preset, the device preset as resolved for that attempt and the resume point:
 
 - the built-in trainer (`python -m engine.train.trainer`, or torchrun for several processes): it
-  writes its own events, finds its own checkpoint and speaks engine.run.crashes' exit codes;
+  writes its own events, finds its own checkpoint and speaks engine.run.crashes' exit codes; its
+  torch.compile caches are the run's (compile-cache/ in the run directory, unless the user's
+  environment or the preset names them), so a retry does not compile from scratch, and its
+  process may be a spare started ahead of it (`spare_for`, engine.train.spare);
 - the user's command: its argv templated from the device preset (engine.command), `resume`
   appended with the newest checkpoint it wrote, progress read from its output
   (engine.command.progress) or reported through cockpit.report, its exit codes its own, a stop
@@ -37,6 +40,7 @@ from engine.record import reached
 from engine.record.rundir import RunDir
 from engine.runconfig import RunConfig
 from engine.schema import to_table
+from engine.workloads.builtin import BUILTIN
 
 _PROJECT_ROOT = str(Path(engine.__file__).resolve().parent.parent)
 
@@ -112,10 +116,47 @@ def trainer_launch(run: RunDir, attempt: int, name: str, preset: DevicePreset,
     # torchrun starts its workers itself; PYTHONSAFEPATH is -P for them (the working directory
     # must not shadow engine or the workload).
     started = time.time() if started is None else started
-    env = child_env({**preset.env, **({"PYTHONSAFEPATH": "1"} if launcher else {}),
+    env = child_env({**compile_caches(run, preset), **preset.env,
+                     **({"PYTHONSAFEPATH": "1"} if launcher else {}),
                      STARTED_ENV: repr(started)})  # timed faults count from it
     argv = launcher + trainer if launcher else [sys.executable, "-P", *trainer]
     return Launch(argv=argv, env=env, distributed=bool(launcher), started=started)
+
+
+# torch.compile's on-disk caches (Inductor's FX graphs and kernels, Triton's), per run
+COMPILE_CACHES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
+
+
+def compile_caches(run: RunDir, preset: DevicePreset) -> dict[str, str]:
+    """The run's own compile caches, for those the user's environment and the preset leave
+    unset: an attempt after a crash finds the kernels its predecessors compiled."""
+    root = run.path.resolve() / "compile-cache"
+    return {var: str(root / sub) for var, sub in COMPILE_CACHES.items()
+            if var not in os.environ and var not in preset.env}
+
+
+# What differs between two attempts' environments whatever their presets: not a reason to
+# refuse a spare (it is given the attempt's at the hand-over).
+SPARE_VARYING = (STARTED_ENV,)
+
+
+def spare_for(run: RunDir, config: RunConfig, attempt: int, name: str,
+              preset: DevicePreset) -> dict | None:
+    """How to start a spare for attempt `attempt` on this preset (engine.run.process.Spare's
+    keywords: its environment, directory and the modules it imports ahead), or None where a
+    spare cannot serve: a command (the user's program, never pre-started) or several processes
+    (torchrun starts its own)."""
+    if config.workload.is_command:
+        return None
+    launch = trainer_launch(run, attempt, name, preset)
+    if launch.distributed:
+        return None
+    warm: tuple[str, ...] = ()
+    if (module := BUILTIN.get(config.workload.workload)) is not None:
+        warm = (module, f"{module}.workload")   # its card and (where it has one) its model
+    if preset.compile:
+        warm += ("torch._inductor.compile_fx",)   # the compiler's own modules, a second or more
+    return {"env": launch.env, "cwd": launch.cwd, "warm": warm, "varying": SPARE_VARYING}
 
 
 def command_launch(run: RunDir, config: RunConfig, attempt: int, preset: DevicePreset,

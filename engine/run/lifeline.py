@@ -16,6 +16,10 @@ continues it:
 
     supervisor_lost -> (the attempt's own checkpoint) -> attempt_ended -> run_interrupted
 
+A spare (engine.train.spare, the next attempt's process started ahead) needs nothing of the
+lifeline while it waits: it reads a pipe from the supervisor too, and ends when that closes. Once
+handed an attempt it is that attempt, told here like any other, and stopped as one.
+
     python -m engine.run.lifeline RUN_DIR        (started by the supervisor, stdin a pipe)
 """
 

@@ -13,13 +13,20 @@ SIGKILL; a command gets what Ctrl-C in a terminal gives it (SIGINT to its proces
 SIGTERM and SIGKILL, each after its preset's grace period. The supervisor steps through it from
 its loop, a request at a time (`send_stop`, `stop_overdue`); the lifeline, whose supervisor is
 gone, all at once (`stop`). A hang gets SIGTERM, then SIGKILL (`end_hung`).
+
+Waiting for an exit wakes when the process dies, not at the next poll (`ExitWait`): a pidfd on
+Linux, a kqueue's NOTE_EXIT on macOS, a plain sleep elsewhere. A process started before it was
+needed, an attempt's spare (engine.train.spare), becomes one with `Spare.take`.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import signal
 import subprocess
+import sys
 import time
 from signal import Signals  # in annotations: AttemptProcess.signal hides the module there
 from typing import TYPE_CHECKING
@@ -71,6 +78,71 @@ def signal_group(leader: int, sig: signal.Signals, *, strays: bool = True) -> No
             pass
 
 
+class ExitWait:
+    """Sleep until a child of this process exits, or for at most `timeout_s`: the caller's loop
+    wakes at once when it dies and keeps its cadence while it lives. Linux: a pidfd, readable
+    once the process has exited; macOS: a kqueue's NOTE_EXIT; elsewhere (or where the kernel
+    refuses either), a plain sleep. Made while the child is known not to have been reaped (so
+    the pid is still its own)."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self._fd: int | None = None                # Linux: the pidfd
+        self._kq = None                            # macOS: the kqueue, NOTE_EXIT registered
+        self.exited = False                        # seen to have exited (the fd said so)
+        try:
+            if sys.platform == "linux" and hasattr(os, "pidfd_open"):   # Python 3.9, Linux 5.3
+                self._fd = os.pidfd_open(pid)
+            elif sys.platform == "darwin" and hasattr(select, "kqueue"):
+                self._kq = select.kqueue()
+                self._kq.control([select.kevent(pid, filter=select.KQ_FILTER_PROC,
+                                                flags=select.KQ_EV_ADD | select.KQ_EV_ONESHOT,
+                                                fflags=select.KQ_NOTE_EXIT)], 0, 0)
+        except OSError:
+            # No pidfd (a kernel before 5.3, a seccomp filter), or the process exited already
+            # (macOS refuses NOTE_EXIT for a zombie): the sleep, and poll() says the rest.
+            self.close()
+
+    @property
+    def wakes(self) -> bool:
+        """It wakes on the exit (False: it only sleeps)."""
+        return self._fd is not None or self._kq is not None
+
+    def wait(self, timeout_s: float) -> bool:
+        """Up to `timeout_s`; True if the process was seen to exit (False: the time ran out, or
+        this platform cannot tell and only slept)."""
+        if self.exited:
+            return True
+        try:
+            if self._fd is not None:
+                poller = select.poll()
+                poller.register(self._fd, select.POLLIN)
+                self.exited = bool(poller.poll(max(0.0, timeout_s) * 1000))
+            elif self._kq is not None:
+                self.exited = bool(self._kq.control(None, 1, max(0.0, timeout_s)))
+            else:
+                time.sleep(timeout_s)
+        except InterruptedError:  # a signal handler ran (Python retries; kept for safety)
+            pass
+        except OSError:
+            self.close()
+            time.sleep(timeout_s)
+        if self.exited:
+            self.close()
+        return self.exited
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._kq is not None:
+            self._kq.close()
+            self._kq = None
+
+    def __del__(self):
+        self.close()
+
+
 class AttemptProcess:
     """One process in a session of its own: an attempt's, a probe worker's, a notify command's.
 
@@ -92,6 +164,7 @@ class AttemptProcess:
         self.distributed = distributed
         self.stops_sent = 0             # how many of the stop signals were sent...
         self.stop_sent_at = 0.0         # ...and when the last one was (monotonic)
+        self._exit_wait: ExitWait | None = None   # what wakes `wait` at the exit, once it waits
 
     @classmethod
     def start(cls, launch: Launch, log) -> AttemptProcess:
@@ -100,6 +173,18 @@ class AttemptProcess:
         popen = spawn(launch.argv, cwd=launch.cwd, stdin=subprocess.DEVNULL, stdout=log,
                       stderr=subprocess.STDOUT, env=launch.env,
                       restore_sigint=signal.SIGINT in launch.stop_signals)
+        return cls(popen, stop_signals=launch.stop_signals, grace_s=launch.stop_grace_s,
+                   group=launch.group, distributed=launch.distributed)
+
+    @classmethod
+    def handed(cls, spare: Spare, launch: Launch, log_path: str | os.PathLike) -> AttemptProcess | None:
+        """The spare made this attempt's process: it runs the launch's argv (the built-in
+        trainer's) in the process started for it, its output into `log_path`. None if the spare
+        cannot run it (it died, or this launch is not one it was started for): discarded, and
+        the attempt is started as usual."""
+        popen = spare.take(launch, log_path)
+        if popen is None:
+            return None
         return cls(popen, stop_signals=launch.stop_signals, grace_s=launch.stop_grace_s,
                    group=launch.group, distributed=launch.distributed)
 
@@ -123,6 +208,18 @@ class AttemptProcess:
     def poll(self) -> int | None:
         """Its exit status once it has ended (a negative signal number), else None."""
         return self._started().poll()
+
+    def wait(self, timeout_s: float) -> int | None:
+        """poll(), after waiting up to `timeout_s` for it to end: at once when it does (see
+        ExitWait), whatever is left of the time otherwise."""
+        if (code := self.poll()) is not None:
+            return code
+        if self._exit_wait is None:   # not reaped (poll() said so): the pid is still its own
+            self._exit_wait = ExitWait(self.pid)
+        self._exit_wait.wait(timeout_s)
+        if (code := self.poll()) is not None:
+            self._exit_wait.close()
+        return code
 
     @property
     def returncode(self) -> int | None:
@@ -205,6 +302,89 @@ class AttemptProcess:
             self.signal(sig)
             sent = sig
             deadline = time.monotonic() + grace_s
-            while self.alive() and time.monotonic() < deadline:
-                time.sleep(poll_s)
+            while self.alive() and (left := deadline - time.monotonic()) > 0:
+                if self.popen is not None:
+                    self.wait(min(poll_s, left))   # wakes as it exits
+                else:
+                    time.sleep(poll_s)
         return sent
+
+
+SPARE_MODULE = "engine.train.spare"
+
+
+class Spare:
+    """A process started ahead of the next attempt (engine.train.spare): torch and the trainer
+    imported, blocked on a line from its stdin, a pipe from this process. `take` hands it the
+    attempt's argv, env and log; closing the pipe (this process's death included) ends it, so it
+    never outlives whoever started it. In a session of its own, like an attempt, so that it is
+    one once handed.
+
+    `env` is the environment the next attempt would have (its launch's), with the entries that
+    change from one attempt to the next (`varying`: when it started) left to the hand-over; a
+    launch whose other entries differ is not run in it (the interpreter and torch read the
+    environment as they start: thread counts, allocators, paths)."""
+
+    def __init__(self, env: dict[str, str], log, *, cwd: str | None = None,
+                 warm: tuple[str, ...] = (), varying: tuple[str, ...] = ()):
+        self.env = {k: v for k, v in env.items() if k not in varying}
+        self.cwd = cwd
+        self.varying = varying
+        # Its own output until it is handed an attempt: `log` (an open file; the supervisor's).
+        self.popen: subprocess.Popen | None = spawn(
+            [sys.executable, "-P", "-m", SPARE_MODULE, *warm], stdin=subprocess.PIPE, stdout=log,
+            stderr=subprocess.STDOUT, env=env, cwd=cwd)
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen is not None else None
+
+    def fits(self, launch: Launch) -> bool:
+        """Whether `launch` is what this spare can run: the built-in trainer in one process,
+        started as `python -P -m engine.train.trainer ...` in the same directory, with the same
+        environment but for the entries that vary; never a command."""
+        trainer = [sys.executable, "-P", "-m", "engine.train.trainer"]
+        return (not launch.is_command and not launch.distributed and launch.argv[:4] == trainer
+                and launch.cwd == self.cwd
+                and {k: v for k, v in launch.env.items() if k not in self.varying} == self.env)
+
+    def take(self, launch: Launch, log_path: str | os.PathLike) -> subprocess.Popen | None:
+        """Its process, running `launch` (see `fits`), or None: it is discarded (it died, or does
+        not fit) and the caller starts the attempt as usual. Either way this spare is used up."""
+        popen, self.popen = self.popen, None
+        if popen is None:
+            return None
+        if not self.fits(launch) or popen.poll() is not None:
+            _end(popen)
+            return None
+        message = {"argv": launch.argv[4:], "env": launch.env, "log": os.fspath(log_path)}
+        try:
+            assert popen.stdin is not None  # stdin=PIPE
+            popen.stdin.write((json.dumps(message) + "\n").encode())
+            popen.stdin.close()   # what it reads is in the pipe; it runs on its own now
+        except (OSError, ValueError):  # it died before reading (BrokenPipeError)
+            _end(popen)
+            return None
+        return popen
+
+    def discard(self) -> None:
+        """End it, unused (the run is over, or the next attempt will not fit it)."""
+        popen, self.popen = self.popen, None
+        if popen is not None:
+            _end(popen)
+
+
+def _end(popen: subprocess.Popen) -> None:
+    """A spare not handed an attempt: its pipe closed, killed (an import under way would take a
+    while to read the end of its pipe) and reaped."""
+    try:
+        if popen.stdin is not None:
+            popen.stdin.close()
+    except OSError:
+        pass
+    if popen.poll() is None:
+        try:
+            os.killpg(popen.pid, signal.SIGKILL)   # its session's group: nothing it started stays
+        except (ProcessLookupError, PermissionError):
+            pass
+    popen.wait()

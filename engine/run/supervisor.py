@@ -21,6 +21,13 @@ of it and the hang watch (engine.run.watch), its memory and slowdown (engine.run
 rehearsal in a command (engine.run.rehearsal), and the lifeline that stops it should the
 supervisor die.
 
+Recovery is quick: the loop waits on the attempt's exit (engine.run.process.ExitWait), so it wakes
+the moment the attempt dies rather than at its next poll, and while a built-in trainer attempt
+trains, a spare process (engine.train.spare: torch imported, the environment the next attempt
+would have) waits to become the next one, saving the interpreter's and torch's start. A spare is
+never a command's, is discarded when the next attempt's environment differs, and ends with the
+run (`spare=False` or COCKPIT_SPARE=0: none).
+
 Stopping: SIGINT/SIGTERM to the supervisor (or `request_stop`) forwards the attempt's first stop
 signal (the trainer's SIGTERM: it finishes its step, checkpoints and exits; a command's SIGINT,
 as Ctrl-C), a second request the next one. Every event it reads goes to engine.run.alerts too,
@@ -46,7 +53,7 @@ from engine.run.fallback import Decision, Ladder, Rung
 from engine.run.health import AttemptHealth
 from engine.run.launch import Launch, child_env
 from engine.run.lifeline import Lifeline
-from engine.run.process import AttemptProcess
+from engine.run.process import AttemptProcess, Spare
 from engine.run.rehearsal import Rehearsal
 from engine.run.resume import History
 from engine.record.rundir import RunDir
@@ -58,7 +65,10 @@ from engine.schema import to_table
 class Supervisor:
     def __init__(self, run: RunDir, on_events: Callable[[list[dict]], None] | None = None,
                  poll_s: float = 0.1, *, terminal: alerts.Terminal | None = None,
-                 notify_command: str | None = None):
+                 notify_command: str | None = None, spare: bool | None = None,
+                 wake_on_exit: bool = True):
+        """`spare`: pre-start the next attempt's process (None: unless COCKPIT_SPARE=0);
+        `wake_on_exit`: the loop wakes as the attempt exits (False: at its next poll only)."""
         self.run = run
         # engine.run.alerts: where crashes, fallbacks, the finish... are told (settings.toml)
         self._alert_to: dict[str, Any] = dict(terminal=terminal, notify_command=notify_command)
@@ -82,6 +92,11 @@ class Supervisor:
         self._lifeline: Lifeline | None = None
         self._first_attempt = 1   # above 1 when this supervisor continues a run
         self._fired: set[str] = set()   # the faults injected in this run, whatever the preset
+        self.use_spare = spare if spare is not None else os.environ.get("COCKPIT_SPARE", "1") != "0"
+        self.wake_on_exit = wake_on_exit
+        self._spare: Spare | None = None   # the next attempt's process, started ahead
+        self.spare_pids: list[int] = []    # every spare started (did an attempt run in one?)
+        self._no_spare_for: int | None = None   # the next attempt that none can serve (torchrun)
 
     # ------------------------------------------------------------ the run
 
@@ -112,6 +127,7 @@ class Supervisor:
         finally:
             # Without the lifeline's `bye` (a supervisor bug escaped), it records the run as
             # interrupted, with the command that continues it.
+            self._discard_spare()
             if ended:
                 lifeline.close()
                 self.run.pid_path.unlink(missing_ok=True)
@@ -206,7 +222,7 @@ class Supervisor:
             # Its own session: a Ctrl-C in the terminal reaches only the supervisor, which
             # forwards exactly one stop request.
             try:
-                process = self._process = AttemptProcess.start(launch, log)
+                process = self._process = self._spare_for(launch, log_path) or AttemptProcess.start(launch, log)
             except OSError as e:  # the program went away since the run was checked
                 log.write(f"cockpit: cannot start {launch.argv[0]!r}: {e.strerror}\n".encode())
                 return self._end_attempt(attempt, name, preset, None, log_path, None, unstarted=e)
@@ -227,7 +243,12 @@ class Supervisor:
                         watch.hang_timeout(preset, self._slowest_gap):
                     hung_for = quiet
                     process.end_hung(min(10.0, preset.hang_timeout_s), self.poll_s)
-                time.sleep(self.poll_s)
+                if watch.ready and self._spare is None:
+                    self._start_spare(attempt + 1, name, preset)
+                if self.wake_on_exit:
+                    process.wait(self.poll_s)   # at once if it dies
+                else:
+                    time.sleep(self.poll_s)
         except BaseException:
             # The supervisor itself failed (a bug, or KeyboardInterrupt in a thread's host):
             # the attempt must not train on unsupervised.
@@ -237,6 +258,38 @@ class Supervisor:
         self.kind.exited(process)   # a command: what it left behind (its DataLoader workers)
         lifeline.attempt_ended()
         return self._end_attempt(attempt, name, preset, code, log_path, hung_for)
+
+    # ------------------------------------------------------------ the spare
+
+    def _start_spare(self, attempt: int, name: str, preset) -> None:
+        """Once the attempt trains (so that the spare's imports do not slow its start), the next
+        attempt's process, as it would be launched on this preset (engine.run.launch.spare_for):
+        never a command's, nor one of several processes, nor when the run is stopping or system
+        memory is short."""
+        if not self.use_spare or self.stop_requests or attempt == self._no_spare_for \
+                or (self._memory_percent or 0.0) > 90.0:
+            return
+        how = launches.spare_for(self.run, self.config, attempt, name, preset)
+        if how is None:   # a command (never: use_spare goes off), or torchrun (not this attempt)
+            self.use_spare = self.use_spare and not self.config.workload.is_command
+            self._no_spare_for = attempt
+            return
+        try:
+            with open(self.run.supervisor_log, "ab") as log:   # what it says before it is handed one
+                self._spare = Spare(log=log, **how)
+            self.spare_pids.append(self._spare.pid or 0)
+        except OSError:   # no process to spare (a limit on processes): attempts start as before
+            self.use_spare = False
+
+    def _spare_for(self, launch: Launch, log_path: Path) -> AttemptProcess | None:
+        """The spare as this attempt's process, if it can run it; else None (it is discarded)."""
+        spare, self._spare = self._spare, None
+        return AttemptProcess.handed(spare, launch, log_path) if spare is not None else None
+
+    def _discard_spare(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.discard()
 
     def _tell_lifeline(self, launch: Launch) -> None:
         """The attempt's identity and how it is stopped gracefully, for the lifeline (should this
