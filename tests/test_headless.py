@@ -131,7 +131,8 @@ def test_the_main_job_in_a_log_file(home, monkeypatch):
     assert progress[-1].startswith("step 320/320 (100%)")
     assert not any(len(line) > 200 for line in lines)
     finished = next(i for i, line in enumerate(lines) if line.startswith("finished: step 320/320"))
-    assert lines[finished + 1:] == [f"run dir {run.path}", f"  cockpit runs show {run.id}      its summary"]
+    assert lines[finished + 1].startswith("goodput ") and "training kept" in lines[finished + 1]
+    assert lines[finished + 2:] == [f"run dir {run.path}", f"  cockpit runs show {run.id}      its summary"]
 
 
 def test_a_bad_log_every_is_one_line_and_exit_2(home, capsys):

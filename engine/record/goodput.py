@@ -113,7 +113,7 @@ class Timeline:
 
     def add(self, e: dict) -> None:
         t, kind = e.get("t"), e.get("type")
-        if t is None:
+        if t is None or kind is None:
             return
         if self.first_t is None:
             self.first_t = self._idle_from = t

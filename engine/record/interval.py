@@ -150,7 +150,7 @@ def command_advice(events: list[dict], root: Path | None = None, run_id: str | N
                    if any(start < e["t"] <= end for e in events if e.get("type") == "checkpoint"))
     if not saves:
         return None
-    device = next((e.get("device") for e in events if e.get("type") == "attempt_started" and e.get("device")), "cpu")
+    device = str(next((e["device"] for e in events if e.get("type") == "attempt_started" and e.get("device")), "cpu"))
     crashes, observed = device_history(device, root, exclude=run_id) if root is not None else (0, 0.0)
     fold = [e for e in events if e.get("type") == "attempt_ended"]
     crashes += sum(1 for e in fold if e.get("outcome") not in CLEAN)
