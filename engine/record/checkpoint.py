@@ -3,7 +3,11 @@
 Model (the uncompiled module's state_dict), optimizer, grad scaler, RNG states, the
 position in the data (optimizer steps and samples seen), the config and a schema version.
 Written atomically (temp file + rename, fsync'd, the directory too), so a crash mid-save
-leaves the previous checkpoint intact; only the last K are kept.
+leaves the previous checkpoint intact; only the last K are kept. A write's temp file
+(`.step-N.pt.tmp`) is never listed, so never loaded; older checkpoints are pruned only once the
+new one is complete under its name, and a temp file a killed writer left behind is removed by
+the next save that completes (a run's checkpoints have one writer at a time: its trainer's rank
+0, whose writes engine.train.checkpointer never lets overlap).
 
 Verified when loaded: a torch checkpoint is a zip archive with a CRC-32 per member, so a torn
 write (no central directory) and bit rot (a CRC mismatch, which torch.load itself does not
@@ -20,6 +24,7 @@ from pathlib import Path
 
 SCHEMA = 1
 _NAME = re.compile(r"^step-(\d+)\.pt$")
+_TEMP = re.compile(r"^\.step-\d+\.pt\.tmp$")  # a write in progress, or a killed one's leftover
 SET_ASIDE = ".unreadable"  # the suffix an unreadable checkpoint is renamed with
 
 
@@ -32,7 +37,7 @@ class Unreadable(Exception):
 
 
 def checkpoint_files(directory: Path) -> list[Path]:
-    """Checkpoints in the directory, oldest first."""
+    """Complete checkpoints in the directory, oldest first (a write's temp file is not one)."""
     if not directory.is_dir():
         return []
     found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := _NAME.match(p.name))]
@@ -60,8 +65,12 @@ def save(directory: Path, state: dict, keep: int) -> Path:
         tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file behind
         raise
     _fsync_directory(directory)  # the rename itself survives a power cut
+    # Only now, with the new one complete: the previous ones stay the newest until it is.
     for old in checkpoint_files(directory)[:-keep]:
         old.unlink(missing_ok=True)
+    for stale in directory.iterdir():   # a killed write's leftover (this one's is renamed)
+        if _TEMP.match(stale.name):
+            stale.unlink(missing_ok=True)
     return path
 
 

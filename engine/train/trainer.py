@@ -39,7 +39,7 @@ from torch import nn
 from engine import presets, runconfig, workloads
 from engine.monitor import device as devices
 from engine.record import checkpoint, reached
-from engine.train import optim, parity, peaks
+from engine.train import checkpointer, optim, parity, peaks
 from engine.vocabulary import (EXIT_CONFIG, EXIT_FAILED, EXIT_FINISHED, EXIT_NUMERICAL, EXIT_PARITY,
                                EXIT_STOPPED)
 from engine.train.data import SampleOrder
@@ -146,7 +146,10 @@ class Trainer:
             self._refuse_unreachable_faults(config, preset_name)
         # Warmup counts steps of the first attempt's global batch too: the curve is one of samples.
         self.schedule = optim.Schedule.of(self.train, self.first_global_batch, self.total_samples)
-        self._saved_step = self.step if self.resumed_from else None  # the step on disk
+        self._saved_step = self.step if self.resumed_from else None  # the step on disk (or being written)
+        # Checkpoints are written by a thread of their own from a host copy of the state, one at
+        # a time (engine.train.checkpointer); each is told once complete on disk.
+        self.checkpoints = checkpointer.Writer(self.run.checkpoints, keep=self.train.keep_checkpoints)
 
         self._last_checkpoint_t = time.monotonic()
         self._prepared_epoch = -1
@@ -183,10 +186,12 @@ class Trainer:
         self.report()
         if self.stop.requested and self.step < self.total_steps:
             self.save_checkpoint()
+            self.finish_checkpoints()
             return "stopped"
         if self.train.eval_every_steps == 0 or self.step % self.train.eval_every_steps:
             self.evaluate()
         self.save_checkpoint()
+        self.finish_checkpoints()   # the last one complete on disk before the attempt ends
         return "finished"
 
     def should_continue(self) -> bool:
@@ -197,6 +202,11 @@ class Trainer:
     def train_step(self) -> None:
         """One optimizer step over the global group of samples: `accumulation` micro-batches
         on each rank (fewer at the very end)."""
+        if self.checkpoints.in_flight and _fault_due(self.faults, self.step + 1):
+            # A rehearsed crash (`kind@step`) fires with the checkpoints before it on disk, as
+            # when they were written in the loop, whatever the machine's speed: the same
+            # resume, the same steps lost. (A real crash mid-write loses the write in flight.)
+            self.finish_checkpoints()
         self.faults.before_step(self.step + 1)
         group = min(self.global_batch, self.total_samples - self.samples_seen)
         first, mine = self.world.share(self.samples_seen, group)
@@ -412,6 +422,7 @@ class Trainer:
         self._window_start += spent  # eval time is not training throughput
 
     def maybe_checkpoint(self) -> None:
+        self._tell_checkpoints(self.checkpoints.poll())   # a background write that has finished
         every_steps = self.train.checkpoint_every_steps
         every_s = self.train.checkpoint_every_minutes * 60
         if (every_steps and self.step % every_steps == 0) or \
@@ -422,17 +433,17 @@ class Trainer:
 
     def save_checkpoint(self) -> None:
         if self.step == self._saved_step:
-            return  # this step is on disk already (the schedule saved the last step)
+            return  # this step is on disk already, or being written (the schedule saved the last step)
         # Never save a non-finite state: the window's loss and the weights are checked first
         # (one sync per checkpoint), so a resume always starts from good weights.
         self.report()
-        if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+        started = time.monotonic()   # the loop's stall: the check, a wait, the copy to the host
+        if not _all_finite(list(self.model.parameters())):
             raise NonFiniteLoss(self.step, "non-finite weights")
         self._saved_step = self.step
         if not self.world.is_main:
             return  # every rank holds the same weights; rank 0 writes them
-        started = time.monotonic()
-        path = checkpoint.save(self.run.checkpoints, {
+        done = self.checkpoints.save({
             "step": self.step,
             "samples_seen": self.samples_seen,
             "first_global_batch": self.first_global_batch,
@@ -443,12 +454,31 @@ class Trainer:
             "scaler": self.scaler.state_dict(),
             "rng": devices.rng_state(),
             "config": {"device": to_table(self.preset), "train": to_table(self.train)},
-        }, keep=self.train.keep_checkpoints)
+        }, stall_from=started)
         self._last_checkpoint_t = time.monotonic()
+        # Only the stall leaves the window: a background write runs alongside training.
         self._window_start += self._last_checkpoint_t - started
-        self.events.emit("checkpoint", step=self.step, samples_seen=self.samples_seen,
-                         path=str(path.relative_to(self.run.path)),
-                         save_s=round(self._last_checkpoint_t - started, 3))
+        self._tell_checkpoints(*done)
+
+    def finish_checkpoints(self) -> None:
+        """Wait for the checkpoint being written, if any, and tell it: the end of an attempt.
+        The wait is in its save_s, and out of the reporting window."""
+        started = time.monotonic()
+        written = self.checkpoints.wait()
+        self._window_start += time.monotonic() - started
+        self._tell_checkpoints(written)
+
+    def _tell_checkpoints(self, *written: checkpointer.Written | None) -> None:
+        """A `checkpoint` event for each write complete on disk: save_s is what the loop paid
+        for it (the copy to the host, and any wait for the write before it: wait_s), write_s
+        the write's own time (in the background, alongside training)."""
+        for w in written:
+            if w is None:
+                continue
+            fields: dict[str, Any] = {"save_s": round(w.stall_s, 3), "write_s": round(w.write_s, 3),
+                                      "wait_s": round(w.wait_s, 3)}
+            self.events.emit("checkpoint", step=w.step, samples_seen=w.samples_seen,
+                             path=str(w.path.relative_to(self.run.path)), **fields)
 
     def _resume(self) -> dict | None:
         """Continue from the newest checkpoint that loads. One that does not (a torn write, bit
@@ -609,6 +639,19 @@ def checked_loss(loss, name: str, workload) -> torch.Tensor:
                         getattr(workload, "loss", None))
 
 
+def _fault_due(faults: Injector, step: int) -> bool:
+    """Whether a step fault fires as `step` begins (Injector.before_step fires those up to it)."""
+    return any(f.step is not None and f.step <= step for f in faults.faults)
+
+
+def _all_finite(tensors: list[torch.Tensor]) -> bool:
+    """Whether every element is finite: one host-device sync per device, not per tensor."""
+    by_device: dict[torch.device, list[torch.Tensor]] = {}
+    for t in tensors:
+        by_device.setdefault(t.device, []).append(torch.isfinite(t.detach()).all())
+    return all(bool(torch.stack(flags).all()) for flags in by_device.values())
+
+
 def _article(word: str) -> str:
     return "an" if word[:1].lower() in "aeiou" else "a"
 
@@ -680,6 +723,11 @@ def main(argv: list[str] | None = None) -> int:
             outcome = trainer.fit()
             trainer.world.close()
         except Exception as e:
+            if trainer is not None:
+                # The checkpoint being written holds a state checked when it was copied: complete
+                # it, so the next attempt resumes from it.
+                with contextlib.suppress(Exception):
+                    trainer.finish_checkpoints()
             return report_failure(events, e, trainer.step if trainer else None)
     print(f"attempt {args.attempt}: {outcome} at step {trainer.step}/{trainer.total_steps}", flush=True)
     return EXIT_FINISHED if outcome == "finished" else EXIT_STOPPED
