@@ -42,7 +42,8 @@ def test_headless_run_end_to_end(home):
     # the summary, then where the run is and what to type next
     assert done.stdout.rstrip().splitlines()[-2:] == [f"run dir {run.path}",
                                                        f"  cockpit runs show {run.id}      its summary"]
-    assert done.stdout.rstrip().splitlines()[-3].startswith("finished: step 8/8")
+    last = done.stdout.rstrip().splitlines()
+    assert last[-4].startswith("finished: step 8/8") and last[-3].startswith("goodput ")
     types = [e["type"] for e in run.events()]
     assert types[0] == "run_started" and types[-1] == "run_finished"
     assert {"attempt_started", "trainer_ready", "step", "eval", "checkpoint", "attempt_ended"} <= set(types)
@@ -102,7 +103,7 @@ def test_ctrl_c_stops_gracefully_with_a_checkpoint(home):
     saved = [e for e in run.events() if e["type"] == "checkpoint"]
     assert saved and saved[-1]["samples_seen"] > 0
     last = out.rstrip().splitlines()
-    assert last[-4].startswith("stopped: step") and last[-3:] == [
+    assert last[-5].startswith("stopped: step") and last[-4].startswith("goodput ") and last[-3:] == [
         f"run dir {run.path}", f"  cockpit runs show {run.id}      its summary",
         f"  cockpit runs resume {run.id}    continue it from its newest checkpoint"]
 
