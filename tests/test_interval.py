@@ -8,6 +8,10 @@ import math
 
 import pytest
 
+from conftest import TINY
+from engine import runconfig
+from engine.record.rundir import RunDir
+from engine.run.supervisor import Supervisor
 from engine.record.interval import MAX_S, Advice, PRIOR_S, choose, command_advice, device_history, young_daly
 
 
@@ -88,3 +92,23 @@ def test_a_commands_interval_far_from_the_one_that_loses_least_gets_advice(tmp_p
     assert 400 < advice.best.steps < 600
     assert advice.text.startswith("checkpoints every 2,000 steps; at a crash every ")
     assert not Advice(advice.best.steps * 3 // 2, advice.best).far   # near it: nothing to say
+
+
+def test_auto_chooses_its_interval_from_a_measured_save_and_the_devices_crashes(home):
+    """checkpoint_every_steps = 'auto' in a real run: a first save (after checkpoint_every_minutes,
+    here a fraction of a second) measures the stall, then the interval is chosen, with the
+    crashes an earlier run had on the CPU counted, and said in a checkpoint_interval event."""
+    _finished(home / "runs", "20261101-000000-earlier", [("cpu", "native-crash"), ("cpu", "oom"),
+                                                         ("cpu", "finished")], 3000.0)
+    config = runconfig.resolve("matmul", "cpu", TINY + [
+        "train.epochs=40", "train.checkpoint_every_steps=auto", "train.checkpoint_every_minutes=0.002"])
+    run = RunDir.create(config)
+    assert Supervisor(run, poll_s=0.05).supervise() == "finished"
+    events = run.events()
+    (chosen, *_) = [e for e in events if e["type"] == "checkpoint_interval"]
+    saves = [e for e in events if e["type"] == "checkpoint"]
+    assert saves and events.index(saves[0]) < events.index(chosen)   # a save measured first
+    assert chosen["crashes"] == 2 and chosen["observed_s"] >= 3000.0
+    assert chosen["cost_s"] == pytest.approx(saves[0]["save_s"], abs=1e-3)
+    assert chosen["steps"] >= 1 and f"every {chosen['steps']:,} steps" in chosen["reason"]
+    assert "2 crashes seen" in chosen["reason"]

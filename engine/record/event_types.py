@@ -331,10 +331,23 @@ class CheckpointFields(TypedDict):
     path: str                       # relative to the run (the trainer's) or absolute (a command's)
     step: int | None
     samples_seen: NotRequired[int]
-    save_s: NotRequired[float]
+    save_s: NotRequired[float]      # the training loop's stall: the check, the copy, any wait
+    write_s: NotRequired[float]     # the background write's own time, alongside training
+    wait_s: NotRequired[float]      # ... of save_s, waiting for the write before it
     source: NotRequired[str]        # a command's: "report" or "file"
     step_source: NotRequired[str | None]  # a file's: "name" (its name says) or "reached" (the step read by its write)
     samples: NotRequired[int]       # cockpit.report.checkpoint's samples=
+
+
+class CheckpointIntervalFields(TypedDict):
+    """checkpoint_every_steps = 'auto' chose (engine.record.interval)."""
+    steps: int
+    seconds: float
+    cost_s: float                   # the save stall it was chosen for
+    mtbf_s: float                   # the mean time between crashes it was chosen for
+    crashes: int
+    observed_s: float
+    reason: str
 
 
 class ConfigErrorFields(TypedDict):
@@ -432,6 +445,7 @@ EVENT_FIELDS: dict[str, type] = {
     "mining_started": MiningStartedFields,
     "mining": MiningFields,
     "checkpoint": CheckpointFields,
+    "checkpoint_interval": CheckpointIntervalFields,
     "config_error": ConfigErrorFields,
     "exception": ExceptionFields,
     "numerical": NumericalFields,
@@ -545,6 +559,10 @@ class Emit(Protocol):
     @overload
     def __call__(self, type: Literal["checkpoint"], attempt: int | None = None,
                  **fields: Unpack[CheckpointFields]) -> object: ...
+
+    @overload
+    def __call__(self, type: Literal["checkpoint_interval"], attempt: int | None = None,
+                 **fields: Unpack[CheckpointIntervalFields]) -> object: ...
 
     @overload
     def __call__(self, type: Literal["config_error"], attempt: int | None = None,

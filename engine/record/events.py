@@ -134,6 +134,10 @@ class EventWriter:
              **fields: Unpack[event_types.CheckpointFields]) -> dict[str, Any]: ...
 
     @overload
+    def emit(self, type: Literal["checkpoint_interval"], attempt: int | None = None,
+             **fields: Unpack[event_types.CheckpointIntervalFields]) -> dict[str, Any]: ...
+
+    @overload
     def emit(self, type: Literal["config_error"], attempt: int | None = None,
              **fields: Unpack[event_types.ConfigErrorFields]) -> dict[str, Any]: ...
 

@@ -38,10 +38,10 @@ from torch import nn
 
 from engine import presets, runconfig, workloads
 from engine.monitor import device as devices
-from engine.record import checkpoint, reached
+from engine.record import checkpoint, interval, reached
 from engine.train import checkpointer, optim, parity, peaks
-from engine.vocabulary import (EXIT_CONFIG, EXIT_FAILED, EXIT_FINISHED, EXIT_NUMERICAL, EXIT_PARITY,
-                               EXIT_STOPPED)
+from engine.vocabulary import (CLEAN, EXIT_CONFIG, EXIT_FAILED, EXIT_FINISHED, EXIT_NUMERICAL,
+                               EXIT_PARITY, EXIT_STOPPED)
 from engine.train.data import SampleOrder
 from engine.train.distributed import World
 from engine.errors import ConfigError, ProtocolError
@@ -53,6 +53,9 @@ from engine.presets import DevicePreset
 from engine.record.rundir import RunDir
 from engine.schema import to_table
 
+
+# checkpoint_every_steps = 'auto': the first checkpoint after this much training measures a save
+AUTO_FIRST_S = 30.0
 
 
 class NonFiniteLoss(Exception):
@@ -150,6 +153,13 @@ class Trainer:
         # Checkpoints are written by a thread of their own from a host copy of the state, one at
         # a time (engine.train.checkpointer); each is told once complete on disk.
         self.checkpoints = checkpointer.Writer(self.run.checkpoints, keep=self.train.keep_checkpoints)
+        # checkpoint_every_steps = 'auto': the saves' stalls and writes measured, and the crash
+        # rate on this device, choose the interval (engine.record.interval)
+        self._save_stalls: list[float] = []
+        self._write_s = 0.0
+        self._interval: interval.Interval | None = None
+        self._crash_history = self._crash_history_now() if self.train.checkpoint_every_steps == "auto" \
+            else (0, 0.0)
 
         self._last_checkpoint_t = time.monotonic()
         self._prepared_epoch = -1
@@ -423,13 +433,51 @@ class Trainer:
 
     def maybe_checkpoint(self) -> None:
         self._tell_checkpoints(self.checkpoints.poll())   # a background write that has finished
-        every_steps = self.train.checkpoint_every_steps
-        every_s = self.train.checkpoint_every_minutes * 60
-        if (every_steps and self.step % every_steps == 0) or \
+        every_steps, every_s = self._checkpoint_every()
+        # 'auto' counts from the last save (its interval may change); a fixed one at multiples
+        since = self.step - (self._saved_step or 0) if self._interval is not None else self.step
+        if (every_steps and since % every_steps == 0 and since) or \
                 (every_s and time.monotonic() - self._last_checkpoint_t >= every_s):
             self.save_checkpoint()
 
     # ------------------------------------------------------------ state
+
+    def _checkpoint_every(self) -> tuple[int, float]:
+        """(steps, seconds) between checkpoints: the preset's, or with checkpoint_every_steps =
+        'auto' the interval that loses least (engine.record.interval) for the save stall measured
+        so far and the crash rate on this device; until a save is measured, one after
+        AUTO_FIRST_S of training (or checkpoint_every_minutes, if sooner) measures it."""
+        if self.train.checkpoint_every_steps != "auto":
+            return int(self.train.checkpoint_every_steps), self.train.checkpoint_every_minutes * 60
+        if not self._save_stalls or not self._meter.samples_per_s:
+            minutes = self.train.checkpoint_every_minutes * 60
+            return 0, min(AUTO_FIRST_S, minutes) if minutes else AUTO_FIRST_S
+        stalls = sorted(self._save_stalls)
+        step_s = self.global_batch / self._meter.samples_per_s
+        chosen = interval.choose(stalls[len(stalls) // 2], step_s, *self._crash_history)
+        floor = max(self._write_s, 0.0)   # never two writes in flight: not under a write's time
+        if chosen.seconds < floor:
+            chosen = interval.Interval(max(1, math.ceil(floor / step_s)), floor, chosen.cost_s,
+                                       chosen.mtbf_s, chosen.crashes, chosen.observed_s)
+        if self._interval is None or abs(chosen.steps - self._interval.steps) > 0.1 * self._interval.steps:
+            self._interval = chosen
+            self.emit("checkpoint_interval", steps=chosen.steps, seconds=round(chosen.seconds, 2),
+                      cost_s=round(chosen.cost_s, 4), mtbf_s=round(chosen.mtbf_s, 1),
+                      crashes=chosen.crashes, observed_s=round(chosen.observed_s, 1),
+                      reason=chosen.reason)
+        return self._interval.steps, 0.0
+
+    def _crash_history_now(self) -> tuple[int, float]:
+        """(crashes, seconds trained) on this device: this run's attempts so far and the
+        earlier runs' (engine.record.interval.device_history)."""
+        from engine.record import stats   # the run's own events, read once at the start
+
+        fold = stats.fold(self.run.events())
+        g = fold.goodput()
+        crashes = sum(1 for a in fold.attempts if a.outcome is not None and a.outcome not in CLEAN)
+        trained = g.productive_s + (g.buckets.get("lost") or 0.0)
+        before, seen = interval.device_history(self.device.type, self.run.path.parent, exclude=self.run.id)
+        return crashes + before, trained + seen
 
     def save_checkpoint(self) -> None:
         if self.step == self._saved_step:
@@ -475,10 +523,11 @@ class Trainer:
         for w in written:
             if w is None:
                 continue
-            fields: dict[str, Any] = {"save_s": round(w.stall_s, 3), "write_s": round(w.write_s, 3),
-                                      "wait_s": round(w.wait_s, 3)}
+            self._save_stalls.append(w.stall_s)
+            self._write_s = w.write_s
             self.events.emit("checkpoint", step=w.step, samples_seen=w.samples_seen,
-                             path=str(w.path.relative_to(self.run.path)), **fields)
+                             path=str(w.path.relative_to(self.run.path)), save_s=round(w.stall_s, 3),
+                             write_s=round(w.write_s, 3), wait_s=round(w.wait_s, 3))
 
     def _resume(self) -> dict | None:
         """Continue from the newest checkpoint that loads. One that does not (a torn write, bit
