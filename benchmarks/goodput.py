@@ -63,12 +63,11 @@ def crash_times(minutes: float, seed: int) -> list[int]:
         draw = max(10.0, rng.expovariate(1 / MEAN_BETWEEN_CRASHES_S))
         draws.append(draw)
         total += draw
-    # distinct specs (a fault fires once per run); each attempt fires the earliest not yet fired,
-    # so they are given in the order drawn by making each later one a second longer if need be
+    # distinct specs (a fault fires once per run): each attempt fires the earliest not yet
+    # fired, so the attempts crash at these times in this order
     out: list[int] = []
-    for d in draws:
-        value = max(int(d), (out[-1] + 1) if out else 0)
-        out.append(value)
+    for d in sorted(draws):
+        out.append(max(int(d), out[-1] + 1) if out else int(d))
     return out
 
 
