@@ -47,12 +47,15 @@ def sets(values: list[str]) -> list[str]:
 
 
 def steps_per_s() -> float:
-    """The run's step rate here, from a short run of it with nothing injected."""
-    done = cockpit("--no-ui", "-w", "matmul", "-d", "cpu", *sets(SETTINGS + ["train.max_steps=200"]))
+    """The run's step rate here once it is under way: the median window of a short run of it
+    with nothing injected (its first windows, warming up, would undercount a long run)."""
+    done = cockpit("--no-ui", "-w", "matmul", "-d", "cpu", *sets(SETTINGS + ["train.max_steps=3000"]))
     if done.returncode != 0:
         raise SystemExit(f"calibration run failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
     run = list_runs()[0]
-    return stats.fold(run.events()).result().steps_per_s or 1.0
+    rates = sorted(e["steps_per_s"] for e in run.events()
+                   if e.get("type") == "step" and e.get("steps_per_s") and not e.get("partial"))
+    return rates[len(rates) // 2] if rates else 1.0
 
 
 def crash_times(minutes: float, seed: int) -> list[int]:

@@ -33,6 +33,7 @@ def test_the_issues_example_one_crash_an_hour_and_a_three_second_save():
     assert chosen.mtbf_s == 3600.0
     assert 300 < chosen.steps < 400                  # about every 350 steps
     assert "every 343 steps" in chosen.reason and "3.00 s save" in chosen.reason
+    assert "a 4 ms save" in choose(0.004, 0.01, 1, 60.0).reason
 
 
 def test_more_crashes_or_cheaper_saves_checkpoint_more_often():

@@ -46,7 +46,7 @@ class Interval:
                 f"{_span(self.observed_s)} of training" if self.crashes else
                 f"no crash seen in {_span(self.observed_s)} of training, one a day assumed")
         return (f"every {self.steps:,} steps ({_span(self.seconds)}) loses least for a "
-                f"{self.cost_s:.2f} s save and a crash every {_span(self.mtbf_s)} ({seen})")
+                f"{_cost(self.cost_s)} save and a crash every {_span(self.mtbf_s)} ({seen})")
 
 
 def young_daly(cost_s: float, mtbf_s: float) -> float:
@@ -128,7 +128,7 @@ class Advice:
         343 steps loses least'."""
         b = self.best
         return (f"checkpoints every {self.theirs:,} steps; at a crash every {_span(b.mtbf_s)} and a "
-                f"{b.cost_s:.1f} s save, about every {b.steps:,} steps loses least")
+                f"{_cost(b.cost_s)} save, about every {b.steps:,} steps loses least")
 
 
 def command_advice(events: list[dict], root: Path | None = None, run_id: str | None = None) -> Advice | None:
@@ -157,3 +157,8 @@ def command_advice(events: list[dict], root: Path | None = None, run_id: str | N
     observed += sum(end - start for start, end, _ in windows)
     best = choose(saves[len(saves) // 2], step_s, crashes, observed)
     return Advice(sorted(gaps)[len(gaps) // 2], best)
+
+
+def _cost(seconds: float) -> str:
+    """A save's time: '3.00 s', '0.11 s', '4 ms'."""
+    return f"{seconds:.2f} s" if seconds >= 0.1 else f"{seconds * 1000:.0f} ms"
