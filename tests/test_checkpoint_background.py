@@ -20,12 +20,11 @@ import torch
 from conftest import TINY, child_env
 from engine import runconfig
 from engine.record import checkpoint
-from engine.record.events import EventWriter
 from engine.record.rundir import RunDir
 from engine.run.supervisor import Supervisor
 from engine.schema import to_table
 from engine.train import checkpointer
-from engine.train.trainer import Trainer
+from train_support import trainer_for
 
 DEADLINE_S = 120   # only a real hang gets near this
 EVERY_2 = ["train.checkpoint_every_steps=2", "train.checkpoint_every_minutes=0"]
@@ -33,27 +32,6 @@ EVERY_2 = ["train.checkpoint_every_steps=2", "train.checkpoint_every_minutes=0"]
 
 def new_run(*overrides: str) -> RunDir:
     return RunDir.create(runconfig.resolve("matmul", "cpu", TINY + EVERY_2 + list(overrides)))
-
-
-def trainer_for(run: RunDir, stop_after: int | None = None, attempt: int = 1,
-                record: list | None = None) -> Trainer:
-    trainer = Trainer(run, EventWriter(run.events_path, attempt=attempt), "cpu", run.config().device)
-    if stop_after is not None:
-        step = trainer.train_step
-
-        def step_then_maybe_stop():
-            step()
-            if trainer.step == stop_after:
-                trainer.stop.requested = True
-        trainer.train_step = step_then_maybe_stop
-    if record is not None:
-        batch = trainer.workload.batch
-
-        def recording_batch(indices, dev):
-            record.append(indices.clone())
-            return batch(indices, dev)
-        trainer.workload.batch = recording_batch
-    return trainer
 
 
 def saved(run: RunDir) -> list[dict]:

@@ -11,36 +11,12 @@ from engine.monitor import device
 from engine.record import checkpoint
 from engine.train.data import SampleOrder
 from engine.errors import ConfigError
-from engine.record.events import EventWriter
 from engine.record.rundir import RunDir
-from engine.train.trainer import Trainer
+from train_support import trainer_for
 
 
 def new_run(*overrides: str) -> RunDir:
     return RunDir.create(runconfig.resolve("matmul", "cpu", TINY + list(overrides)))
-
-
-def trainer_for(run: RunDir, *device_overrides: str, stop_after: int | None = None,
-                record: list | None = None, attempt: int = 1) -> Trainer:
-    config = run.config()
-    _, preset = runconfig.apply_overrides(config.workload, config.device, list(device_overrides))
-    trainer = Trainer(run, EventWriter(run.events_path, attempt=attempt), "cpu", preset)
-    if stop_after is not None:
-        step = trainer.train_step
-
-        def step_then_maybe_stop():
-            step()
-            if trainer.step == stop_after:
-                trainer.stop.requested = True
-        trainer.train_step = step_then_maybe_stop
-    if record is not None:
-        batch = trainer.workload.batch
-
-        def recording_batch(indices, dev):
-            record.append(indices.clone())
-            return batch(indices, dev)
-        trainer.workload.batch = recording_batch
-    return trainer
 
 
 def test_loss_falls_and_the_model_learns(home):
