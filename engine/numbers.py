@@ -11,3 +11,13 @@ def rate(value: float) -> str:
 def count(n: int, noun: str) -> str:
     """'1 step', '3 steps', '0 steps': a whole number of a regular noun."""
     return f"{n:,} {noun}{'s' * (n != 1)}"
+
+
+def duration(seconds: float | None) -> str:
+    """'1h05m', '3m10s', '42s'; '?' where it is not known."""
+    if seconds is None:
+        return "?"
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"

@@ -48,6 +48,7 @@ def test_bounds_and_a_run_with_no_crash_seen():
     assert choose(60.0, 1.0, crashes=0, observed_s=10 * PRIOR_S).seconds == MAX_S
     assert choose(0.001, 0.01, crashes=100, observed_s=1.0).seconds >= 1.0   # never under a second
     assert choose(0.5, 10.0, crashes=100, observed_s=60.0).steps == 1       # at least a step
+    assert choose(0.001, 0.01, crashes=100, observed_s=1.0, floor_s=5.0).seconds >= 5.0   # a write's time
 
 
 def _finished(root, run_id: str, attempts: list[tuple[str, str]], productive: float, lost: float = 0.0):

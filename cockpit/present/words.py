@@ -5,7 +5,7 @@ and no terminal here (the headless printer and the TUI both import this).
 
 from __future__ import annotations
 
-from engine.numbers import count, rate
+from engine.numbers import count, duration, rate
 
 SETTLE_WINDOWS = 5   # an attempt's first step windows measure warm-up: its ETA says "settling"
 
@@ -13,15 +13,6 @@ SETTLE_WINDOWS = 5   # an attempt's first step windows measure warm-up: its ETA 
 # and the dashboard's title (which shows every status bold).
 STATUS_STYLE = {"running": "bold cyan", "resuming": "bold cyan", "finished": "green", "stopped": "yellow",
                 "failed": "bold red", "lost": "red", "interrupted": "yellow", "created": "dim", "broken": "bold red"}
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    seconds = int(round(seconds))
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
 
 
 def memory_text(m: dict) -> str:

@@ -17,11 +17,13 @@ bounded to [max(2C, 1 s), 1 hour], and in steps at the attempt's measured time a
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.numbers import duration
 from engine.vocabulary import CLEAN
 
 PRIOR_S = 24 * 3600.0     # one crash a day, assumed before any is seen
@@ -43,10 +45,10 @@ class Interval:
     def reason(self) -> str:
         """'every 350 steps (2m27s): a 3.00 s save, one crash in 1h00m (2 seen in 2h00m on cuda)'."""
         seen = (f"{self.crashes} crash{'es' if self.crashes != 1 else ''} seen in "
-                f"{_span(self.observed_s)} of training" if self.crashes else
-                f"no crash seen in {_span(self.observed_s)} of training, one a day assumed")
-        return (f"every {self.steps:,} steps ({_span(self.seconds)}) loses least for a "
-                f"{_cost(self.cost_s)} save and a crash every {_span(self.mtbf_s)} ({seen})")
+                f"{duration(self.observed_s)} of training" if self.crashes else
+                f"no crash seen in {duration(self.observed_s)} of training, one a day assumed")
+        return (f"every {self.steps:,} steps ({duration(self.seconds)}) loses least for a "
+                f"{_cost(self.cost_s)} save and a crash every {duration(self.mtbf_s)} ({seen})")
 
 
 def young_daly(cost_s: float, mtbf_s: float) -> float:
@@ -54,11 +56,12 @@ def young_daly(cost_s: float, mtbf_s: float) -> float:
     return max(math.sqrt(2.0 * cost_s * mtbf_s) - cost_s, cost_s)
 
 
-def choose(cost_s: float, step_s: float, crashes: int, observed_s: float) -> Interval:
+def choose(cost_s: float, step_s: float, crashes: int, observed_s: float,
+           floor_s: float = 0.0) -> Interval:
     """The interval for a save of `cost_s`, steps of `step_s`, and `crashes` in `observed_s`
-    of training."""
+    of training; never under `floor_s` (a background write's time: no two in flight)."""
     mtbf = observed_s / crashes if crashes else max(observed_s, PRIOR_S)
-    seconds = min(max(young_daly(cost_s, mtbf), 2.0 * cost_s, 1.0), MAX_S)
+    seconds = max(min(max(young_daly(cost_s, mtbf), 2.0 * cost_s, 1.0), MAX_S), floor_s)
     steps = max(1, round(seconds / step_s)) if step_s > 0 else 1
     return Interval(steps, steps * step_s if step_s > 0 else seconds, cost_s, mtbf, crashes, observed_s)
 
@@ -103,13 +106,6 @@ def _last_summary(events: Path) -> dict | None:
     return None
 
 
-def _span(seconds: float) -> str:
-    seconds = int(round(seconds))
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s} s"
-
-
 @dataclass(frozen=True, slots=True)
 class Advice:
     """A command's own checkpoint interval against the one that loses least."""
@@ -127,7 +123,7 @@ class Advice:
         """'checkpoints every 2,000 steps; at a crash every 1h00m and a 3.0 s save, about every
         343 steps loses least'."""
         b = self.best
-        return (f"checkpoints every {self.theirs:,} steps; at a crash every {_span(b.mtbf_s)} and a "
+        return (f"checkpoints every {self.theirs:,} steps; at a crash every {duration(b.mtbf_s)} and a "
                 f"{_cost(b.cost_s)} save, about every {b.steps:,} steps loses least")
 
 
@@ -146,8 +142,10 @@ def command_advice(events: list[dict], root: Path | None = None, run_id: str | N
         return None
     per_step = sorted((end - start) / n for start, end, n in windows)
     step_s = per_step[len(per_step) // 2]
+    written = sorted(e["t"] for e in events if e.get("type") == "checkpoint")
     saves = sorted(max(0.0, (end - start) - n * step_s) for start, end, n in windows
-                   if any(start < e["t"] <= end for e in events if e.get("type") == "checkpoint"))
+                   # a checkpoint seen in (start, end]
+                   if bisect.bisect_right(written, start) < bisect.bisect_right(written, end))
     if not saves:
         return None
     device = str(next((e["device"] for e in events if e.get("type") == "attempt_started" and e.get("device")), "cpu"))

@@ -96,7 +96,7 @@ class AlertRules:
         if not wanted:
             return []
         word = TITLE_WORDS[wanted[0]]
-        if wanted[0] == "fallback" and _retry(source[-1]):
+        if wanted[0] == "fallback" and is_retry(source[-1]):
             word = "retried"  # the same preset again: no fallback to another
         title = f"cockpit@{self.host}: {self.workload} {word}"
         return [Alert(wanted[0], tuple(names), title, message, source)]
@@ -104,13 +104,13 @@ class AlertRules:
     @staticmethod
     def _fallback_text(e: dict) -> str:
         resume, to = e.get("resume") or {}, e.get("to_preset", "?")
-        again = "again " if _retry(e) else ""
+        again = "again " if is_retry(e) else ""
         how = f"resumes on {to} {again}at step {resume['step']}" if resume.get("step") is not None else \
             f"resumes on {to} {again}from its checkpoint" if resume else f"starts over on {to}"
         return f"attempt {e.get('next_attempt', '?')} {how}"
 
 
-def _retry(e: dict) -> bool:
+def is_retry(e: dict) -> bool:
     """A fallback event that runs the same preset again (a retry), not the next one."""
     return e.get("type") == "fallback" and e.get("from") is not None and e.get("from") == e.get("to_preset")
 

@@ -444,28 +444,30 @@ class Trainer:
 
     def _checkpoint_every(self) -> tuple[int, float]:
         """(steps, seconds) between checkpoints: the preset's, or with checkpoint_every_steps =
-        'auto' the interval that loses least (engine.record.interval) for the save stall measured
-        so far and the crash rate on this device; until a save is measured, one after
-        AUTO_FIRST_S of training (or checkpoint_every_minutes, if sooner) measures it."""
+        'auto' the interval chosen at the last save (_choose_interval); until one is chosen, a
+        save after AUTO_FIRST_S of training (or checkpoint_every_minutes, if sooner) measures one."""
         if self.train.checkpoint_every_steps != "auto":
             return int(self.train.checkpoint_every_steps), self.train.checkpoint_every_minutes * 60
-        if not self._save_stalls or not self._meter.samples_per_s:
+        if self._interval is None:
             minutes = self.train.checkpoint_every_minutes * 60
             return 0, min(AUTO_FIRST_S, minutes) if minutes else AUTO_FIRST_S
+        return self._interval.steps, 0.0
+
+    def _choose_interval(self) -> None:
+        """'auto': the interval that loses least (engine.record.interval) for the save stalls
+        measured so far, the step time and the crash rate on this device, never under a write's
+        time (no two in flight); said in an event when it moves by more than a tenth."""
+        if self.train.checkpoint_every_steps != "auto" or not self._meter.samples_per_s:
+            return
         stalls = sorted(self._save_stalls)
-        step_s = self.global_batch / self._meter.samples_per_s
-        chosen = interval.choose(stalls[len(stalls) // 2], step_s, *self._crash_history)
-        floor = max(self._write_s, 0.0)   # never two writes in flight: not under a write's time
-        if chosen.seconds < floor:
-            chosen = interval.Interval(max(1, math.ceil(floor / step_s)), floor, chosen.cost_s,
-                                       chosen.mtbf_s, chosen.crashes, chosen.observed_s)
+        chosen = interval.choose(stalls[len(stalls) // 2], self.global_batch / self._meter.samples_per_s,
+                                 *self._crash_history, floor_s=self._write_s)
         if self._interval is None or abs(chosen.steps - self._interval.steps) > 0.1 * self._interval.steps:
             self._interval = chosen
             self.emit("checkpoint_interval", steps=chosen.steps, seconds=round(chosen.seconds, 2),
                       cost_s=round(chosen.cost_s, 4), mtbf_s=round(chosen.mtbf_s, 1),
                       crashes=chosen.crashes, observed_s=round(chosen.observed_s, 1),
                       reason=chosen.reason)
-        return self._interval.steps, 0.0
 
     def _crash_history_now(self) -> tuple[int, float]:
         """(crashes, seconds trained) on this device: this run's attempts so far and the
@@ -528,6 +530,7 @@ class Trainer:
             self.events.emit("checkpoint", step=w.step, samples_seen=w.samples_seen,
                              path=str(w.path.relative_to(self.run.path)), save_s=round(w.stall_s, 3),
                              write_s=round(w.write_s, 3), wait_s=round(w.wait_s, 3))
+            self._choose_interval()
 
     def _resume(self) -> dict | None:
         """Continue from the newest checkpoint that loads. One that does not (a torn write, bit

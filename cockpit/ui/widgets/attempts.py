@@ -20,6 +20,7 @@ from textual.widgets import Static
 
 from cockpit.present.words import resume_text
 from cockpit.ui.model import Attempt, RunModel
+from engine.run.alert_rules import is_retry
 from engine.numbers import count
 from engine.text import strip_ansi
 
@@ -103,7 +104,7 @@ def fallback_words(f: dict) -> str:
     mps with batch_size 32→16, resumes at step 40', '... starts over'. A retry names what it
     changed; another preset is named (the attempt's own line says its settings)."""
     to = f.get("to_preset", f.get("to", "?"))
-    if f.get("from") is not None and f.get("from") == to:
+    if is_retry(f):
         changes = ", ".join(f"{k} {_value(k, x)}→{_value(k, y)}" for k, (x, y) in (f.get("changed") or {}).items())
         what = f"retried on {to}" + (f" with {changes}" if changes else "")
     else:
