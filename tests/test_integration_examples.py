@@ -67,7 +67,11 @@ def check_fallback_resumed_at_the_checkpoint(done, run, batch_flags: list[str], 
     for attempt in (1, 2):
         steps = by_type(run, "step", attempt)
         assert steps and all(e["source"] == "report" for e in steps)
-        assert any(e["loss"] is not None and e["lr"] for e in steps)
+        # each attempt reported its loss and lr; whether one of attempt 1's few windows (it dies
+        # at its 50th step) ends after such a report is the machine's timing, so the windows
+        # are asked over the run
+        assert any(e["loss"] is not None and e["metrics"].get("lr") for e in by_type(run, "progress", attempt))
+    assert any(e["loss"] is not None and e["lr"] for e in by_type(run, "step"))
     assert by_type(run, "eval") and by_type(run, "eval", 2)
     reported = [e for e in by_type(run, "checkpoint") if e.get("source") == "report"]
     assert all(Path(e["path"]).exists() and command.step_in_name(e["path"]) == e["step"]
