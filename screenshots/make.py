@@ -14,8 +14,10 @@ only on the recorded runs against these files.
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -171,8 +173,30 @@ async def render(name: str) -> str:
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
         await SCREENS[screen](app, pilot)
+        # A loaded machine may still be laying out (a footer, a panel's class) when the screen's
+        # own wait ends: take the screen once two exports a moment apart agree.
         svg = app.export_screenshot(title=f"cockpit — {name}")
+        for _ in range(SETTLE_TRIES):
+            await pilot.pause(0.2)
+            again = app.export_screenshot(title=f"cockpit — {name}")
+            if again == svg:
+                break
+            svg = again
     return svg
+
+
+SETTLE_TRIES = 25
+
+
+def text_of(svg: str) -> str:
+    """The characters an exported screen shows, row by row: what a failing comparison prints."""
+    rows: dict[int, dict[int, str]] = {}
+    for x, y, text in re.findall(r'<text class="[^"]*" x="([\d.]+)" y="([\d.]+)"[^>]*>(.*?)</text>', svg, re.S):
+        row = rows.setdefault(round((float(y) - 20) / 24.4), {})
+        for i, char in enumerate(html.unescape(text).replace("\xa0", " ")):
+            row[round(float(x) / 12.2) + i] = char
+    lines = (rows.get(r, {}) for r in range(max(rows, default=-1) + 1))
+    return "\n".join("".join(row.get(c, " ") for c in range(max(row, default=-1) + 1)).rstrip() for row in lines)
 
 
 def main(argv: list[str]) -> int:

@@ -5,6 +5,7 @@ the SVGs, and keep them."""
 from __future__ import annotations
 
 import asyncio
+import difflib
 import importlib.util
 import time
 
@@ -31,5 +32,8 @@ def test_screen_matches_its_screenshot(name, home, monkeypatch, tmp_path):
     expected = (ROOT / "screenshots" / f"{name}.svg").read_text()
     if svg != expected:
         (tmp_path / f"{name}.svg").write_text(svg)
+        shown = "\n".join(difflib.unified_diff(make.text_of(expected).splitlines(), make.text_of(svg).splitlines(),
+                                              "screenshot", "this run", lineterm=""))
         pytest.fail(f"screen {name} differs from screenshots/{name}.svg (this run's is in "
-                    f"{tmp_path}); if the change is intended, run python screenshots/make.py")
+                    f"{tmp_path}); if the change is intended, run python screenshots/make.py\n"
+                    f"{shown or '(the same characters: only colours or styles differ)'}")
