@@ -440,3 +440,84 @@ def test_a_trainer_that_exited_but_is_not_yet_reaped_is_not_read_as_zero_rss():
     sample = sysmon.SystemSampler(proc.pid).sample()
     proc.wait()
     assert sample["rss"] is None and sample["processes"] == 0
+
+
+# ---------------------------------------------------------------- macOS physical footprint
+
+
+RUSAGE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
+
+
+def fake_proc_pid_rusage(footprints: dict[int, int]):
+    """A C-callable stand-in for libproc's proc_pid_rusage: fills a rusage_info_v2 like xnu
+    (every field, the footprint where it belongs), -1 for a pid it does not know."""
+    def impl(pid, flavor, buffer):
+        if flavor != sysmon.RUSAGE_INFO_V2 or pid not in footprints:
+            return -1
+        info = sysmon.RusageInfoV2.from_address(buffer)
+        info.ri_resident_size = 1           # anything but the footprint
+        info.ri_phys_footprint = footprints[pid]
+        info.ri_diskio_byteswritten = 7     # the struct's last field: the whole of it is ours
+        return 0
+    return RUSAGE(impl)
+
+
+def test_rusage_info_v2_layout_matches_sys_resource_h():
+    # uuid[16], then 18 uint64: footprint is the 8th of them
+    assert sysmon.RusageInfoV2.ri_phys_footprint.offset == 16 + 7 * 8
+    assert ctypes.sizeof(sysmon.RusageInfoV2) == 16 + 18 * 8
+
+
+def test_phys_footprint_marshals_through_ctypes():
+    fn = fake_proc_pid_rusage({42: 3_500_000_000})
+    assert sysmon.phys_footprint(42, fn) == 3_500_000_000
+    assert sysmon.phys_footprint(43, fn) is None
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="the real proc_pid_rusage exists on macOS")
+def test_phys_footprint_without_libproc_is_none():
+    assert sysmon.phys_footprint(psutil.Process().pid) is None
+
+
+def _tree_with_a_grandchild():
+    code = ("import signal, subprocess, sys, time\n"
+            "signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
+            "sub = subprocess.Popen([sys.executable, '-c', "
+            "'import time; print(1, flush=True); time.sleep(60)'], stdout=sys.stdout)\n"
+            "time.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    assert child.stdout.readline().strip() == b"1"
+    return child, psutil.Process(child.pid).children()[0]
+
+
+def test_footprint_summed_over_a_real_tree_on_macos(monkeypatch):
+    child, grandchild = _tree_with_a_grandchild()
+    try:
+        footprints = {child.pid: 3_000_000_000, grandchild.pid: 500_000_000}
+        fn = fake_proc_pid_rusage(footprints)
+        monkeypatch.setattr(sysmon, "_proc_pid_rusage", lambda: fn)
+        sampler = sysmon.SystemSampler(child.pid, platform="darwin", children_every_s=0.0,
+                                       pressure=sysmon.NoPressure("test"))
+        s = sampler.sample()
+        assert (s["rss"], s["processes"], s["rss_kind"]) == (3_500_000_000, 2, "footprint")
+        assert sysmon.summary(s).startswith("footprint 3.5 GB")
+        # the grandchild's footprint cannot be read (another user's, say): its RSS instead
+        del footprints[grandchild.pid]
+        s = sampler.sample()
+        rss = psutil.Process(grandchild.pid).memory_info().rss
+        assert (s["rss"], s["processes"], s["rss_kind"]) == (3_000_000_000 + rss, 2, "footprint+rss")
+        # no footprint at all (the call fails for every pid): RSS, said so
+        footprints.clear()
+        s = sampler.sample()
+        assert s["rss_kind"] == "rss" and s["rss"] < 3_000_000_000
+    finally:
+        grandchild.kill()
+        child.kill()
+        child.wait()
+
+
+def test_linux_samples_are_rss_as_before(monkeypatch):
+    monkeypatch.setattr(sysmon, "_proc_pid_rusage", lambda: pytest.fail("called on Linux"))
+    s = sysmon.SystemSampler(psutil.Process().pid, platform="linux",
+                             pressure=sysmon.NoPressure("test")).sample()
+    assert "rss_kind" not in s and s["rss"] == pytest.approx(psutil.Process().memory_info().rss, rel=0.5)

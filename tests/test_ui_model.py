@@ -55,6 +55,22 @@ def test_memory_panel_colours_pressure_and_shows_device_limit():
     assert device_line({"allocated": 1e9, "driver": 2e9, "limit": 8e9}) == "2.0 GB of 8.0 GB (25%)"
 
 
+def test_a_macos_sample_says_footprint_not_rss():
+    from cockpit.present.words import memory_text as memory_words
+
+    sample = {"type": "memory", "t": 1.0, "rss": 3.5e9, "processes": 1, "system_total": 16e9,
+              "system_used": 8e9, "pressure": {"level": "normal", "raw": 1, "source": "sysctl"}}
+    m = RunModel()
+    m.fold([sample])
+    assert "RSS      3.5 GB" in memory_text(m).plain and "footprint" not in memory_text(m).plain
+    assert memory_words(sample).startswith("rss 3.5 GB")
+    for kind in ("footprint", "footprint+rss"):
+        m = RunModel()
+        m.fold([{**sample, "rss_kind": kind}])
+        assert "footprint 3.5 GB" in memory_text(m).plain and "RSS" not in memory_text(m).plain
+        assert memory_words({**sample, "rss_kind": kind}).startswith(f"{kind} 3.5 GB")
+
+
 def test_series_stays_bounded_and_spans_the_run():
     s = Series(cap=64)
     for i in range(100_000):

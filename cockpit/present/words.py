@@ -15,12 +15,18 @@ STATUS_STYLE = {"running": "bold cyan", "resuming": "bold cyan", "finished": "gr
                 "failed": "bold red", "lost": "red", "interrupted": "yellow", "created": "dim", "broken": "bold red"}
 
 
+def rss_label(m: dict) -> str:
+    """What a memory event's `rss` measures: "rss", or on macOS "footprint" (the physical
+    footprint, Activity Monitor's figure) and "footprint+rss" (some processes by RSS)."""
+    return m.get("rss_kind") or "rss"
+
+
 def memory_text(m: dict) -> str:
     """'rss 1.2 GB, mem 71%, swap-in 0 MB/s, cpu 190%, gpu 97%, pressure normal' from a memory
-    event."""
+    event ('footprint 1.2 GB, ...' on macOS)."""
     parts = []
     if m.get("rss") is not None:
-        parts.append(f"rss {m['rss'] / 1e9:.1f} GB")
+        parts.append(f"{rss_label(m)} {m['rss'] / 1e9:.1f} GB")
     if m.get("system_total"):
         parts.append(f"mem {100 * m['system_used'] / m['system_total']:.0f}%")
     if m.get("swap_in_per_s") is not None:

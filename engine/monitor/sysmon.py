@@ -7,7 +7,14 @@ The supervisor samples (not the trainer), so a trainer stuck in a page fault is 
 One `SystemSampler(pid)` per trainer process; `sample()` returns the fields of a `memory`
 event:
     rss             bytes resident in the trainer and its children, summed (a page shared by
-                    forked DataLoader workers counts once per process, so this can overstate)
+                    forked DataLoader workers counts once per process, so this can overstate).
+                    On macOS each process's physical footprint instead (what Activity Monitor
+                    shows as "Memory"): RSS misses Metal/MPS allocations, the footprint counts
+                    them (proc_pid_rusage's ri_phys_footprint); RSS for a process whose
+                    footprint cannot be read.
+    rss_kind        macOS only: "footprint" (every process counted by its footprint),
+                    "footprint+rss" (some by RSS, their footprint unreadable) or "rss" (none
+                    readable); absent: RSS (Linux and other platforms, as before)
     processes       how many processes that sum covers (0: the trainer is gone; rss is None)
     system_total    physical memory, bytes
     system_used     total - available: what cannot be handed out without reclaim or swap
@@ -32,6 +39,8 @@ one sysctl call (macOS), plus every few seconds one stat file per process on the
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import functools
 import os
 import re
@@ -193,9 +202,6 @@ def cgroup_pressure_file(pid: int | str, root: Path) -> Path | None:
 @functools.cache
 def _sysctlbyname():
     """libc's sysctlbyname, loaded once per process."""
-    import ctypes
-    import ctypes.util
-
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.dylib", use_errno=True)
     fn = libc.sysctlbyname
     fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
@@ -208,8 +214,6 @@ def sysctl_int(name: str, fn=None) -> int | None:
     """An int sysctl by name (no sudo, no subprocess), or None where it does not exist.
 
     `fn` is the C function; tests hand in a ctypes callback to run this on Linux."""
-    import ctypes
-
     if fn is None:
         try:
             fn = _sysctlbyname()
@@ -238,6 +242,68 @@ class SysctlPressure:
             return _pressure(detail=f"sysctl {SYSCTL_PRESSURE} could not be read")
         # A value xnu does not document keeps its raw figure but gets no invented level.
         return _pressure(SYSCTL_LEVELS.get(raw), raw, self.source, SYSCTL_PRESSURE)
+
+
+# ---------------------------------------------------------------- macOS physical footprint
+
+# <sys/resource.h>: proc_pid_rusage's flavours; V2 is the oldest with ri_phys_footprint (10.9+)
+RUSAGE_INFO_V2 = 2
+
+
+class RusageInfoV2(ctypes.Structure):
+    """struct rusage_info_v2 from xnu's <sys/resource.h>, field for field (the call writes the
+    whole struct: a short one would be overrun)."""
+
+    _fields_ = [
+        ("ri_uuid", ctypes.c_uint8 * 16),
+        ("ri_user_time", ctypes.c_uint64),
+        ("ri_system_time", ctypes.c_uint64),
+        ("ri_pkg_idle_wkups", ctypes.c_uint64),
+        ("ri_interrupt_wkups", ctypes.c_uint64),
+        ("ri_pageins", ctypes.c_uint64),
+        ("ri_wired_size", ctypes.c_uint64),
+        ("ri_resident_size", ctypes.c_uint64),
+        ("ri_phys_footprint", ctypes.c_uint64),
+        ("ri_proc_start_abstime", ctypes.c_uint64),
+        ("ri_proc_exit_abstime", ctypes.c_uint64),
+        ("ri_child_user_time", ctypes.c_uint64),
+        ("ri_child_system_time", ctypes.c_uint64),
+        ("ri_child_pkg_idle_wkups", ctypes.c_uint64),
+        ("ri_child_interrupt_wkups", ctypes.c_uint64),
+        ("ri_child_pageins", ctypes.c_uint64),
+        ("ri_child_elapsed_abstime", ctypes.c_uint64),
+        ("ri_diskio_bytesread", ctypes.c_uint64),
+        ("ri_diskio_byteswritten", ctypes.c_uint64),
+    ]
+
+
+@functools.cache
+def _proc_pid_rusage():
+    """libproc's `int proc_pid_rusage(int pid, int flavor, rusage_info_t *buffer)`, loaded once
+    (libproc is part of libSystem on macOS; find_library finds it by either name)."""
+    path = ctypes.util.find_library("proc") or ctypes.util.find_library("System")
+    if path is None:
+        raise OSError("no libproc or libSystem: not macOS")
+    fn = ctypes.CDLL(path, use_errno=True).proc_pid_rusage
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def phys_footprint(pid: int, fn=None) -> int | None:
+    """A process's physical footprint in bytes (Activity Monitor's "Memory"), or None where
+    it cannot be read (another user's process, one that exited, not macOS).
+
+    `fn` is the C function; tests hand in a ctypes callback to run this on Linux."""
+    if fn is None:
+        try:
+            fn = _proc_pid_rusage()
+        except (OSError, AttributeError):
+            return None
+    info = RusageInfoV2()
+    if fn(pid, RUSAGE_INFO_V2, ctypes.byref(info)) != 0:
+        return None
+    return int(info.ri_phys_footprint)
 
 
 class NoPressure:
@@ -310,10 +376,16 @@ class SystemSampler:
                  children_every_s: float = CHILDREN_EVERY_S,
                  others: hardware.OtherProcesses | None = None,
                  gpus: hardware.Gpus | None = None,
-                 env: Mapping[str, str] | None = None):
+                 env: Mapping[str, str] | None = None,
+                 footprint: Callable[[int], int | None] | None = None):
         """`env`: the trainer's environment (its launch env, whose CUDA_VISIBLE_DEVICES may
-        differ from ours); None: ours."""
+        differ from ours); None: ours. `footprint`: a process's physical footprint by pid
+        (None where unreadable), used in place of RSS; None: phys_footprint on macOS, RSS
+        elsewhere."""
         self.pid = pid
+        if footprint is None and platform == "darwin":
+            footprint = phys_footprint
+        self._footprint = footprint
         self.pressure = pressure or pressure_source(pid, root=root, platform=platform)
         self._swap_reader, self._memory_reader, self._clock = swap_reader, memory_reader, clock
         self._swap_counters = _swap_counters_work(swap_reader)
@@ -338,7 +410,7 @@ class SystemSampler:
         vm = self._memory_reader()
         swap = self._swap_reader()
         swap_in, swap_out = self._swap_rates(swap)
-        rss, processes = self._rss()
+        rss, processes, rss_kind = self._rss()
         now = self._clock()
         tree = (self._proc, *self._children) if processes else ()
         cpu = self._tree_cpu.percent(tree, now)
@@ -357,6 +429,8 @@ class SystemSampler:
             "cpu_others": self._others.others, "cpu_others_percent": self._others.others_percent,
             "gpus": gpus,
         }
+        if rss_kind is not None:  # macOS: say which measure `rss` is (absent, as before: RSS)
+            sample["rss_kind"] = rss_kind
         if not gpus and self._gpus.why_not:
             # why there are no GPU figures (NVML missing or failing, a MIG slice), for the panel;
             # absent where there are figures, to keep the second's event small
@@ -376,9 +450,10 @@ class SystemSampler:
             return None, None
         return round(d_in / dt, 1), round(d_out / dt, 1)
 
-    def _rss(self) -> tuple[int | None, int]:
+    def _rss(self) -> tuple[int | None, int, str | None]:
+        """(bytes summed over the tree, processes counted, what they measure: see _kind)."""
         if self._proc is None:
-            return None, 0
+            return None, 0, self._kind(0, 0)
         now = self._clock()
         if self._children_at is None or now - self._children_at >= self._children_every_s:
             self._children_at = now
@@ -386,7 +461,7 @@ class SystemSampler:
                 self._children = self._proc.children(recursive=True)
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 self._children = []
-        total, processes = 0, 0
+        total, processes, footprints = 0, 0, 0
         for proc in (self._proc, *self._children):
             try:
                 rss = proc.memory_info().rss
@@ -394,9 +469,19 @@ class SystemSampler:
                 continue  # a child that exited between listing and reading (ZombieProcess too)
             if rss == 0:
                 continue  # exited, not yet reaped: a zombie holds no memory and is not running
+            if self._footprint is not None and (footprint := self._footprint(proc.pid)) is not None:
+                rss, footprints = footprint, footprints + 1
             total += rss
             processes += 1
-        return (total if processes else None), processes
+        return (total if processes else None), processes, self._kind(processes, footprints)
+
+    def _kind(self, processes: int, footprints: int) -> str | None:
+        """None where RSS is the only measure (Linux); else which of them the sum holds."""
+        if self._footprint is None:
+            return None
+        if footprints == 0:
+            return "rss"   # not one footprint could be read: RSS throughout, said so
+        return "footprint" if footprints == processes else "footprint+rss"
 
 
 def summary(sample: dict) -> str:
@@ -409,7 +494,7 @@ def summary(sample: dict) -> str:
 
     p = sample["pressure"]
     level = f"{p['level'] or p['raw']} ({p['source']})" if p["source"] else "unavailable"
-    return (f"rss {gb(sample['rss'])}, system {gb(sample['system_used'])} of "
+    return (f"{sample.get('rss_kind') or 'rss'} {gb(sample['rss'])}, system {gb(sample['system_used'])} of "
             f"{gb(sample['system_total'])}, swap {gb(sample['swap_used'])} "
             f"(in {rate(sample['swap_in_per_s'])}, out {rate(sample['swap_out_per_s'])}), "
             f"pressure {level}")

@@ -151,8 +151,9 @@ class StopRequestedFields(TypedDict):
 class MemoryFields(TypedDict):
     """The supervisor's sample, about once a second (engine.monitor.sysmon.SystemSampler)."""
 
-    rss: int | None                 # the attempt's process tree
+    rss: int | None                 # the attempt's process tree (macOS: physical footprint)
     processes: int
+    rss_kind: NotRequired[str]      # macOS: "footprint" | "footprint+rss" | "rss"; absent: RSS
     system_total: int
     system_used: int
     system_available: int

@@ -1,4 +1,5 @@
-"""The memory panel: pressure level in colour, swap traffic, RSS, device memory vs its limit.
+"""The memory panel: pressure level in colour, swap traffic, RSS (macOS: the physical
+footprint), device memory vs its limit.
 
 Fed by the supervisor's `memory` events (about once a second) and the device memory the
 trainer reports with each step; the latest slowdown warning is shown under them.
@@ -9,6 +10,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from cockpit.present.words import rss_label
 from cockpit.ui.model import RunModel, bytes_text
 
 LEVEL_STYLE = {"normal": "bold green", "warn": "bold yellow", "critical": "bold white on red"}
@@ -62,7 +64,10 @@ def memory_text(m: RunModel, width: int = 28) -> Text:
             text.append(f"\n{one_line}")
         else:
             text.append(f"\nswap in  {swap_in}\nswap out {swap_out}")
-        text.append(f"\nRSS      {bytes_text(e.get('rss'))}")
+        # macOS: the physical footprint (Activity Monitor's figure; some processes by RSS where
+        # theirs was unreadable: the event's rss_kind says "footprint+rss")
+        label = "RSS" if rss_label(e) == "rss" else "footprint"
+        text.append(f"\n{label:<8} {bytes_text(e.get('rss'))}")
         if e.get("processes", 1) > 1:
             text.append(f" ({e['processes']} procs)")
         text.append(f"\nsystem   {bytes_text(e.get('system_used'))} / {bytes_text(e.get('system_total'))}")
