@@ -14,7 +14,7 @@ import math
 import os
 from dataclasses import dataclass
 from engine import command, presets, vocabulary, workloads
-from engine.command import interpreter
+from engine.command import interpreter, programs
 from engine.errors import ConfigError
 from engine.presets import DevicePreset, TrainSettings, WorkloadPreset
 from engine.schema import fields, from_table, nearest, parse_value, to_table, unknown_key
@@ -189,7 +189,8 @@ def resolve_command(argv: list[str], name: str, device_name: str,
                     overrides: list[str] | None = None) -> RunConfig:
     """An ad-hoc command (`cockpit run -- CMD...`) as a run, checked like a command preset."""
     # 'run', the subcommand, not 'cockpit run': every error line already begins 'cockpit: '
-    workload = presets.workload_from_table({"command": list(argv)}, "run")
+    # a known program's conventions (mlx-lm's checkpoints and resume), which --set may override
+    workload = presets.workload_from_table({"command": list(argv), **programs.conventions(list(argv))}, "run")
     return _resolve(workload, name, "run", device_name, overrides)
 
 

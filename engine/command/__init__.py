@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, AbstractSet, Literal, Sequence
 
+from engine.command import statements
 from engine.command.progress import compile_regex
 from engine.command.tracker import Units
 from engine.errors import ConfigError
@@ -45,6 +46,8 @@ PLACEHOLDERS = {
     "run_dir": "the run directory (absolute)",
     "attempt": "the attempt number, from 1",
     "checkpoint": "the newest checkpoint (in `resume` only)",
+    "steps_left": "the run's total steps less the checkpoint's (in `resume` only), for a script "
+                  "that counts its steps from 0 again when it resumes (mlx-lm's --iters)",
     # Derived, for the frameworks' own flags (an argument that is one placeholder alone and
     # comes out empty is left out, so `{hf_precision_flag}` adds nothing for fp32):
     "hf_precision_flag": "Hugging Face TrainingArguments' precision flag: --bf16, --fp16, or "
@@ -52,13 +55,15 @@ PLACEHOLDERS = {
     "hf_device_flag": "--use_cpu on the CPU (the Trainer would otherwise take CUDA or MPS "
                       "itself), else nothing",
     "lightning_precision": "Lightning's precision string: 32-true, bf16-mixed or 16-mixed",
+    "mlx_device": "MLX's device: gpu (Metal on a Mac, CUDA elsewhere) for mps or cuda, cpu for "
+                  "cpu (python -m cockpit.integrations.mlx --device {mlx_device} ...)",
 }
 # Lightning takes {device} as its accelerator as it is: "cpu", "cuda" or "mps".
 _HF_PRECISION_FLAG = {"fp32": "", "bf16": "--bf16", "fp16": "--fp16"}
 _LIGHTNING_PRECISION = {"fp32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}
 _PRECISION_PLACEHOLDERS = frozenset({"precision", "hf_precision_flag", "lightning_precision"})
 # Only a resume knows its checkpoint; the glob that finds it cannot depend on it either.
-_RESUME_ONLY = ("checkpoint",)
+_RESUME_ONLY = ("checkpoint", "steps_left")
 # What a checkpoint glob may name: it is filled before any attempt's device is known.
 _GLOB_PLACEHOLDERS = ("run_dir",)
 
@@ -85,6 +90,11 @@ class CommandSpec:
                                        "(throughput is then steps/s)", min=0)
     tokens_per_step: int = setting(0, "tokens in one optimizer step (a language model), for "
                                       "tokens/s; 0 = from the script's output, else none", min=0)
+    steps_restart: bool = setting(False, "the script counts its steps from 0 again when it "
+                                         "resumes (mlx-lm does): cockpit adds the checkpoint's "
+                                         "step to the steps it prints")
+    resume_restores: str = setting("", "what a resume restores, said in the log when an attempt "
+                                       "resumes (e.g. 'the adapter weights only'); '' = not said")
     main_metric: str = setting("", "the metric to show beside the loss (e.g. 'reward', "
                                    "'recall_10'); '' = a reward, else a recall or accuracy, "
                                    "when the script logs one")
@@ -102,6 +112,10 @@ class CommandSpec:
                 for name in placeholders(arg, key):
                     if name not in allowed:
                         raise FieldError(key, _unknown(name, arg, allowed))
+        if "steps_left" in {n for arg in self.resume for n in placeholders(arg, "resume")} \
+                and not self.total_steps and "total" not in statements.from_argv(list(self.command)):
+            raise FieldError("resume", "{steps_left} needs the run's total steps; expected them "
+                                       "in the command (e.g. --iters 600) or as total_steps")
         if "{" in self.command[0]:
             raise FieldError("command", f"the program {self.command[0]!r} has a placeholder; "
                                         "expected a fixed program name or path")
@@ -179,7 +193,7 @@ def resolve_device(device: str) -> str:
 
 
 def values(preset: "DevicePreset", run_dir: Path, attempt: int,
-           checkpoint: Path | None = None) -> dict[str, str]:
+           checkpoint: Path | None = None, steps_left: int | None = None) -> dict[str, str]:
     """What the placeholders stand for in this attempt."""
     import psutil
 
@@ -194,7 +208,9 @@ def values(preset: "DevicePreset", run_dir: Path, attempt: int,
             "attempt": str(attempt), "checkpoint": str(checkpoint) if checkpoint else "",
             "hf_precision_flag": _HF_PRECISION_FLAG[precision],
             "hf_device_flag": "--use_cpu" if device == "cpu" else "",
-            "lightning_precision": _LIGHTNING_PRECISION[precision]}
+            "lightning_precision": _LIGHTNING_PRECISION[precision],
+            "steps_left": str(steps_left) if steps_left is not None else "",
+            "mlx_device": "cpu" if device == "cpu" else "gpu"}
 
 
 def used(spec: CommandSpec) -> frozenset[str]:
@@ -251,15 +267,16 @@ def checkpoint_glob(spec: CommandSpec, run_dir: Path) -> str | None:
     return pattern if os.path.isabs(pattern) else os.path.join(spec.cwd or os.getcwd(), pattern)
 
 
-_STEP_IN_NAME = re.compile(r"(?:step|checkpoint|ckpt|iter)[=_-]?(\d+)", re.IGNORECASE)
+_STEP_IN_NAME = re.compile(r"(?:step|checkpoint|ckpt|iter)[=_-]?(\d+)|^(\d+)_adapters\b", re.IGNORECASE)
 
 
 def step_in_name(path: str | Path) -> int | None:
     """The step a checkpoint's name says, in the usual conventions (the HF Trainer's
-    checkpoint-500, Lightning's epoch=0-step=100.ckpt, ckpt-000100.pt, iter_2000.pt); None
-    when the name does not say (model.pt): a guess would be worse than nothing."""
+    checkpoint-500, Lightning's epoch=0-step=100.ckpt, ckpt-000100.pt, iter_2000.pt, mlx-lm's
+    0000020_adapters.safetensors); None when the name does not say (model.pt): a guess would
+    be worse than nothing."""
     found = _STEP_IN_NAME.findall(Path(path).name)
-    return int(found[-1]) if found else None
+    return int(found[-1][0] or found[-1][1]) if found else None
 
 
 def newest_checkpoint(spec: CommandSpec, run_dir: Path, reported: Sequence[str] = (),

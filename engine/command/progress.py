@@ -86,6 +86,23 @@ Understood formats, tried in this order on each line:
    on a log line while it counts), a bar of another total is another loop and gives
    nothing: the Trainer's `evaluate()` after training draws a plain bar of its own.
 
+3a. A bar drawn as ``DESC ███▌░░  92% ·    11/12`` (mlx-lm's, Rich with a percentage and a
+   count): its count as the step, with the same rules as 3 (a ``val`` bar gives nothing).
+
+3b. A table: a header of column names whose first is a step's (``iter``, ``step``,
+   ``iteration``), then rows that start with that count (source "table"), as mlx-lm prints:
+       ``iter   train_loss     tok/s     tokens``   (the header: remembered, gives nothing)
+       ``  10    6.739 ▼    168    3.9k``          -> step 10, loss 6.739 (glyphs are dropped,
+                                                      ``3.9k`` is 3,900; a ``/s`` column is a
+                                                      rate, left out)
+       ``   1    val 6.795    1.54s``              -> eval at step 1: val_loss 6.795 (a row
+                                                      labelled with a word gives that label's
+                                                      value of the first column: train_loss
+                                                      -> val_loss)
+   A ``tokens`` column counts the tokens trained so far: with the row's step it states
+   tokens_per_step (tokens / step), so throughput is in tokens/s. Another header ends the
+   table; a row that does not fit it gives nothing.
+
 4. A per-epoch counter (unit "batch", source "epochs"), followed by values as in 6:
        ``epoch 1 batch 927/2244 loss 0.51``, ``Epoch 2 | batch 30/200 | loss=0.4``,
        ``epoch 1/3 batch 927/2244 ...`` (of three epochs), ``Epoch [1/5], Step [100/600],
@@ -170,6 +187,13 @@ _EPOCH_DESC = re.compile(r"epoch\s+(\d+)(?:\s*/\s*(-?\d+))?", re.IGNORECASE)  # 
 _RICH_BAR = re.compile(r"(?P<desc>.*?)\s+[━╸╺╾╼─\s]*?(?P<n>\d+)/(?P<total>\d+|--)\s+"
                        r"(?:\d+:)?\d+:\d\d\s+•(?:\s+(?:-:--:--|(?:\d+:)?\d+:\d\d))?"
                        r"(?:\s+[\d.]+(?:it/s|s/it))?\s*(?P<post>.*)")
+# A bar of block glyphs, a percentage, then `· done/total` (mlx-lm's Rich bar).
+_PERCENT_BAR = re.compile(r"(?P<desc>\S.*?)\s+[█▉▊▋▌▍▎▏▐░▒▓━╸╺ ]+\s*\d{1,3}%\s+·\s+(?P<n>\d+)/(?P<total>\d+)\s*")
+# A table's header (its first column a step's) and its rows (`  10    6.739 ▼    168    3.9k`).
+_TABLE_HEAD = re.compile(r"(?:iter|iteration|step|it)(?:\s+[A-Za-z_][\w/@%.()-]*){2,}", re.IGNORECASE)
+_TABLE_ROW = re.compile(r"(?P<step>\d+)\s+(?P<rest>\S.*)")
+_TABLE_GLYPH = re.compile(r"[^\w.%+-]+")  # ▼ ▲ ↑ ✓: a row's decoration, not a value
+_CUMULATIVE_TOKENS = ("tokens", "trained_tokens", "tokens_seen", "num_tokens")
 # Once Rich has drawn a frame, a row indented this far continues its live display (a second
 # row of metrics, redrawn with every frame): not a line of its own.
 _CONTINUATION = " " * 20
@@ -287,6 +311,7 @@ class OutputParser:
         # seen, else 1 once the first epoch seen is 1 (or `epoch 3/3`); None until then.
         self.epoch_base: int | None = epoch_base if self._base_given else None
         self._block: str | None = None           # inside an HF `***** ... *****` block
+        self._table: list[str] | None = None     # a table's column names, its header read
         self._last_bar: Observation | None = None  # the training bar's last step
         self._bar_evals: dict = {}               # the eval values last read on that bar
         # For per-epoch counts that never say their epoch's size (`epoch 2 batch 30`): the
@@ -366,7 +391,12 @@ class OutputParser:
             m = self._regex.search(line)
             if m:
                 return found + _from_regex(m)
-        for parse in (_hf_dict, _tqdm_bar, _rich_bar, _epoch_line, _step_line, _key_values):
+        if _TABLE_HEAD.fullmatch(line):
+            self._table = line.lower().split()
+            return found
+        if self._table is not None and (row := self._table_row(line)) is not None:
+            return found + row
+        for parse in (_hf_dict, _tqdm_bar, _rich_bar, _percent_bar, _epoch_line, _step_line, _key_values):
             said = parse(line, nested=_CURSOR_UP in raw)
             if said is not None:  # the line is this format's, whatever it gave
                 return found + said
@@ -380,6 +410,36 @@ class OutputParser:
         if facts is None:
             return [] if self._block == "training" else None
         return self._facts_of(message, facts)
+
+    def _table_row(self, line: str) -> list[Observation] | None:
+        """A row of the table whose header was read: None when the line is not one."""
+        m = _TABLE_ROW.fullmatch(line)
+        columns = self._table or []
+        if not m:
+            return None
+        words = [w for w in _TABLE_GLYPH.sub(" ", m["rest"]).split() if w]
+        step = int(m["step"])
+        if words and words[0].isalpha() and len(columns) > 1:
+            # `1  val 6.795  1.54s`: the label's value of the first column (train_loss -> val_loss)
+            value = _count_value(words[1]) if len(words) > 1 else None
+            if value is None:
+                return []
+            first, label = _normalise(columns[1]), words[0].lower()
+            name = first.replace("train", label, 1) if "train" in first else f"{label}_{first}"
+            return [Observation("eval", step=step, metrics={name: value}, source="table")]
+        values = {}
+        for name, word in zip(columns[1:], words):
+            value = _count_value(word)
+            if value is None:
+                return None  # not a row of this table
+            if "/" not in name and not is_setting(_normalise(name)):  # tok/s: a rate, measured here
+                values[_normalise(name)] = value
+        tokens = next((values.pop(n) for n in _CUMULATIVE_TOKENS if n in values), None)
+        found = []
+        if tokens and step > 0:
+            found += self._facts_of(line, {"tokens_per_step": max(1, round(tokens / step))})
+        obs = _classify(values, "table", step=step, always=True, evals=False)
+        return found + ([obs] if obs is not None else [])
 
     def _facts_of(self, said: str, facts: dict) -> list[Observation]:
         """A facts observation of those that are new (a restatement says nothing)."""
@@ -548,6 +608,13 @@ def _rich_bar(line: str, nested: bool = False) -> list[Observation] | None:
     return _bar(m["desc"], m["n"], m["total"], _pairs(m["post"]), nested, "rich")
 
 
+def _percent_bar(line: str, nested: bool = False) -> list[Observation] | None:
+    m = _PERCENT_BAR.fullmatch(line)
+    if not m:
+        return None
+    return _bar(m["desc"], m["n"], m["total"], {}, nested, "rich")
+
+
 def _bar(desc: str | None, n: str, total: str | None, values: dict, nested: bool,
          source: str) -> list:
     """What a progress bar's line says: its count as the step, unless it counts something
@@ -683,6 +750,13 @@ def _count(text: str | None) -> int | None:
     if text[-1] in "kMGTPEZY":
         scale, text = 1000 ** ("kMGTPEZY".index(text[-1]) + 1), text[:-1]
     return int(round(float(text) * scale))
+
+
+def _count_value(word: str) -> float | None:
+    """A table cell: `3.9k` (3,900), `6.739`, `1.54s`; None for a word."""
+    if re.fullmatch(r"\d+(?:\.\d+)?[kMGT]", word):
+        return float(_count(word) or 0)
+    return _number(word)
 
 
 def _integer(value: float | None) -> int | None:

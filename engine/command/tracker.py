@@ -97,6 +97,7 @@ class Tracker:
     known: dict = field(default_factory=dict)  # the argv's facts (engine.command.statements)
     resumed_from: int | None = None      # the step of the checkpoint this attempt resumed from
     resumed_samples: float | None = None  # ... and the samples seen by then, where known
+    step_offset: int = 0                 # added to the steps it prints: it counts from 0 again
     totals_not_epochs: bool = False      # a bar's count ran past its total (below)
     reported_steps: bool = False         # the script reports its steps itself
     reported_evals: bool = False
@@ -138,7 +139,7 @@ class Tracker:
         if observation.kind == "eval":
             if self.reported_evals or not observation.metrics:
                 return []
-            step = observation.step if observation.step is not None else self.step
+            step = observation.step + self.step_offset if observation.step is not None else self.step
             if observation.unit == "batch":
                 step = self.step  # a batch count: the optimizer step reached is the tracker's
             return [("eval", {"step": step, "metrics": dict(observation.metrics),
@@ -146,6 +147,9 @@ class Tracker:
         if self.reported_steps:
             return []
         step, total, epoch = observation.step, observation.total, observation.epoch
+        if self.step_offset:  # `12/30` after a resume at step 20 of a script that counts again
+            step = None if step is None else step + self.step_offset
+            total = None if total is None else total + self.step_offset
         if observation.unit == "batch":
             step, total = self._optimizer_steps(observation), None
             if observation.batches and (observation.batch or 0) > observation.batches:

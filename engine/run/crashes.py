@@ -20,13 +20,17 @@ from engine.vocabulary import (CLEAN, EXIT_CONFIG, EXIT_FINISHED, EXIT_NUMERICAL
 
 _OOM = re.compile(r"MPS backend out of memory|CUDA out of memory|OutOfMemoryError|"
                   r"DefaultCPUAllocator: (?:not enough memory|can't allocate memory)|std::bad_alloc|"
-                  r"Cannot allocate memory|out of memory", re.IGNORECASE)
+                  r"Cannot allocate memory|out of memory|"
+                  # MLX's Metal backend: the command buffer's, and a single buffer too large
+                  r"Command buffer execution failed: Insufficient Memory|"
+                  r"\[metal::malloc\] Attempting to allocate", re.IGNORECASE)
 _OPENMP = re.compile(r"OMP: Error #15")
 _BACKEND = re.compile(r"Placeholder storage has not been allocated on MPS device|"
                       r"command buffer exited with error status|MTLCommandBuffer|"
                       r"failed assertion|not currently implemented for the MPS device|"
                       r"MPSGraph|MPSNDArray|CUDA error|CUBLAS_STATUS_\w+|cuDNN error|"
-                      r"NCCL error|device-side assert")
+                      r"NCCL error|device-side assert|"
+                      r"\[METAL\] Command buffer execution failed")  # MLX's, any other cause
 # A checkpoint that cannot be loaded (a torn write, bit rot): engine.record.checkpoint's
 # Unreadable, from the trainer; torch.load's zip and unpickling errors, from a command -- but
 # only about the checkpoint it was given to resume from (the same errors about the user's own
@@ -183,7 +187,8 @@ def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
     if line := _first_match(_OOM, message, end.tail):
         return verdict("oom", line)
     if line := _first_match(_BACKEND, message, end.tail):
-        backend = "CUDA" if re.search(r"CUDA|CUBLAS|cuDNN|NCCL|device-side", line) else "MPS/Metal"
+        backend = ("CUDA" if re.search(r"CUDA|CUBLAS|cuDNN|NCCL|device-side", line)
+                   else "MLX/Metal" if "[METAL]" in line else "MPS/Metal")
         return verdict("backend", line, backend=backend)
     if line := _unloadable(end, message, code):
         return verdict("checkpoint", line)

@@ -165,7 +165,9 @@ class CommandKind(TrainerKind):
                 since=self.since, before=bad.get("t"), exclude=excluded)) is not None:
             said = self.checkpoints.get(str(latest), {})
             step, source = said.get("step"), said.get("step_source", "report")
-            if step is None and (step := command.step_in_name(latest)) is not None:
+            # a name's step is the attempt's own count: where that restarts, not the run's
+            if step is None and not self.spec.steps_restart \
+                    and (step := command.step_in_name(latest)) is not None:
                 source = "name"
             if bad.get("step") is None or step is None or step < bad["step"]:
                 seen = said.get("samples", said.get("samples_seen"))  # reported, or counted
@@ -200,8 +202,17 @@ class CommandKind(TrainerKind):
         # what the placeholders said; a command has no trainer_ready to say it
         watch.device, watch.precision = launch.device, launch.precision
         resume = launch.resume or {}
+        # a script that counts from 0 again when it resumes (mlx-lm) is where its checkpoint was
+        offset = (resume.get("step") or 0) if self.spec.steps_restart else 0
         self.tracker = Tracker(launch.units, launch.total_steps, known=launch.known,
-                               resumed_from=resume.get("step"), resumed_samples=resume.get("samples_seen"))
+                               resumed_from=resume.get("step"), resumed_samples=resume.get("samples_seen"),
+                               step_offset=offset)
+        if resume and self.spec.resume_restores:
+            self.events.emit("warning", attempt=watch.attempt, kind="resume-restores", advice=[],
+                             fallback=False, message=f"resumed from {Path(resume['path']).name}: "
+                             f"{self.spec.resume_restores}" + (
+                                 f"; it counts its steps from 0 again, cockpit from step {offset}"
+                                 if offset else ""))
         self._watch, self._rehearsal, self._stop_at_once = watch, rehearsal, stop_at_once
         # _newest_file is kept from the attempt before: the file this attempt resumes from is
         # that attempt's checkpoint, already told, not a new one
@@ -292,6 +303,8 @@ class CommandKind(TrainerKind):
         if said.get("source") == "report" and said.get("attempt") == self._watch.attempt:
             return  # the script reported it itself, with its step
         step, source = command.step_in_name(latest), "name"
+        if step is not None and self.tracker is not None:
+            step += self.tracker.step_offset  # mlx-lm's 0000010_adapters after a resume at 20: 30
         if step is None:
             step, source = self._step_at(written), "reached"
         # the samples seen by its step, where this attempt counts them: the next attempt's

@@ -176,6 +176,9 @@ def command_launch(run: RunDir, config: RunConfig, attempt: int, preset: DeviceP
     argv = commands.fill(spec.command, values)
     known = statements.from_argv(argv)   # before the resume arguments: they name a file
     if checkpoint is not None and spec.resume:
+        total = spec.total_steps or known.get("total", (None,))[0]
+        if total is not None:  # what is left to train, for a script that counts from 0 again
+            values["steps_left"] = str(max(0, total - ((resume or {}).get("step") or 0)))
         argv += commands.fill(spec.resume, values)
     # Rich draws its live displays (Lightning's default progress bar where rich is installed)
     # only to a terminal: to a log file it prints the last frame at the end, and a run would

@@ -1,0 +1,198 @@
+"""mlx-lm as a first-class command: its output read as it prints it (tests/fixtures/mlx_lm/ is
+mlx-lm 0.32.2's own, into a pipe and drawn live), its checkpoints' names, its Metal failures,
+the conventions an ad-hoc `cockpit run -- python -m mlx_lm lora ...` gets, and a tiny local
+Llama (examples/mlx/tiny_model.py) fine-tuned for real on MLX's CPU build under cockpit:
+crashed, resumed from its adapters, counted on from the checkpoint's step."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import FIXTURES, ROOT, child_env, cockpit_cmd
+from engine import command
+from engine.command import programs
+from engine.command.progress import OutputParser
+from engine.command.tracker import Tracker
+from engine.record.rundir import list_runs, summarize
+from engine.run.crashes import AttemptEnd, classify
+from engine.schema import FieldError
+
+OUTPUT = FIXTURES / "mlx_lm"
+
+
+def observations(name: str) -> list:
+    parser = OutputParser()
+    return parser.feed((OUTPUT / name).read_text()) + parser.flush()
+
+
+# ---------------------------------------------------------------- its output, as it prints it
+
+
+def test_its_table_gives_steps_losses_evals_and_tokens_per_step():
+    """Into a pipe mlx-lm prints only its table: a row every --steps-per-report (10) steps,
+    a `val` row at its evaluations, and its bar once, finished, at the end."""
+    found = observations("lora_pipe.txt")
+    steps = [(o.step, o.loss) for o in found if o.kind == "step" and o.loss is not None]
+    assert [s for s, _ in steps] == [10, 20, 30]
+    assert steps[-1][1] < steps[0][1]   # its train_loss column, falling as it printed
+    evals = [(o.step, o.metrics) for o in found if o.kind == "eval"]
+    assert [s for s, _ in evals] == [1, 30] and all(set(m) == {"val_loss"} for _, m in evals)
+    assert evals[-1][1]["val_loss"] < evals[0][1]["val_loss"]
+    # its cumulative `tokens` column over the step it was printed at; tok/s is not a value
+    tokens = [o.facts["tokens_per_step"] for o in found if o.kind == "facts"]
+    assert tokens and all(300 < t < 500 for t in tokens)  # 4 paragraphs of ~100 tokens a step
+    assert not any("tok_s" in o.metrics or "tokens" in o.metrics for o in found)
+    assert (found[-1].step, found[-1].total) == (30, 30)   # the bar, drawn once at the end
+
+
+def test_its_live_bar_gives_every_step_and_its_val_bar_nothing():
+    """Drawn live (cockpit's launch environment makes Rich draw frames), its bar counts every
+    step of --iters 12; the `val` bar drawn under it during an evaluation counts nothing."""
+    found = observations("lora_live.txt")
+    bar = sorted({o.step for o in found if o.kind == "step" and o.source == "rich"})
+    assert bar == list(range(0, 13))
+    assert {o.total for o in found if o.kind == "step" and o.source == "rich"} == {12}
+    assert [o.step for o in found if o.kind == "eval"] == [1, 12]
+    assert [o.step for o in found if o.kind == "step" and o.source == "table"] == [4, 8, 12]
+
+
+def test_a_table_row_that_does_not_fit_its_header_gives_nothing():
+    parser = OutputParser()
+    found = parser.feed("  iter   train_loss     tok/s     tokens\n"
+                        "  2026 was a good year for small models\n"
+                        "    20    1.250 ▲    512    10.2k\n")
+    (step,) = [o for o in found if o.kind == "step"]
+    assert (step.step, step.loss) == (20, 1.25)
+    assert [o.facts for o in found if o.kind == "facts"] == [{"tokens_per_step": 510}]
+
+
+@pytest.mark.parametrize("name, step", [("0000020_adapters.safetensors", 20),
+                                        ("0000100_adapters.safetensors", 100),
+                                        ("adapters.safetensors", None)])
+def test_its_checkpoints_say_their_step_in_their_name(name, step):
+    assert command.step_in_name(f"/runs/x/adapters/{name}") == step
+
+
+# ---------------------------------------------------------------- its Metal failures
+
+
+@pytest.mark.parametrize("tail, kind", [
+    ("libc++abi: terminating due to uncaught exception of type std::runtime_error: [METAL] Command "
+     "buffer execution failed: Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)",
+     "oom"),
+    ("Traceback (most recent call last):\n  File \"lora.py\", line 12\nRuntimeError: [metal::malloc] "
+     "Attempting to allocate 137438953472 bytes which is greater than the maximum allowed buffer "
+     "size of 77309411328 bytes.", "oom"),
+    ("libc++abi: terminating due to uncaught exception of type std::runtime_error: [METAL] Command "
+     "buffer execution failed: Caused GPU Timeout Error (00000002:kIOGPUCommandBufferCallbackErrorTimeout)",
+     "backend"),
+])
+def test_its_metal_failures_are_classified(tail, kind):
+    verdict = classify(AttemptEnd(None if "abi" in tail else 1, "SIGABRT" if "abi" in tail else None,
+                                  tail=tail, command=True))
+    assert verdict.kind == kind
+    if kind == "backend":
+        assert "MLX/Metal" in verdict.sentence
+
+
+# ---------------------------------------------------------------- counting on after a resume
+
+
+def test_a_script_that_counts_again_is_counted_on_from_its_checkpoint():
+    """Resumed at step 20, mlx-lm's bar says 0/40 .. 12/40 and its table `12  ...`: steps 20..32
+    of 60, its evaluations too."""
+    tracker = Tracker(total_steps=0, report_every_s=0.0, resumed_from=20, step_offset=20)
+    parser = OutputParser()
+    for t, line in enumerate(["  iter   train_loss     tok/s     tokens", "     1    val 6.100    1.00s",
+                              "train ░░░░░░░░   0% ·     0/40", "train █░░░░░░░  30% ·    12/40",
+                              "    12    6.050 ▼    400    4.8k"]):
+        out = []
+        for o in parser.feed(line + "\n"):
+            out += tracker.parsed(o, float(t))
+        if t == 1:
+            assert [f["step"] for kind, f in out if kind == "eval"] == [21]
+    assert tracker.step == 32 and tracker.total == 60
+
+
+# ---------------------------------------------------------------- an ad-hoc command's conventions
+
+
+@pytest.mark.parametrize("argv", [
+    ["python", "-m", "mlx_lm", "lora", "--train", "--iters", "600"],
+    ["python", "-m", "mlx_lm.lora", "--train", "--iters=600"],
+    ["/usr/local/bin/mlx_lm.lora", "--train", "--iters", "600"],
+    ["python", "-m", "cockpit.integrations.mlx", "--device", "{mlx_device}", "-m", "mlx_lm", "lora",
+     "--iters", "600"],
+])
+def test_mlx_lm_lora_commands_get_its_resume_and_checkpoints(argv):
+    table = programs.conventions(argv)
+    assert table["resume"] == ["--resume-adapter-file", "{checkpoint}", "--iters", "{steps_left}"]
+    assert table["checkpoints"] == os.path.join("adapters", "*_adapters.safetensors")
+    assert table["steps_restart"] is True and "adapter weights only" in table["resume_restores"]
+    assert "total_steps" not in table   # --iters says it
+
+
+def test_its_adapter_path_and_default_iters_are_taken_as_mlx_lm_takes_them():
+    table = programs.conventions(["python", "-m", "mlx_lm", "lora", "--adapter-path", "{run_dir}/a"])
+    assert table["checkpoints"] == os.path.join("{run_dir}/a", "*_adapters.safetensors")
+    assert table["total_steps"] == programs.MLX_LM_ITERS
+    assert programs.conventions(["python", "train.py", "--iters", "5"]) == {}
+    assert programs.conventions(["python", "-m", "mlx_lm", "generate", "--prompt", "hi"]) == {}
+
+
+def test_steps_left_needs_the_runs_total():
+    with pytest.raises(FieldError) as e:
+        command.CommandSpec(command=("python", "t.py"), resume=("--iters", "{steps_left}"))
+    assert e.value.key == "resume" and "total" in str(e.value)
+    command.CommandSpec(command=("python", "t.py", "--iters", "9"), resume=("--iters", "{steps_left}"))
+
+
+# ---------------------------------------------------------------- for real, on MLX's CPU build
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    pytest.importorskip("mlx_lm", reason="the test extra installs mlx-lm (and mlx[cpu] on Linux)")
+    where = tmp_path_factory.mktemp("mlx")
+    subprocess.run([sys.executable, str(ROOT / "examples" / "mlx" / "tiny_model.py"), str(where)],
+                   check=True, capture_output=True, env=child_env(), timeout=300)
+    return where
+
+
+def test_mlx_lm_crashes_and_resumes_from_its_adapters_under_cockpit(tiny, home):
+    """`cockpit run -- python -m cockpit.integrations.mlx ... -m mlx_lm lora`, no preset: a native
+    crash at step 10 resumes from 0000008_adapters.safetensors with the 8 steps left, and the
+    run ends at step 16 of 16 with its checkpoints at the run's steps."""
+    argv = [sys.executable, "-m", "cockpit.integrations.mlx", "--device", "{mlx_device}",
+            "-m", "mlx_lm", "lora", "--model", str(tiny / "model"), "--train", "--data", str(tiny / "data"),
+            "--iters", "16", "--batch-size", "{batch_size}", "--grad-accumulation-steps", "{accumulation}",
+            "--save-every", "4", "--steps-per-report", "2", "--steps-per-eval", "8",
+            "--learning-rate", "2e-3", "--adapter-path", "{run_dir}/adapters"]
+    done = subprocess.run(cockpit_cmd("run", "-d", "mlx-cpu", "--set", "batch_size=2",
+                                      "--inject", "native-crash@10", "--", *argv),
+                          capture_output=True, text=True, env=child_env(), timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (run,) = list_runs()
+    events = run.events()
+    started = [e for e in events if e["type"] == "attempt_started"]
+    assert len(started) == 2
+    second = started[1]["command"]
+    resumed_from = second[second.index("--resume-adapter-file") + 1]
+    assert resumed_from.endswith("0000008_adapters.safetensors")
+    assert second[second.index("--iters", second.index("--resume-adapter-file")) + 1] == "8"
+    assert any(e["type"] == "warning" and e["kind"] == "resume-restores" for e in events)
+    steps = [e for e in events if e["type"] == "step"]
+    first, resumed = ([e for e in steps if e["attempt"] == a] for a in (1, 2))
+    assert max(e["step"] for e in first) < 10
+    assert min(e["from_step"] for e in resumed) >= 8          # counted on, not from 0 again
+    assert resumed[-1]["step"] == 16 and resumed[-1]["total"] == 16
+    saved = {e["step"] for e in events if e["type"] == "checkpoint" and e["attempt"] == 2}
+    assert saved == {12, 16}   # its files 0000004_ and 0000008_adapters, at the run's steps
+    losses = [e["loss"] for e in steps if e.get("loss") is not None]
+    assert losses[-1] < losses[0]
+    assert any(e.get("tokens_per_s") for e in resumed)
+    assert summarize(run).status == "finished"
