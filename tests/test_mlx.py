@@ -196,3 +196,15 @@ def test_mlx_lm_crashes_and_resumes_from_its_adapters_under_cockpit(tiny, home):
     assert losses[-1] < losses[0]
     assert any(e.get("tokens_per_s") for e in resumed)
     assert summarize(run).status == "finished"
+
+
+def test_its_iterations_are_micro_batches_so_a_step_is_one_batch():
+    """mlx-lm's --iters, table and bar count micro-batches (it updates every
+    --grad-accumulation-steps of them): a step is --batch-size samples, not batch x accumulation."""
+    from engine.presets import DevicePreset
+
+    spec = command.CommandSpec(command=("python", "-m", "mlx_lm", "lora", "--iters", "9", "--batch-size",
+                                        "{batch_size}", "--grad-accumulation-steps", "{accumulation}"))
+    assert command.units(spec, DevicePreset(batch_size=4, accumulation=2)).samples_per_step == 4
+    script = command.CommandSpec(command=("python", "train.py", "--bs", "{batch_size}", "--accum", "{accumulation}"))
+    assert command.units(script, DevicePreset(batch_size=4, accumulation=2)).samples_per_step == 8

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, AbstractSet, Literal, Sequence
 
-from engine.command import statements
+from engine.command import programs, statements
 from engine.command.progress import compile_regex
 from engine.command.tracker import Units
 from engine.errors import ConfigError
@@ -247,6 +247,9 @@ def units(spec: CommandSpec, preset: "DevicePreset", known: dict | None = None) 
     if spec.samples_per_step:
         found = found.learn("samples_per_step", spec.samples_per_step, "preset",
                             f"samples_per_step = {spec.samples_per_step}")
+    elif "batch_size" in takes and programs.counts_micro_batches(list(spec.command)):
+        found = found.learn("samples_per_step", preset.batch_size, "placeholders",
+                            "{batch_size}: its iterations are micro-batches")
     elif "effective_batch" in takes:
         found = found.learn("samples_per_step", preset.effective_batch, "placeholders",
                             "{effective_batch}")

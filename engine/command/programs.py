@@ -9,6 +9,9 @@ ad-hoc `cockpit run -- ...` (a workload preset says them itself, and the user's 
   --resume-adapter-file, and then counts its steps, and its --iters, from 0 again; so a resume
   asks for the steps left and cockpit counts on from the checkpoint's step. It restores the
   adapter weights only. (A `-c config.yaml` that sets adapter_path or iters is not read.)
+  Its iterations are micro-batches: with --grad-accumulation-steps k it updates every k of
+  them, and --iters, its table and its bar all count iterations. So cockpit counts them as its
+  steps, and a step is --batch-size samples (`counts_micro_batches`), not batch x accumulation.
 
 Torch-free.
 """
@@ -36,6 +39,11 @@ def conventions(argv: list[str]) -> dict:
     if _option(argv, "--iters") is None:
         table["total_steps"] = MLX_LM_ITERS
     return table
+
+
+def counts_micro_batches(argv: list[str]) -> bool:
+    """Whether the program's step count is its micro-batches (mlx-lm's iterations)."""
+    return _is_mlx_lm_lora(argv)
 
 
 def _is_mlx_lm_lora(argv: list[str]) -> bool:
