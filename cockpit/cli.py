@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 
-from cockpit.commands import check as check_cmd, compare as compare_cmd, log as log_cmd
+from cockpit.commands import adopt as adopt_cmd, check as check_cmd, compare as compare_cmd, log as log_cmd
 from cockpit.commands import presets as presets_cmd, probe as probe_cmd, runs as runs_cmd
 from cockpit.commands import sample as sample_cmd, train
 from engine import __version__
@@ -27,6 +27,7 @@ examples:
   cockpit runs follow last                          watch a detached run
   cockpit runs log last --traceback                 the crashed attempt's traceback, whole
   cockpit runs resume last                          continue a stopped, failed or interrupted run
+  cockpit adopt 4242 --log train.log                follow a training process cockpit did not start
   cockpit presets list
   cockpit probe -w trm-tiny                         which device (and CPU thread count) is fastest here
   cockpit probe -w clip-m1 -d mps --find-batch --save mps-clip   largest batch that keeps memory calm
@@ -90,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_output_arguments(parser)
     parser.add_argument("--runs-dir", metavar="DIR", help="where runs live (default: COCKPIT_RUNS_DIR "
                                                           "or the user data dir)")
-    sub = parser.add_subparsers(dest="command", metavar="{run,presets,runs,probe,check,sample}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{run,adopt,presets,runs,probe,check,sample}", parser_class=_Parser)
 
     p = sub.add_parser("presets", help="list, show and locate presets")
     psub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -124,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue on this device preset (default: the one the last attempt ran on)")
     q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="change a device.*, train.* or command.* setting for the rest of the run")
+    q.add_argument("--resume-args", metavar="ARGS",
+                   help="an adopted run (cockpit adopt): these arguments (one string, split as a "
+                        "shell would) appended to the command it was adopted with, e.g. "
+                        "'--resume-from ckpt/last.pt'")
     q.add_argument("--json", action="store_true", help="print every event as a JSON line")
     q.add_argument("--detach", action="store_true", help="continue in the background")
     add_output_arguments(q)
@@ -131,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare_cmd.add_parser(rsub)
     log_cmd.add_parser(rsub)
     _add_run_parser(sub)
+    adopt_cmd.add_parser(sub, add_output_arguments)
     probe_cmd.add_parser(sub)
     check_cmd.add_parser(sub)
     sample_cmd.add_parser(sub)

@@ -40,8 +40,10 @@ class CrashKind(StrEnum):
 
 # Every crash kind a device preset's [rules] can name, in the order messages list them.
 CRASH_KINDS: tuple[CrashKind, ...] = tuple(CrashKind)
-# The ends of an attempt that are not crashes.
-CLEAN = ("finished", "stopped", "config")
+# The ends of an attempt that are not crashes; an adopted process's (engine.run.adopted) "ended"
+# (its exit status unknown, no error in its log: no crash cockpit can show) and "released"
+# (cockpit stopped following it) too.
+CLEAN = ("finished", "stopped", "config", "ended", "released")
 
 # Exit codes the trainer uses on purpose (engine.train.trainer); anything else is evidence.
 EXIT_FINISHED, EXIT_FAILED, EXIT_CONFIG, EXIT_STOPPED, EXIT_NUMERICAL, EXIT_PARITY = 0, 1, 2, 3, 4, 5

@@ -6,6 +6,7 @@ import argparse
 import os
 import dataclasses
 import json
+import shlex
 import textwrap
 
 from cockpit.commands import train
@@ -43,7 +44,8 @@ def list_(args: argparse.Namespace) -> int:
             continue
         progress = f"{s.step}/{s.total_steps or '?'}"
         print(f"{s.id:<{ids}} {s.status:<11} {progress:>13} "
-              f"{average_rate(s):>11} {duration(s.duration_s):>7} {s.steps_lost or '-':>10}")
+              f"{average_rate(s):>11} {duration(s.duration_s):>7} {s.steps_lost or '-':>10}"
+              + ("  adopted" if s.adopted is not None else ""))
     return 0
 
 
@@ -69,6 +71,8 @@ def show(args: argparse.Namespace) -> int:
     print(f"workload  {s.workload}\ndevice    {s.device_preset}")
     if s.command:
         print(f"command   {command.display(s.command)}")
+    for line in adopted_lines(s):
+        print(line)
     print(f"progress  {progress_text(s)}")
     for line in figures_lines(s):
         print(line)
@@ -98,6 +102,16 @@ def show(args: argparse.Namespace) -> int:
     for line in goodput_lines(s):
         print(line)
     return 0
+
+
+def adopted_lines(s: RunSummary) -> list[str]:
+    """An adopted run's process: 'adopted   pid 4242, progress from train.log (stdout and stderr)'."""
+    a = s.adopted
+    if a is None:
+        return []
+    where = f"progress from {a.get('log_source')}" if a.get("logs") else (a.get("no_log") or "no log")
+    return textwrap.wrap(f"adopted   pid {a.get('pid')} (cockpit did not start it), in {a.get('cwd')}; "
+                         f"{where}", 80, subsequent_indent=" " * 10)
 
 
 def goodput_lines(s: RunSummary) -> list[str]:
@@ -270,5 +284,12 @@ def resume(args: argparse.Namespace) -> int:
     """Continue a stopped, failed or interrupted run from its newest checkpoint."""
     run = find_run(args.run)
     settings.load()  # a broken settings.toml is bad input, said before anything is written
-    resumption.prepare(run, args.device, args.set)
+    resume_args = None
+    if args.resume_args is not None:
+        try:
+            resume_args = shlex.split(args.resume_args)
+        except ValueError as e:
+            raise ConfigError("--resume-args", args.resume_args, f"cannot be split ({e}); expected "
+                                                                 "arguments as a shell writes them") from None
+    resumption.prepare(run, args.device, args.set, resume_args)
     return train.supervise(run, args)

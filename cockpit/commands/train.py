@@ -14,7 +14,9 @@ from engine.run.alerts import Terminal
 from engine.run import detached, follow as run_follow, supervisor
 from engine.record.rundir import RunDir, RunSummary, summarize
 
-EXIT_BY_STATUS = {"finished": 0, "stopped": 130}
+# an adopted run (cockpit adopt): "ended" is its process's end with no error in its log (its exit
+# status is not ours to read); "released", cockpit stopped following it, as a Ctrl-C
+EXIT_BY_STATUS = {"finished": 0, "stopped": 130, "ended": 0, "released": 130}
 EXIT_BAD_INPUT = 2
 
 
@@ -78,13 +80,15 @@ def start(config, args: argparse.Namespace) -> int:
     return supervise(RunDir.create(config), args)
 
 
-def supervise(run_dir: RunDir, args: argparse.Namespace) -> int:
+def supervise(run_dir: RunDir, args: argparse.Namespace, *, supervisor_class=supervisor.Supervisor,
+              start_detached=detached.start_detached) -> int:
     """Supervise a new run, or continue one (`cockpit runs resume`), in the foreground or
     detached. Alerts ring the terminal this was started from (engine.run.alerts): stdout's in
-    the foreground, stdout's or stderr's for a detached run (`RUN=$(cockpit ... --detach)`)."""
+    the foreground, stdout's or stderr's for a detached run (`RUN=$(cockpit ... --detach)`).
+    `supervisor_class`, `start_detached`: an adopted process's (engine.run.adopted) follow it."""
     notify = getattr(args, "notify_command", None)
     if args.detach:
-        detached.start_detached(run_dir, terminal=Terminal.of_this_process((1, 2)), notify_command=notify)
+        start_detached(run_dir, terminal=Terminal.of_this_process((1, 2)), notify_command=notify)
         print(run_dir.id, flush=True)
         if sys.stderr.isatty():
             print(f"follow it: cockpit runs follow {run_dir.id}   stop it: cockpit runs stop {run_dir.id}",
@@ -97,8 +101,8 @@ def supervise(run_dir: RunDir, args: argparse.Namespace) -> int:
         print(f"run dir {run_dir.path}", flush=True)
     terminal = None if args.json else Terminal.of_this_process((1,))
     try:
-        status = supervisor.Supervisor(run_dir, on_events=printer, terminal=terminal,
-                                       notify_command=notify).supervise()
+        status = supervisor_class(run_dir, on_events=printer, terminal=terminal,
+                                  notify_command=notify).supervise()
     finally:
         printer.close()
     summary = summarize(run_dir)
@@ -140,7 +144,10 @@ def _print_summary(s: RunSummary) -> None:
 def _print_where(run_dir: RunDir, s: RunSummary) -> None:
     """The last lines: where the run is and what to type next."""
     lines = [f"run dir {run_dir.path}", f"  cockpit runs show {run_dir.id}      its summary"]
-    if s.status in ("stopped", "failed", "interrupted", "lost"):
+    if s.adopted is not None and s.status in ("stopped", "failed", "ended", "released", "lost"):
+        lines.append(f"  cockpit runs resume {run_dir.id} [--resume-args ARGS]    its command again, "
+                     "under cockpit")
+    elif s.status in ("stopped", "failed", "interrupted", "lost"):
         lines.append(f"  cockpit runs resume {run_dir.id}    continue it from its newest checkpoint"
                      if s.checkpoints else "  (it saved no checkpoint: there is nothing to resume from)")
     try:

@@ -12,7 +12,10 @@ SETTLE_WINDOWS = 5   # an attempt's first step windows measure warm-up: its ETA 
 # A run's status (engine.record.rundir.RunSummary's), in colour: the runs table, the comparison
 # and the dashboard's title (which shows every status bold).
 STATUS_STYLE = {"running": "bold cyan", "resuming": "bold cyan", "finished": "green", "stopped": "yellow",
-                "failed": "bold red", "lost": "red", "interrupted": "yellow", "created": "dim", "broken": "bold red"}
+                "failed": "bold red", "lost": "red", "interrupted": "yellow", "created": "dim", "broken": "bold red",
+                # an adopted run's (cockpit adopt): its process ended, exit status unknown; or
+                # cockpit stopped following it
+                "ended": "green", "released": "yellow"}
 
 
 def rss_label(m: dict) -> str:

@@ -226,7 +226,7 @@ class RunModel:
 
     @property
     def finished(self) -> bool:
-        return self.status in ("finished", "failed", "stopped", "interrupted", "lost")
+        return self.status in ("finished", "failed", "stopped", "interrupted", "lost", "ended", "released")
 
     def duration_s(self, now: float) -> float | None:
         if self.started_t is None:

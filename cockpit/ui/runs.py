@@ -28,7 +28,7 @@ from cockpit.comparison import devices
 from cockpit.present import words
 from cockpit.present.words import STATUS_STYLE, duration, metric_value, throughput_parts
 from cockpit.ui.compare import CompareScreen
-from engine.run import detached, resume as resumption
+from engine.run import adopted, detached, resume as resumption
 from engine.errors import ConfigError
 from engine.numbers import count, rate
 from engine.record.digest import RunDigest, RunDigests
@@ -146,6 +146,7 @@ class RunsScreen(Screen):
         Binding("s", "stop", "Stop", tooltip="stop the running run: it checkpoints, then exits"),
         Binding("r", "resume", "Resume",
                 tooltip="continue a stopped, failed or interrupted run from its newest checkpoint"),
+        Binding("a", "adopt", "Adopt", tooltip="follow a training process cockpit did not start, by its PID"),
         # It refreshes itself every REFRESH_S; f5 for the impatient.
         Binding("f5", "refresh", "Refresh", show=False, tooltip="read the runs dir again now"),
         Binding("escape", "app.pop_screen", "Back"),
@@ -155,7 +156,9 @@ Every run in the runs dir, newest first: status, workload, the device presets it
 its average throughput over its training time, duration, attempts and id; it refreshes itself
 every few seconds. `enter` opens one: a past run is replayed from its events, a live one is
 attached. Mark two or more with `space` and press `c` to compare them: their loss and eval
-curves overlaid, and the settings in which they differ (`cockpit runs compare` headless).
+curves overlaid, and the settings in which they differ (`cockpit runs compare` headless). `a`
+adopts a process cockpit did not start, by its PID (`cockpit adopt PID` headless): a run that
+follows it, marked "adopted" in the device column.
 """
     DEFAULT_CSS = """
     RunsScreen DataTable { height: 1fr; }
@@ -398,6 +401,28 @@ curves overlaid, and the settings in which they differ (`cockpit runs compare` h
                 if row == self.query_one(DataTable).cursor_row:
                     self._show_detail(row)
                     self.refresh_bindings()
+
+    def action_adopt(self) -> None:
+        from cockpit.ui.adopt import AdoptScreen   # here: the runs screen opens without it
+
+        def adopt(found: "adopted.Adoption | None") -> None:
+            if found is not None:
+                self.start_adopted(found)
+
+        self.app.push_screen(AdoptScreen(), adopt)
+
+    @work(thread=True, exclusive=True, group="runs-adopt", exit_on_error=False)
+    def start_adopted(self, found: "adopted.Adoption") -> None:
+        """Its run directory and the supervisor that follows it, detached (it outlives the
+        cockpit, as any run does); then its dashboard, attached."""
+        try:
+            run = adopted.create(found)
+            adopted.start_detached(run)
+        except ConfigError as e:
+            self.app.call_from_thread(self.notify, e.line(), severity="warning")
+            return
+        self.app.call_from_thread(self.app.open_run, run)
+        self.app.call_from_thread(self.load)
 
     def action_refresh(self) -> None:
         self.load()

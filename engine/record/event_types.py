@@ -46,6 +46,8 @@ class RunStartedFields(TypedDict):
     pid: int                        # the supervisor's
     overrides: list[str]            # --set, as given
     command: bool                   # the workload is the user's command
+    # `cockpit adopt`: the process it follows (pid, start, argv, cwd, logs: engine.run.adopted)
+    adopted: NotRequired[dict[str, Any]]
 
 
 class RunResumedFields(RunStartedFields):
@@ -56,7 +58,7 @@ class RunResumedFields(RunStartedFields):
 
 
 class RunFinishedFields(TypedDict):
-    status: str                     # finished, stopped, failed
+    status: str                     # finished, stopped, failed; an adopted run's: ended, released
     attempts: int
     summary: dict[str, Any]         # attempts, how each ended, steps lost (engine.run)
 

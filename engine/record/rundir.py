@@ -148,8 +148,12 @@ RUN_FILES = "a run directory holds run.toml and events.jsonl"
 def continue_hint(run: RunDir) -> str:
     """What to type to continue a run that ended early: 'continue it with: cockpit runs resume
     ID', or, for a run that saved no checkpoint, that there is nothing to continue from (a
-    resume would only start it over)."""
-    if summarize(run).checkpoints:
+    resume would only start it over); an adopted run's resume starts its command again."""
+    summary = summarize(run)
+    if summary.adopted is not None:
+        return (f"start its command again under cockpit with: cockpit runs resume {run.id} "
+                "[--resume-args '...']")
+    if summary.checkpoints:
         return f"continue it with: cockpit runs resume {run.id}"
     return "it saved no checkpoint, so there is nothing to resume from"
 
@@ -220,7 +224,9 @@ class RunSummary:
     workload: str
     device_preset: str
     # created | running | finished | failed | stopped | interrupted (its supervisor died; the
-    # lifeline stopped the attempt) | lost (the supervisor died and nothing has said so yet)
+    # lifeline stopped the attempt) | lost (the supervisor died and nothing has said so yet);
+    # an adopted run (cockpit adopt): ended (its process exited, status unknown, no error in its
+    # log) | released (cockpit stopped following it; it ran on)
     status: str = "created"
     step: int = 0
     total_steps: int = 0
@@ -271,6 +277,8 @@ class RunSummary:
     # was written; absent: the script or the trainer said it)
     checkpoint_writes: list[dict] = field(default_factory=list)
     command: list[str] | None = None   # a command workload's argv template
+    # a run made with `cockpit adopt`: the process it followed (pid, start, argv, cwd, logs)
+    adopted: dict | None = None
     error: str | None = None           # why a 'broken' run dir cannot be read
 
     @property
@@ -333,6 +341,7 @@ def _fold(run: RunDir) -> RunSummary:
         kind = e["type"]
         if kind == "run_started":
             summary.status, summary.started = "running", e["t"]
+            summary.adopted = e.get("adopted") if isinstance(e.get("adopted"), dict) else None
         elif kind == "run_resumed":
             summary.status, summary.ended = "running", None
             summary.started = summary.started or e["t"]

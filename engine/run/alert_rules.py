@@ -64,7 +64,7 @@ class AlertRules:
                 status = e.get("status")
                 if status == "failed" and not self._failed:
                     alerts += self._incident("failure", e, _summary_text(e))
-                elif status == "finished":
+                elif status in ("finished", "ended"):   # ended: an adopted process's end
                     alerts += self.flush() + self._alert(("finish",), (e,), _summary_text(e))
                 else:
                     alerts += self.flush()
@@ -98,6 +98,8 @@ class AlertRules:
         word = TITLE_WORDS[wanted[0]]
         if wanted[0] == "fallback" and is_retry(source[-1]):
             word = "retried"  # the same preset again: no fallback to another
+        elif wanted[0] == "finish" and source[-1].get("status") == "ended":
+            word = "ended"    # an adopted process: whether it finished is not known
         title = f"cockpit@{self.host}: {self.workload} {word}"
         return [Alert(wanted[0], tuple(names), title, message, source)]
 

@@ -29,17 +29,18 @@ from engine.run.supervisor import Supervisor
 
 
 def start_detached(run: RunDir, timeout_s: float = 60.0, *, terminal: alerts.Terminal | None = None,
-                   notify_command: str | None = None) -> int:
+                   notify_command: str | None = None, module: str = "engine.run.detached") -> int:
     """Start a supervisor for the run in its own session; returns its pid once it has taken the
     run (its pid file names it), so that whoever follows the run next finds it live. A
     supervisor that cannot take the run (another holds it) is a ConfigError with its word.
     `terminal`: where its alerts ring while that session lives; `notify_command`: settings.toml's,
-    replaced."""
+    replaced. `module`: what supervises it (engine.run.adopted follows an adopted process), run
+    as `python -m MODULE RUN_DIR` with these arguments."""
     extra = (terminal.arguments() if terminal else []) + \
         ([f"--notify-command={notify_command}"] if notify_command is not None else [])  # may start with -
     with open(run.supervisor_log, "ab") as log:
         start = log.tell()
-        proc = subprocess.Popen([sys.executable, "-P", "-m", "engine.run.detached", str(run.path), *extra],
+        proc = subprocess.Popen([sys.executable, "-P", "-m", module, str(run.path), *extra],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 env=child_env({}), start_new_session=True)
     deadline = time.monotonic() + timeout_s   # start-up takes a fraction of a second

@@ -27,7 +27,14 @@ from engine.record.identity import ProcessId
 from engine.record.rundir import RunDir, summarize
 from engine.runconfig import RunConfig
 
-RESUMABLE = ("stopped", "failed", "interrupted", "lost", "created")
+# "ended", "released": an adopted run's (engine.run.adopted), once its process has ended
+RESUMABLE = ("stopped", "failed", "interrupted", "lost", "created", "ended", "released")
+
+
+def literal(args) -> list[str]:
+    """Arguments as a command template that fills in nothing: braces doubled (a recorded
+    argv's `{"lr": 3e-4}` is not a placeholder)."""
+    return [a.replace("{", "{{").replace("}", "}}") for a in args]
 
 
 @dataclass
@@ -42,6 +49,7 @@ class History:
     process: dict | None = None         # the last attempt's process (attempt_process event)
     last: dict | None = None            # the last attempt_started event: its preset as it ran
     epoch_base: int | None = None       # how a command's printed epochs are numbered (0 or 1)
+    adopted: dict | None = None         # an adopted run's process (run_started's `adopted`)
 
     @classmethod
     def of(cls, events: list[dict]) -> "History":
@@ -50,6 +58,7 @@ class History:
             kind = e.get("type")
             if kind == "run_started" and history.started is None:
                 history.started = e.get("t")
+                history.adopted = e.get("adopted") if isinstance(e.get("adopted"), dict) else None
             elif kind == "attempt_started":
                 history.attempts = max(history.attempts, e.get("attempt") or 0)
                 preset_of[e.get("attempt")] = e.get("preset")
@@ -98,13 +107,29 @@ def check(run: RunDir, history: History) -> str:
     if (orphan := history.orphan()) is not None:
         raise ConfigError("run", run.id, f"its attempt (pid {orphan.pid}) is still running without a "
                                          f"supervisor; stop it first: cockpit runs stop {run.id}")
+    if history.adopted is not None and history.attempts <= 1:
+        adopted = ProcessId.parse(f"{history.adopted.get('pid')} {history.adopted.get('start')}")
+        if adopted is not None and adopted.alive():
+            raise ConfigError("run", run.id, f"its adopted process (pid {adopted.pid}) is still running; "
+                                             f"a resume would start a second one (follow it again: "
+                                             f"cockpit adopt {adopted.pid})")
     return status
 
 
 def plan(run: RunDir, history: History, device: str | None = None,
-         overrides: list[str] | None = None) -> RunConfig:
-    """The continuation's configuration, checked; run.toml is not touched (see `save`)."""
+         overrides: list[str] | None = None, resume_args: list[str] | None = None) -> RunConfig:
+    """The continuation's configuration, checked; run.toml is not touched (see `save`).
+    `resume_args`: an adopted run's, appended to the argv it was adopted with (not to the
+    command the last resume ran: they are not piled up)."""
     config, overrides = run.config(), list(overrides or [])
+    if resume_args is not None:
+        if history.adopted is None or not isinstance(history.adopted.get("argv"), list):
+            raise ConfigError("--resume-args", None, "is for a run made with cockpit adopt; a command "
+                                                     "run resumes with its command.resume arguments "
+                                                     "(--set 'command.resume=[\"--resume\", \"{checkpoint}\"]')")
+        argv = literal([*map(str, history.adopted["argv"]), *resume_args])
+        spec = dataclasses.replace(config.workload.params, command=tuple(argv))
+        config = dataclasses.replace(config, workload=dataclasses.replace(config.workload, params=spec))
     for item in overrides:
         key = item.partition("=")[0].strip()
         if key.startswith("params."):
@@ -151,11 +176,12 @@ def save(run: RunDir, config: RunConfig, next_attempt: int) -> None:
     files.atomic_write(run.config_path, new)
 
 
-def prepare(run: RunDir, device: str | None = None, overrides: list[str] | None = None) -> RunConfig:
+def prepare(run: RunDir, device: str | None = None, overrides: list[str] | None = None,
+            resume_args: list[str] | None = None) -> RunConfig:
     """Everything `cockpit runs resume` and the TUI's `r` do before a supervisor continues the
     run: check it can be resumed, plan the continuation, write its run.toml."""
     history = History.of(run.events())
     check(run, history)
-    config = plan(run, history, device, overrides)
+    config = plan(run, history, device, overrides, resume_args)
     save(run, config, history.attempts + 1)
     return config
