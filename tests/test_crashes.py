@@ -287,3 +287,9 @@ def test_the_log_tail_read_as_evidence_drops_escapes_but_the_log_keeps_them(tmp_
     lines, _ = LogLines(log).read()          # the log view, as a terminal showed it
     assert lines[-1] == "RuntimeError: expected scalar type Float but found Half"
     assert not any("\x1b" in line or "]8;" in line for line in lines)
+
+
+def test_a_commands_native_crash_on_the_cpu_does_not_blame_torch():
+    """A command need not be torch (mlx-lm is MLX): its crash is in a native library it loaded."""
+    sentence = classify(AttemptEnd(None, "SIGABRT", device="cpu", command=True)).sentence
+    assert "torch" not in sentence and "a native crash in a native library it loaded" in sentence

@@ -184,16 +184,17 @@ def test_mlx_lm_crashes_and_resumes_from_its_adapters_under_cockpit(tiny, home):
     resumed_from = second[second.index("--resume-adapter-file") + 1]
     assert resumed_from.endswith("0000008_adapters.safetensors")
     assert second[second.index("--iters", second.index("--resume-adapter-file")) + 1] == "8"
-    assert any(e["type"] == "warning" and e["kind"] == "resume-restores" for e in events)
+    assert "adapter weights only" in started[1]["resume"]["restores"]
+    assert "adapter weights only" in done.stdout   # said where the resume is
     steps = [e for e in events if e["type"] == "step"]
     first, resumed = ([e for e in steps if e["attempt"] == a] for a in (1, 2))
-    assert max(e["step"] for e in first) < 10
+    assert max(e["step"] for e in first) <= 10   # the step the fault fired at may close a window
     assert min(e["from_step"] for e in resumed) >= 8          # counted on, not from 0 again
     assert resumed[-1]["step"] == 16 and resumed[-1]["total"] == 16
     saved = {e["step"] for e in events if e["type"] == "checkpoint" and e["attempt"] == 2}
     assert saved == {12, 16}   # its files 0000004_ and 0000008_adapters, at the run's steps
     losses = [e["loss"] for e in steps if e.get("loss") is not None]
-    assert losses[-1] < losses[0]
+    assert losses[-1] < losses[0], losses
     assert any(e.get("tokens_per_s") for e in resumed)
     assert summarize(run).status == "finished"
 

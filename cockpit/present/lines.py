@@ -138,6 +138,8 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
         if resumed:
             step = checkpoint_step(resumed)
             line += "\n    resuming from " + resumed["path"] + (f" ({step.strip()})" if step else "")
+            if resumed.get("restores"):  # what the program restores of it (mlx-lm: the adapters only)
+                line += "\n    " + resumed["restores"]
         return line
     if kind == "step":
         return step_line(e, memory)

@@ -82,7 +82,8 @@ SENTENCES = {
 
 # What a native crash is, on the device it happened on.
 _NATIVE = {"mps": ", as Metal/MPS aborts are", "cuda": " in torch, a CUDA library or an extension",
-           "": " in torch or a native library it loaded"}
+           "": " in torch or a native library it loaded",
+           "command": " in a native library it loaded"}  # a command's need not be torch (MLX)
 
 
 @dataclass(frozen=True)
@@ -213,7 +214,7 @@ def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
                        {**evidence, "memory_percent": end.memory_percent})
     if sig in _CRASH_SIGNALS:
         return verdict("native-crash", last_line(end.tail) or None, native=_NATIVE.get(
-            (end.device or "").partition(":")[0], _NATIVE[""]))
+            (end.device or "").partition(":")[0], _NATIVE["command" if end.command else ""]))
     if sig:
         return verdict("killed")
     return verdict("unknown", last_line(end.tail) or None)

@@ -207,12 +207,6 @@ class CommandKind(TrainerKind):
         self.tracker = Tracker(launch.units, launch.total_steps, known=launch.known,
                                resumed_from=resume.get("step"), resumed_samples=resume.get("samples_seen"),
                                step_offset=offset)
-        if resume and self.spec.resume_restores:
-            self.events.emit("warning", attempt=watch.attempt, kind="resume-restores", advice=[],
-                             fallback=False, message=f"resumed from {Path(resume['path']).name}: "
-                             f"{self.spec.resume_restores}" + (
-                                 f"; it counts its steps from 0 again, cockpit from step {offset}"
-                                 if offset else ""))
         self._watch, self._rehearsal, self._stop_at_once = watch, rehearsal, stop_at_once
         # _newest_file is kept from the attempt before: the file this attempt resumes from is
         # that attempt's checkpoint, already told, not a new one

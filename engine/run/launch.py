@@ -180,6 +180,8 @@ def command_launch(run: RunDir, config: RunConfig, attempt: int, preset: DeviceP
         if total is not None:  # what is left to train, for a script that counts from 0 again
             values["steps_left"] = str(max(0, total - ((resume or {}).get("step") or 0)))
         argv += commands.fill(spec.resume, values)
+        if spec.resume_restores:  # said with the resume, in its attempt_started event
+            resume = {**(resume or {}), "restores": spec.resume_restores}
     # Rich draws its live displays (Lightning's default progress bar where rich is installed)
     # only to a terminal: to a log file it prints the last frame at the end, and a run would
     # look silent, then hung. These two (Rich's own) make it draw frames the parser reads,
