@@ -194,7 +194,7 @@ def test_a_lightning_bar_resumed_mid_epoch_counts_on_past_its_total():
 
 def test_each_write_of_a_checkpoint_is_one_checkpoint_a_directory_once_it_is_written(home, tmp_path):
     """One file rewritten (nanoGPT's ckpt.pt) is a checkpoint at each write, with the step read
-    by then. A directory filled a file at a time (the HF Trainer's checkpoint-20/) is one, told
+    by then; seen again with no step read between, it is the same save. A directory filled a file at a time (the HF Trainer's checkpoint-20/) is one, told
     once it has stayed the same for a look; written again in place (accelerate's save_state),
     it is another."""
     import os
@@ -225,6 +225,8 @@ def test_each_write_of_a_checkpoint_is_one_checkpoint_a_directory_once_it_is_wri
         kind._steps_read.append((200.0, 12))
         at(out / "ckpt.pt", 250.0)            # the same file written again, later
         kind.look_for_checkpoints()
+        at(out / "ckpt.pt", 250.5)            # ... seen mid-write, then done: no step between,
+        kind.look_for_checkpoints()           # the same save, not another checkpoint
         folder = out / "checkpoint-20"
         folder.mkdir()
         at(folder / "config.json", 300.0)

@@ -269,8 +269,8 @@ def test_the_dashboard_at_80x24_shows_steps_and_the_reward(home):
             assert isinstance(app.screen, DashboardScreen)
             shown = "\n".join(strip.text for strip in app.screen._compositor.render_strips())
             assert "reward 0.62" in str(dash.query_one("#progress-text", Static).render())
-            # tokens/s goes in the card's title only where it fits: not at 80 columns
-            assert "2.5 steps/s · average 2.5" in shown and "samples/s" not in shown
+            # a language model's tokens/s comes before the average, which 80 columns drop
+            assert "2.5 steps/s · 1,228,800 tokens/s" in shown and "samples/s" not in shown
             await pilot.press("t")          # nothing to toggle to: it stays in steps/s
             await pilot.pause(0.3)
             shown = "\n".join(strip.text for strip in app.screen._compositor.render_strips())

@@ -134,6 +134,7 @@ class CommandKind(TrainerKind):
         # bounded: a checkpoint's step is among the last steps read before it was written
         self._steps_read: deque[tuple[float, int]] = deque(maxlen=STEPS_KEPT)
         self._reached: int | None = None           # reached by the last write looked at (first: the resume step)
+        self._told_steps: dict[str, int | None] = {}  # the step last told for each checkpoint file
 
     def parser(self, launch: Launch) -> OutputParser | None:
         base = self._parser.epoch_base if self._parser is not None else self._epoch_base
@@ -301,6 +302,12 @@ class CommandKind(TrainerKind):
             step += self.tracker.step_offset  # mlx-lm's 0000010_adapters after a resume at 20: 30
         if step is None:
             step, source = self._step_at(written), "reached"
+        if step is not None and not latest.is_dir() and self._told_steps.get(str(latest)) == step:
+            # the same save seen twice: torch.save rewrites a file in place, and a loaded machine
+            # can look at it mid-write and again when it is done (no step between: one checkpoint;
+            # a directory is told once it has settled)
+            return
+        self._told_steps[str(latest)] = step
         # the samples seen by its step, where this attempt counts them: the next attempt's
         # count goes on from there, whatever batch it runs at
         seen = self.tracker.samples_at(step) if self.tracker and step is not None else None

@@ -165,10 +165,10 @@ class PlotGrid(Grid):
         averages = m.averages
         average = averages.steps_per_s if steps else averages.samples_per_s
         parts = [Text(rate_text(now, unit), style=f"bold {RATE_STYLE}")]
+        if m.tokens_per_s is not None:  # a language model's own unit: before what a narrow title drops
+            parts.append(Text(rate_text(m.tokens_per_s * scale, "tokens/s")))
         if average is not None:
             parts.append(Text(f"average {rate_text(average, '').strip()}"))
-        if m.tokens_per_s is not None:
-            parts.append(Text(rate_text(m.tokens_per_s * scale, "tokens/s")))
         if m.gflop_s:
             gflop_s = m.gflop_s * scale
             parts.append(Text(f"{gflop_s:,.1f} GFLOP/s" if gflop_s >= 1 else f"{gflop_s:.2g} GFLOP/s"))
