@@ -102,6 +102,20 @@ def test_a_commands_resume_of_unknown_step_is_placed_by_its_first_step():
     assert averages(events + [sighting]).steps_lost == 80 - 70
 
 
+def test_a_command_given_no_checkpoint_starts_where_its_first_window_says():
+    """An adopted run that ended at step 150, resumed with the user's own --resume-args (cockpit
+    knows no checkpoint): it went on from step 100, so 50 steps were trained again, not 150."""
+    command = {"command": ["python", "train.py"]}
+    events = started() + [
+        {"type": "attempt_started", "t": 0.0, "attempt": 1, "preset": "adopted", "config": {}, **command},
+        step(1.0, 140, None, 1.0, 640.0), step(2.0, 150, None, 1.0, 640.0),
+        ended(3.0, 1, "ended", 150),
+        {"type": "attempt_started", "t": 4.0, "attempt": 2, "preset": "adopted", "config": {},
+         "resume": None, **command},
+        step(5.0, 110, None, 1.0, 640.0, attempt=2, from_step=100)]
+    assert averages(events).steps_lost == 50
+
+
 def test_a_checkpoint_of_unknown_step_keeps_the_steps_reached_when_it_was_seen():
     events = started() + [
         {"type": "attempt_started", "t": 0.0, "attempt": 1, "preset": "cpu", "config": {}},

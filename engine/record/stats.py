@@ -15,8 +15,9 @@ Steps lost. A step is lost when an attempt trained it and the next attempt had t
 the steps an attempt reached past the point the next attempt resumed from. That point is the
 resumed checkpoint's step where the events say it exactly (the trainer's trainer_ready, a
 command's checkpoint named or reported with its step); else (a command's one `last.pt`
-rewritten, whose checkpoint event holds only the step read by its write) the next attempt's
-first reported step, which its first window names (`from_step`). The attempt that ended the run
+rewritten, whose checkpoint event holds only the step read by its write, or a command given no
+checkpoint, which starts where its own arguments say) the next attempt's first reported step,
+which its first window names (`from_step`). The attempt that ended the run
 by crashing loses the steps past its newest checkpoint; so does one whose successor has not said
 yet where it resumed.
 
@@ -129,6 +130,10 @@ class RunStats:
                                            device=e.get("device"))
             self.attempts.append(self._current)
             self._resumed(e.get("resume"))
+            if e.get("command") and not e.get("resume"):
+                # A command given no checkpoint starts where its own arguments say (an adopted
+                # run resumed with the user's --resume-args): its first window says where.
+                self._current.start_step = None
         elif kind == "trainer_ready":
             if self._current is not None:
                 self._current.device = e.get("device", self._current.device)
