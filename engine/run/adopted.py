@@ -43,7 +43,7 @@ from typing import Callable
 import psutil
 
 from engine import command as commands, presets
-from engine.command import statements
+from engine.command import programs, statements
 from engine.errors import ConfigError
 from engine.monitor import procinfo
 from engine.record import stats
@@ -175,8 +175,10 @@ def config_for(adoption: Adoption, name: str, overrides: list[str] | None = None
     literal) in its working directory, on a device preset `adopted` whose env is its
     environment. Not checked against this machine (configure's checks): the process runs already;
     a resume checks that its program and directory are still there."""
-    workload = presets.workload_from_table({"command": literal(adoption.argv), "cwd": adoption.cwd},
-                                           "adopt")
+    # a known program's conventions (mlx-lm's adapters and resume) make a resume without
+    # --resume-args continue from its newest checkpoint
+    workload = presets.workload_from_table({"command": literal(adoption.argv), "cwd": adoption.cwd,
+                                            **programs.conventions(adoption.argv)}, "adopt")
     device = presets.device_from_table({"description": f"the environment of pid {adoption.pid}, "
                                                        "as cockpit adopt read it",
                                         "env": adoption.env}, "adopt")
