@@ -28,7 +28,6 @@ cockpit as an ordinary command run (engine.run.resume).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -566,21 +565,8 @@ def start_detached(run: RunDir, **kwargs) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.run.adopted")
-    parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--terminal")
-    parser.add_argument("--terminal-owner")
-    parser.add_argument("--notify-command")
-    args = parser.parse_args(argv)
-    terminal = alerts.Terminal(args.terminal, ProcessId.parse(args.terminal_owner or "")) \
-        if args.terminal else None
-    try:
-        status = AdoptSupervisor(RunDir(args.run_dir), terminal=terminal,
-                                 notify_command=args.notify_command).supervise()
-    except ConfigError as e:
-        print(f"cockpit: {e.line()}", file=sys.stderr)
-        return 2
-    return {"ended": 0, "stopped": 130, "released": 130}.get(status, 1)
+    return detached.main(argv, module="engine.run.adopted", supervisor=AdoptSupervisor,
+                         exit_codes={"ended": 0, "stopped": 130, "released": 130})
 
 
 if __name__ == "__main__":

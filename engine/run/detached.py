@@ -63,8 +63,11 @@ def request_stop(run: RunDir) -> bool:
     return True
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.run.detached")
+def main(argv: list[str] | None = None, *, module: str = "engine.run.detached",
+         supervisor=None, exit_codes: dict[str, int] | None = None) -> int:
+    """A supervisor in the background (`module`'s: Supervisor, or engine.run.adopted's), its
+    status as an exit code (0 finished, 130 stopped, else 1)."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}")
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--terminal", help="the tty to alert (the launching session's)")
     parser.add_argument("--terminal-owner", help="'PID START' of that session's leader")
@@ -73,12 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     terminal = alerts.Terminal(args.terminal, ProcessId.parse(args.terminal_owner or "")) \
         if args.terminal else None
     try:
-        status = Supervisor(RunDir(args.run_dir), terminal=terminal,
-                            notify_command=args.notify_command).supervise()
+        status = (supervisor or Supervisor)(RunDir(args.run_dir), terminal=terminal,
+                                            notify_command=args.notify_command).supervise()
     except ConfigError as e:
         print(f"cockpit: {e.line()}", file=sys.stderr)
         return 2
-    return {"finished": 0, "stopped": 130}.get(status, 1)
+    return (exit_codes or {"finished": 0, "stopped": 130}).get(status, 1)
 
 
 if __name__ == "__main__":
