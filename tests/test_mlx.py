@@ -7,6 +7,7 @@ crashed, resumed from its adapters, counted on from the checkpoint's step."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -20,6 +21,7 @@ from engine.command.tracker import Tracker
 from engine.record.rundir import list_runs, summarize
 from engine.run.crashes import AttemptEnd, classify
 from engine.schema import FieldError
+from engine.text import strip_ansi
 
 OUTPUT = FIXTURES / "mlx_lm"
 
@@ -171,7 +173,7 @@ def test_mlx_lm_crashes_and_resumes_from_its_adapters_under_cockpit(tiny, home):
             "-m", "mlx_lm", "lora", "--model", str(tiny / "model"), "--train", "--data", str(tiny / "data"),
             "--iters", "16", "--batch-size", "{batch_size}", "--grad-accumulation-steps", "{accumulation}",
             "--save-every", "4", "--steps-per-report", "2", "--steps-per-eval", "8",
-            "--learning-rate", "2e-3", "--adapter-path", "{run_dir}/adapters"]
+            "--learning-rate", "1e-2", "--adapter-path", "{run_dir}/adapters"]
     done = subprocess.run(cockpit_cmd("run", "-d", "mlx-cpu", "--set", "batch_size=2",
                                       "--inject", "native-crash@10", "--", *argv),
                           capture_output=True, text=True, env=child_env(), timeout=600)
@@ -196,7 +198,13 @@ def test_mlx_lm_crashes_and_resumes_from_its_adapters_under_cockpit(tiny, home):
     losses = [e["loss"] for e in steps if e.get("loss") is not None]
     assert losses[-1] < losses[0], losses
     assert any(e.get("tokens_per_s") for e in resumed)
-    assert summarize(run).status == "finished"
+    summary = summarize(run)
+    assert summary.status == "finished"
+    # the figures shown are the script's own: its last train_loss and val rows, as it printed them
+    printed = strip_ansi((run.path / "attempt-2.log").read_text())
+    rows = re.findall(r"^\s*(\d+)\s+(val )?(\d+\.\d+)", printed, re.M)
+    assert summary.loss == float(next(loss for _, val, loss in reversed(rows) if not val))
+    assert summary.metrics["val_loss"] == float(next(loss for _, val, loss in reversed(rows) if val))
 
 
 def test_its_iterations_are_micro_batches_so_a_step_is_one_batch():
