@@ -28,7 +28,7 @@ from conftest import ROOT, child_env, cockpit_cmd
 from engine.errors import ConfigError
 from engine.monitor import procinfo
 from engine.record.rundir import RunDir, find_run, summarize
-from engine.run import adopted, resume as resumption
+from engine.run import adopted, adoption, resume as resumption
 from engine.run.watch import AttemptWatch
 
 SCRIPT = ROOT / "tests" / "scripts" / "steps.py"
@@ -245,7 +245,7 @@ def test_bad_pids_and_logs_are_one_line_and_exit_2(home, tmp_path):
 def test_a_missing_log_and_an_unreadable_process_name_the_argument(home, script, monkeypatch):
     s = script()
     with pytest.raises(ConfigError) as e:
-        adopted.inspect(s.proc.pid, str(home / "nowhere.log"))
+        adoption.inspect(s.proc.pid, str(home / "nowhere.log"))
     assert e.value.line().startswith("--log: ") and "cannot be read" in e.value.line()
 
     def refused(pid, platform=sys.platform):
@@ -253,7 +253,7 @@ def test_a_missing_log_and_an_unreadable_process_name_the_argument(home, script,
 
     monkeypatch.setattr(procinfo, "read", refused)
     with pytest.raises(ConfigError) as e:
-        adopted.inspect(s.proc.pid)
+        adoption.inspect(s.proc.pid)
     assert e.value.line().startswith(f"PID: {s.proc.pid}: ") and "another user" in e.value.line()
 
 
@@ -262,10 +262,10 @@ def test_without_a_file_for_its_output_it_says_progress_needs_log(home):
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
-        found = adopted.inspect(proc.pid)
+        found = adoption.inspect(proc.pid)
         assert found.logs == [] and "--log FILE" in found.no_log
-        assert "--log FILE" in adopted.inspect(proc.pid, platform="linux").no_log
-        monkey = adopted._logs(proc.pid, None, "darwin")
+        assert "--log FILE" in adoption.inspect(proc.pid, platform="linux").no_log
+        monkey = adoption._logs(proc.pid, None, "darwin")
         assert monkey[0] == [] and "on macOS" in monkey[2] and "--log FILE" in monkey[2]
     finally:
         proc.kill()
@@ -345,7 +345,7 @@ def test_linux_proc_gives_its_argv_cwd_environment_and_output_file(home, script)
     assert info.argv == [sys.executable, str(SCRIPT), "-", "--until", str(s.until), "an arg", "{braces}"]
     assert info.cwd == str(s.dir) and info.env["ADOPT_TEST_TOKEN"] == "recorded"
     assert procinfo.output_files(s.proc.pid) == {str(s.out): ["stdout", "stderr"]}
-    config = adopted.config_for(adopted.inspect(s.proc.pid), "steps")
+    config = adoption.config_for(adoption.inspect(s.proc.pid), "steps")
     assert config.workload.params.command[-1] == "{{braces}}"   # no placeholder of cockpit's
 
 

@@ -222,7 +222,7 @@ def test_its_iterations_are_micro_batches_so_a_step_is_one_batch():
 def test_an_adopted_mlx_lm_run_knows_its_adapters_and_resume():
     """`nohup python -m mlx_lm lora ... &` adopted: a later `cockpit runs resume` continues from
     its newest adapters, as a command run of it would."""
-    from engine.run.adopted import Adoption, config_for
+    from engine.run.adoption import Adoption, config_for
 
     argv = ["python", "-m", "mlx_lm", "lora", "--train", "--iters", "600", "--adapter-path", "out"]
     spec = config_for(Adoption(pid=1, start=0.0, argv=argv, cwd="/tmp", env={}), "lora").workload.params

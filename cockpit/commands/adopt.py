@@ -8,7 +8,7 @@ import sys
 
 from cockpit.commands import train
 from engine import command, settings
-from engine.run import adopted
+from engine.run import adopted, adoption as adoptions
 
 EPILOG = """\
 It is followed, never signalled: its memory and CPU are sampled over its process tree, its log
@@ -59,8 +59,8 @@ def _pid(text: str) -> int:
 
 def adopt(args: argparse.Namespace) -> int:
     settings.load()   # a broken settings.toml is bad input, said before anything is written
-    adoption = adopted.inspect(args.pid, args.log)
-    run = adopted.create(adoption, args.name, args.set)
+    adoption = adoptions.inspect(args.pid, args.log)
+    run = adoptions.create(adoption, args.name, args.set)
     if not args.json:
         said = sys.stderr if args.detach else sys.stdout
         print(f"adopted pid {adoption.pid}: {command.display(adoption.argv)}", file=said)

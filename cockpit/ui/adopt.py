@@ -1,6 +1,6 @@
 """Adopting a process from the runs screen (a): its PID and, where its output does not go to a
 file cockpit can find (always on macOS), its log file; `cockpit adopt` headless. The process is
-checked here (engine.run.adopted.inspect, a few small reads) so that a PID that is wrong is said
+checked here (engine.run.adoption.inspect, a few small reads) so that a PID that is wrong is said
 in the dialog, which stays open to fix it."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
 from engine.errors import ConfigError
-from engine.run import adopted
+from engine.run import adoption
 
 
-class AdoptScreen(ModalScreen["adopted.Adoption | None"]):
+class AdoptScreen(ModalScreen["adoption.Adoption | None"]):
     BINDINGS = [Binding("escape", "cancel", "Cancel", tooltip="back, nothing adopted")]
     DEFAULT_CSS = """
     AdoptScreen { align: center middle; }
@@ -59,7 +59,7 @@ class AdoptScreen(ModalScreen["adopted.Adoption | None"]):
             error.update(f"PID: got {text!r}; expected a process id (a number)")
             return
         try:
-            found = adopted.inspect(int(text), log)
+            found = adoption.inspect(int(text), log)
         except ConfigError as e:
             error.update(e.line())
             return

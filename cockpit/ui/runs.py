@@ -28,7 +28,7 @@ from cockpit.comparison import devices
 from cockpit.present import words
 from cockpit.present.words import STATUS_STYLE, duration, metric_value, throughput_parts
 from cockpit.ui.compare import CompareScreen
-from engine.run import adopted, detached, resume as resumption
+from engine.run import adopted, adoption, detached, resume as resumption
 from engine.errors import ConfigError
 from engine.numbers import count, rate
 from engine.record.digest import RunDigest, RunDigests
@@ -405,18 +405,18 @@ follows it, marked "adopted" in the device column.
     def action_adopt(self) -> None:
         from cockpit.ui.adopt import AdoptScreen   # here: the runs screen opens without it
 
-        def adopt(found: "adopted.Adoption | None") -> None:
+        def adopt(found: "adoption.Adoption | None") -> None:
             if found is not None:
                 self.start_adopted(found)
 
         self.app.push_screen(AdoptScreen(), adopt)
 
     @work(thread=True, exclusive=True, group="runs-adopt", exit_on_error=False)
-    def start_adopted(self, found: "adopted.Adoption") -> None:
+    def start_adopted(self, found: "adoption.Adoption") -> None:
         """Its run directory and the supervisor that follows it, detached (it outlives the
         cockpit, as any run does); then its dashboard, attached."""
         try:
-            run = adopted.create(found)
+            run = adoption.create(found)
             adopted.start_detached(run)
         except ConfigError as e:
             self.app.call_from_thread(self.notify, e.line(), severity="warning")
