@@ -134,7 +134,7 @@ class CommandKind(TrainerKind):
         # bounded: a checkpoint's step is among the last steps read before it was written
         self._steps_read: deque[tuple[float, int]] = deque(maxlen=STEPS_KEPT)
         self._reached: int | None = None           # reached by the last write looked at (first: the resume step)
-        self._told_steps: dict[str, int | None] = {}  # the step last told for each checkpoint file
+        self._told_steps: dict[str, int | None] = {}  # this attempt's: the step last told for each file
 
     def parser(self, launch: Launch) -> OutputParser | None:
         base = self._parser.epoch_base if self._parser is not None else self._epoch_base
@@ -212,6 +212,7 @@ class CommandKind(TrainerKind):
         # _newest_file is kept from the attempt before: the file this attempt resumes from is
         # that attempt's checkpoint, already told, not a new one
         self._steps_read.clear()
+        self._told_steps.clear()   # a write of the same file at the same step by a new attempt is its own
         self._reached = (launch.resume or {}).get("step")
 
     @property
