@@ -228,3 +228,13 @@ def test_an_adopted_mlx_lm_run_knows_its_adapters_and_resume():
     spec = config_for(Adoption(pid=1, start=0.0, argv=argv, cwd="/tmp", env={}), "lora").workload.params
     assert spec.checkpoints == os.path.join("out", "*_adapters.safetensors") and spec.steps_restart
     assert spec.resume[:2] == ("--resume-adapter-file", "{checkpoint}")
+
+
+def test_prose_that_starts_like_a_table_is_no_table():
+    """`Step through the data first` is no header (no loss column), so `12 3.5` after it is no
+    step; after a real header, `10 epochs 5` is no eval (epochs is no evaluation's label)."""
+    parser = OutputParser()
+    assert parser.feed("Step through the data first\n12 3.5\n") == []
+    parser = OutputParser()
+    found = parser.feed("iter train_loss tokens\n10 epochs 5\n")
+    assert not [o for o in found if o.kind == "eval"]

@@ -90,18 +90,19 @@ Understood formats, tried in this order on each line:
    count): its count as the step, with the same rules as 3 (a ``val`` bar gives nothing).
 
 3b. A table: a header of column names whose first is a step's (``iter``, ``step``,
-   ``iteration``), then rows that start with that count (source "table"), as mlx-lm prints:
+   ``iteration``) and one of which is a loss, then rows that start with that count (source
+   "table"), as mlx-lm prints:
        ``iter   train_loss     tok/s     tokens``   (the header: remembered, gives nothing)
        ``  10    6.739 ▼    168    3.9k``          -> step 10, loss 6.739 (glyphs are dropped,
                                                       ``3.9k`` is 3,900; a ``/s`` column is a
                                                       rate, left out)
        ``   1    val 6.795    1.54s``              -> eval at step 1: val_loss 6.795 (a row
-                                                      labelled with a word gives that label's
-                                                      value of the first column: train_loss
-                                                      -> val_loss)
+                                                      labelled val, eval, test... gives that
+                                                      label's value of the first column:
+                                                      train_loss -> val_loss)
    A ``tokens`` column counts the tokens trained so far: with the row's step it states
-   tokens_per_step (tokens / step), so throughput is in tokens/s. Another header ends the
-   table; a row that does not fit it gives nothing.
+   tokens_per_step (tokens / step), so throughput is in tokens/s. Another header takes the
+   table's place; a line that does not fit it is read as any other line.
 
 4. A per-epoch counter (unit "batch", source "epochs"), followed by values as in 6:
        ``epoch 1 batch 927/2244 loss 0.51``, ``Epoch 2 | batch 30/200 | loss=0.4``,
@@ -391,7 +392,7 @@ class OutputParser:
             m = self._regex.search(line)
             if m:
                 return found + _from_regex(m)
-        if _TABLE_HEAD.fullmatch(line):
+        if _TABLE_HEAD.fullmatch(line) and "loss" in line.lower():
             self._table = line.lower().split()
             return found
         if self._table is not None and (row := self._table_row(line)) is not None:
@@ -419,7 +420,7 @@ class OutputParser:
             return None
         words = [w for w in _TABLE_GLYPH.sub(" ", m["rest"]).split() if w]
         step = int(m["step"])
-        if words and words[0].isalpha() and len(columns) > 1:
+        if words and _EVAL_DESC.fullmatch(words[0]) and len(columns) > 1:
             # `1  val 6.795  1.54s`: the label's value of the first column (train_loss -> val_loss)
             value = _count_value(words[1]) if len(words) > 1 else None
             if value is None:
