@@ -238,3 +238,22 @@ def test_prose_that_starts_like_a_table_is_no_table():
     parser = OutputParser()
     found = parser.feed("iter train_loss tokens\n10 epochs 5\n")
     assert not [o for o in found if o.kind == "eval"]
+
+
+def test_the_launcher_runs_a_script_on_the_device_it_is_given_and_refuses_a_missing_gpu(tmp_path):
+    """cockpit.integrations.mlx sets MLX's default device, then runs the script unchanged; a GPU
+    MLX does not have here is refused as argparse refuses (exit 2), which a run reads as config."""
+    mx = pytest.importorskip("mlx.core", reason="the test extra installs MLX (its CPU build on Linux)")
+    script = tmp_path / "where.py"
+    script.write_text("import sys, mlx.core as mx\nprint(mx.default_device(), sys.argv[1:])\n")
+    ran = subprocess.run([sys.executable, "-m", "cockpit.integrations.mlx", "--device", "cpu", str(script),
+                          "--epochs", "3"], capture_output=True, text=True, env=child_env(), timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert "cpu" in ran.stdout.lower() and "['--epochs', '3']" in ran.stdout
+    if mx.is_available(mx.gpu):
+        return  # a Mac (or MLX's CUDA build): nothing to refuse
+    refused = subprocess.run([sys.executable, "-m", "cockpit.integrations.mlx", "--device", "gpu", str(script)],
+                             capture_output=True, text=True, env=child_env(), timeout=120)
+    assert refused.returncode == 2 and "argument --device" in refused.stderr
+    verdict = classify(AttemptEnd(2, None, tail=refused.stderr, command=True))
+    assert verdict.kind == "config"
