@@ -96,9 +96,11 @@ def test_a_crash_resumes_in_the_spare_at_the_same_sample_and_finishes(home):
     assert all(gone(pid) for pid in supervisor.spare_pids)
 
 
-def test_a_next_attempt_with_another_environment_does_not_use_the_spare(home):
+def test_a_next_attempt_with_another_environment_does_not_use_the_spare(home, monkeypatch):
     # openmp: the rule retries with KMP_DUPLICATE_LIB_OK=TRUE, an environment the spare was
-    # not started with (torch reads it as it loads)
+    # not started with (torch reads it as it loads); unset here, as twotower's mining may have
+    # set it in this process
+    monkeypatch.delenv("KMP_DUPLICATE_LIB_OK", raising=False)
     user_preset(home, "devices", "first", 'device = "cpu"\nthreads = 1\n')
     run = RunDir.create(runconfig.resolve("matmul", "first", FAST + ["inject=['openmp@6']"]))
     supervisor = Supervisor(run, poll_s=0.05, spare=True)
