@@ -11,6 +11,7 @@ stand-in for sysctl: it has not run on a Mac.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -156,21 +157,27 @@ def test_an_adopted_script_shows_its_steps_and_memory_and_ends_and_a_resume_rela
     assert list(config.workload.params.command) == [*started["argv"], "--other"]
 
 
+@contextlib.contextmanager
+def adopting(*args: str, stderr=subprocess.PIPE):
+    """`cockpit adopt ARGS` in the foreground, its output piped; killed if the test leaves it."""
+    proc = subprocess.Popen(cockpit_cmd("adopt", *args), stdout=subprocess.PIPE, stderr=stderr,
+                            text=True, env=child_env())
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
 @linux_only
 def test_a_traceback_in_its_log_is_a_crash_said_with_its_unknown_exit_status(home, script):
     s = script("--fail", log="own.log")   # a log file of its own, in its working directory
-    adopt = subprocess.Popen(cockpit_cmd("adopt", str(s.proc.pid), "--log", str(s.log), "--json"),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
-    try:
+    with adopting(str(s.proc.pid), "--log", str(s.log), "--json") as adopt:
         first = json.loads(adopt.stdout.readline())
         assert first["type"] == "run_started" and first["adopted"]["log_source"] == "--log"
         wait_until(lambda: json.loads(adopt.stdout.readline())["type"] == "step", "a step printed")
         s.end()
         out, err = adopt.communicate(timeout=TIMEOUT)
-    finally:
-        if adopt.poll() is None:
-            adopt.kill()
-            adopt.wait()
     assert adopt.returncode == 1, err
     run = find_run("last")
     crash = events(run, "crash")[-1]
@@ -196,17 +203,11 @@ def test_cockpit_signals_it_only_when_the_run_is_stopped(home, script):
 @linux_only
 def test_ctrl_c_on_a_foreground_adopt_stops_following_and_leaves_it_running(home, script):
     s = script()
-    adopt = subprocess.Popen(cockpit_cmd("adopt", str(s.proc.pid)), stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, env=child_env())
-    try:
+    with adopting(str(s.proc.pid), stderr=subprocess.STDOUT) as adopt:
         wait_until(lambda: (runs := list((home / "runs").glob("*"))) and events(RunDir(runs[0]), "memory"),
                    "the first memory sample")
         adopt.send_signal(signal.SIGINT)
         out, _ = adopt.communicate(timeout=TIMEOUT)
-    finally:
-        if adopt.poll() is None:
-            adopt.kill()
-            adopt.wait()
     assert adopt.returncode == 130, out
     run = find_run("last")
     assert finished(run)["status"] == "released"
