@@ -40,6 +40,10 @@ from engine.run.resume import History
 from engine.run.watch import HANG_GAP_FACTOR, AttemptWatch
 from engine.runconfig import RunConfig
 
+# A checkpoint file written this recently may still be being written (each write() moves its
+# mtime): told once it has been still this long, or the script has exited. Looked at mid-write
+# and again when done, a loaded machine counted one save twice.
+FILE_SETTLE_S = 0.3
 STEPS_KEPT = 4096  # steps read since the last checkpoint write: a checkpoint's step is a recent one
 
 
@@ -293,6 +297,8 @@ class CommandKind(TrainerKind):
         if not final and latest.is_dir() and stamp != self._settling:
             self._settling = stamp  # look again: it may still be being written
             return
+        if not final and not latest.is_dir() and time.time() - stamp[1] / 1e9 < FILE_SETTLE_S:
+            return  # written a moment ago: torch.save may be part way through (look again)
         self._newest_file = stamp
         written = stamp[1] / 1e9
         said = self.checkpoints.get(str(latest), {})
