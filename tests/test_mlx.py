@@ -212,8 +212,9 @@ def test_its_iterations_are_micro_batches_so_a_step_is_one_batch():
     --grad-accumulation-steps of them): a step is --batch-size samples, not batch x accumulation."""
     from engine.presets import DevicePreset
 
-    spec = command.CommandSpec(command=("python", "-m", "mlx_lm", "lora", "--iters", "9", "--batch-size",
-                                        "{batch_size}", "--grad-accumulation-steps", "{accumulation}"))
+    argv = ["python", "-m", "mlx_lm", "lora", "--iters", "9", "--batch-size", "{batch_size}",
+            "--grad-accumulation-steps", "{accumulation}"]
+    spec = command.CommandSpec(command=tuple(argv), steps_are_micro_batches=programs.conventions(argv)["steps_are_micro_batches"])
     assert command.units(spec, DevicePreset(batch_size=4, accumulation=2)).samples_per_step == 4
     script = command.CommandSpec(command=("python", "train.py", "--bs", "{batch_size}", "--accum", "{accumulation}"))
     assert command.units(script, DevicePreset(batch_size=4, accumulation=2)).samples_per_step == 8

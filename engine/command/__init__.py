@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, AbstractSet, Literal, Sequence
 
-from engine.command import programs, statements
+from engine.command import statements
 from engine.command.progress import compile_regex
 from engine.command.tracker import Units
 from engine.errors import ConfigError
@@ -93,6 +93,9 @@ class CommandSpec:
     steps_restart: bool = setting(False, "the script counts its steps from 0 again when it "
                                          "resumes (mlx-lm does): cockpit adds the checkpoint's "
                                          "step to the steps it prints")
+    steps_are_micro_batches: bool = setting(False, "its step count is its micro-batches (mlx-lm's "
+                                                   "iterations): a step is {batch_size} samples, "
+                                                   "not batch x accumulation")
     resume_restores: str = setting("", "what a resume restores, said in the log when an attempt "
                                        "resumes (e.g. 'the adapter weights only'); '' = not said")
     main_metric: str = setting("", "the metric to show beside the loss (e.g. 'reward', "
@@ -193,8 +196,9 @@ def resolve_device(device: str) -> str:
 
 
 def values(preset: "DevicePreset", run_dir: Path, attempt: int,
-           checkpoint: Path | None = None, steps_left: int | None = None) -> dict[str, str]:
-    """What the placeholders stand for in this attempt."""
+           checkpoint: Path | None = None) -> dict[str, str]:
+    """What the placeholders stand for in this attempt ({steps_left}: the launch's, which knows
+    the total)."""
     import psutil
 
     device = resolve_device(preset.device)
@@ -209,7 +213,7 @@ def values(preset: "DevicePreset", run_dir: Path, attempt: int,
             "hf_precision_flag": _HF_PRECISION_FLAG[precision],
             "hf_device_flag": "--use_cpu" if device == "cpu" else "",
             "lightning_precision": _LIGHTNING_PRECISION[precision],
-            "steps_left": str(steps_left) if steps_left is not None else "",
+            "steps_left": "",
             "mlx_device": "cpu" if device == "cpu" else "gpu"}
 
 
@@ -247,7 +251,7 @@ def units(spec: CommandSpec, preset: "DevicePreset", known: dict | None = None) 
     if spec.samples_per_step:
         found = found.learn("samples_per_step", spec.samples_per_step, "preset",
                             f"samples_per_step = {spec.samples_per_step}")
-    elif "batch_size" in takes and programs.counts_micro_batches(list(spec.command)):
+    elif "batch_size" in takes and spec.steps_are_micro_batches:
         found = found.learn("samples_per_step", preset.batch_size, "placeholders",
                             "{batch_size}: its iterations are micro-batches")
     elif "effective_batch" in takes:

@@ -11,7 +11,7 @@ ad-hoc `cockpit run -- ...` (a workload preset says them itself, and the user's 
   adapter weights only. (A `-c config.yaml` that sets adapter_path or iters is not read.)
   Its iterations are micro-batches: with --grad-accumulation-steps k it updates every k of
   them, and --iters, its table and its bar all count iterations. So cockpit counts them as its
-  steps, and a step is --batch-size samples (`counts_micro_batches`), not batch x accumulation.
+  steps, and a step is --batch-size samples (`steps_are_micro_batches`), not batch x accumulation.
 
 Torch-free.
 """
@@ -34,16 +34,12 @@ def conventions(argv: list[str]) -> dict:
         "resume": ["--resume-adapter-file", "{checkpoint}", "--iters", "{steps_left}"],
         "checkpoints": os.path.join(adapters, "*_adapters.safetensors"),
         "steps_restart": True,
+        "steps_are_micro_batches": True,
         "resume_restores": MLX_LM_RESTORES,
     }
     if _option(argv, "--iters") is None:
         table["total_steps"] = MLX_LM_ITERS
     return table
-
-
-def counts_micro_batches(argv: list[str]) -> bool:
-    """Whether the program's step count is its micro-batches (mlx-lm's iterations)."""
-    return _is_mlx_lm_lora(argv)
 
 
 def _is_mlx_lm_lora(argv: list[str]) -> bool:
