@@ -18,7 +18,10 @@ from engine.workloads.clip.workload import COLS, RGB, ROWS
 # 3 shapes x 3 colours x 4 places x 1 size = 36 captions: chance top-1 is 1/36.
 FAST = ["params.shapes=3", "params.colours=3", "params.samples=2048", "params.eval_samples=256",
         "train.epochs=2.5", "batch_size=32", "accumulation=1", "threads=1",
-        "train.report_every_s=0.2", "checkpoint_every_minutes=0"]
+        "checkpoint_every_minutes=0"]
+# A step event's loss is its window's mean, and how many steps a window holds depends on the
+# machine's speed: one step per window makes the first and last losses the same on any machine.
+EVERY_STEP = "train.report_every_s=1e-9"
 
 
 def tiny_workload(*overrides: str):
@@ -27,7 +30,7 @@ def tiny_workload(*overrides: str):
 
 
 def test_a_tiny_clip_learns_image_to_text_well_past_chance(home):
-    run = RunDir.create(runconfig.resolve("clip-tiny", "cpu", FAST))
+    run = RunDir.create(runconfig.resolve("clip-tiny", "cpu", [*FAST, EVERY_STEP]))
     config = run.config()
     trainer = Trainer(run, EventWriter(run.events_path, attempt=1), "cpu", config.device)
     assert trainer.fit() == "finished"
@@ -35,10 +38,12 @@ def test_a_tiny_clip_learns_image_to_text_well_past_chance(home):
     losses = [e["loss"] for e in events if e["type"] == "step"]
     (evaluation,) = [e["metrics"] for e in events if e["type"] == "eval"]
     assert evaluation["chance_top1"] == pytest.approx(1 / 36)
-    # Measured 0.32 top-1 (0.94 top-5) after 160 steps; chance is 0.028.
+    # Measured 0.20 top-1 (0.76 top-5) after 160 steps, and a loss from 3.66 down to 1.88.
     assert evaluation["i2t_top1"] > 5 * evaluation["chance_top1"]
     assert evaluation["i2t_top5"] > 0.5
-    assert losses[-1] < 0.6 * losses[0]  # starts near ln(32), the batch size
+    assert len(losses) == 160
+    last = sum(losses[-16:]) / 16
+    assert last < 0.6 * losses[0], (losses[0], last)  # starts near ln(32), the batch size
 
 
 def test_each_picture_shows_what_its_caption_says(home):
