@@ -114,6 +114,9 @@ def test_a_command_given_no_checkpoint_starts_where_its_first_window_says():
          "resume": None, **command},
         step(5.0, 110, None, 1.0, 640.0, attempt=2, from_step=100)]
     assert averages(events).steps_lost == 50
+    # its first lines read in one burst: the window's rate counts from the last, it began at 100
+    events[-1] = step(5.0, 110, None, 1.0, 640.0, attempt=2, from_step=104, begun_step=100)
+    assert averages(events).steps_lost == 50
 
 
 def test_a_checkpoint_of_unknown_step_keeps_the_steps_reached_when_it_was_seen():

@@ -165,6 +165,40 @@ def test_steps_read_past_a_window_closed_by_the_last_read_are_not_dropped():
     assert kind == "step" and last["step"] == 124 and last["partial"] and last["window_s"] is None
 
 
+def test_a_burst_read_with_the_first_sight_is_not_counted_as_fast_training():
+    """A resumed script printed steps 20 to 30 before the supervisor's first read (mlx-lm's
+    first rows, a buffered log): all read at one moment, trained in time no window measured.
+    The first window's rate counts from the last of them, at the 4 steps a second it trains,
+    and still says the attempt began at 20 (steps lost count from there)."""
+    tracker = Tracker(Units(1, "placeholders"), report_every_s=1.0)
+    for step in range(20, 31):
+        assert tracker.parsed(_seen(step), 100.0) == []
+    windows = [f for i in range(1, 21) for k, f in tracker.parsed(_seen(30 + i), 100.0 + i / 4)
+               if k == "step"]
+    first = windows[0]
+    assert first["from_step"] == 30 and first["begun_step"] == 20
+    assert abs(first["steps_per_s"] - 4) < 1e-6 and abs(first["samples_per_s"] - 4) < 1e-6
+    assert abs(windows[-1]["best_samples_per_s"] - 4) < 1e-6
+    assert all("begun_step" not in w for w in windows[1:])
+    assert averages([{"type": "run_started", "t": 99.0, "run": "r"},
+                     {"type": "attempt_started", "t": 99.0, "attempt": 1, "preset": "cpu", "config": {}},
+                     *({"type": "step", "t": 100.0, "attempt": 1, **w} for w in windows)]).steps_per_s < 4.01
+
+
+def test_a_commands_best_rate_is_not_a_print_intervals_rounding():
+    """mlx-lm trains 1.2 steps a second and its bar is printed once a second: each read shows
+    the step reached by then, so a window of a second holds 1 step or 2. The best is taken over
+    windows pooled to 8 steps or more, within a step of the truth, not the 2 steps/s a lucky
+    window read."""
+    tracker = Tracker(Units(4, "placeholders"), report_every_s=1.0)
+    events = [f for second in range(1, 121)
+              for k, f in tracker.parsed(_seen(int(second * 1.2)), float(second)) if k == "step"]
+    assert max(e["samples_per_s"] for e in events) == 8.0        # the lucky windows
+    best = events[-1]["best_samples_per_s"]
+    assert 4.8 * 7 / 8 <= best <= 4.8 * 9 / 8, best
+    assert abs(events[-1]["smoothed_samples_per_s"] - 4.8) < 0.2
+
+
 def test_a_commands_eta_rides_out_its_eval_pauses():
     """A script's evals are gaps between its steps that the tracker cannot tell from slow
     steps: 60 s of 100 steps/s, then a 20 s eval, over and over. The long horizon spreads the

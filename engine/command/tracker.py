@@ -40,6 +40,9 @@ STEPLESS_LOSSES = 3  # losses read with no step number before the tracker says i
 # Five minutes of the script's time: long enough that an eval pause every few minutes is
 # averaged in rather than swinging the ETA, short enough to follow a real change of speed.
 HORIZON_S = 300.0
+# A step is read when the script prints it, up to a print interval late: the best rate is
+# taken over windows holding at least this many steps (engine.monitor.throughput).
+BEST_MIN_STEPS = 8
 
 # Where a figure per step came from, most trusted first: what the script reported, what it
 # printed, what the user wrote in the preset, what its argv's placeholders imply.
@@ -87,6 +90,7 @@ class _Window:
     start_t: float
     start_step: int
     start_samples: float | None   # None: not known when the window opened
+    begun: int | None = None      # an attempt's first window: the step first seen (below)
 
 
 @dataclass
@@ -123,7 +127,8 @@ class Tracker:
     _stepless_losses: int = 0            # losses read while no step number has been
 
     def __post_init__(self) -> None:
-        self._meter = RateMeter(full_window_s=self.report_every_s, horizon_s=HORIZON_S)
+        self._meter = RateMeter(full_window_s=self.report_every_s, horizon_s=HORIZON_S,
+                                best_min_steps=BEST_MIN_STEPS)
         for what in ("accumulation", "epochs"):
             if what in self.known:
                 self._fact(what, self.known[what][0], "argv", self.known[what][1])
@@ -241,11 +246,18 @@ class Tracker:
             # A bar drawn before the resumed steps are skipped (the HF Trainer draws 0/N, then
             # jumps to the step it resumed from): the attempt is at the resumed step.
             self.step = self.resumed_from
-            self._window = _Window(t, self.step, self.samples_seen)
+            self._window = _Window(t, self.step, self.samples_seen, begun=self.step)
             return []
         if self._window is None or self.step < self._window.start_step:
             # the first sight, or a restart
-            self._window = _Window(t, self.step, self.samples_seen)
+            self._window = _Window(t, self.step, self.samples_seen, begun=self.step)
+            return []
+        if self._window.begun is not None and t == self._window.start_t:
+            # Read in the same poll as the first sight (a resumed script's burst of lines):
+            # trained before that moment, in time no window measured, so its rate counts from
+            # the last of them, and the attempt still began at the first (`begun_step`).
+            self._window = dataclasses.replace(self._window, start_step=self.step,
+                                               start_samples=self.samples_seen)
             return []
         if t - self._window.start_t < self.report_every_s:
             return []
@@ -385,6 +397,8 @@ class Tracker:
             "window_s": round(elapsed, 4), "eta_s": None if eta is None else round(eta, 1),
             "smoothed_samples_per_s": round(meter.samples_per_s or 0.0, 3) if known else None,
             "best_samples_per_s": round(meter.best_samples_per_s or 0.0, 3) if known else None}
+        if w.begun is not None and w.begun < w.start_step:
+            event["begun_step"] = w.begun  # where the attempt began; the rate's from_step is later
         if self.units.tokens_per_step:
             event["tokens_per_s"] = round(steps_per_s * self.units.tokens_per_step, 3)
         if elapsed < self.report_every_s:

@@ -281,10 +281,12 @@ class StepFields(TypedDict):
     source: NotRequired[str | None]  # a command's: where its steps were read
     metrics: NotRequired[dict[str, float]]
     # A command's (engine.command.tracker): what a step is and where that was learnt, where
-    # its total came from, the step its window began at, and tokens where a step's are known.
+    # its total came from, the step its window's rate counts from, the step its attempt began
+    # at where that is earlier (a burst of lines read with the first), and tokens where known.
     units: NotRequired[dict[str, Any]]
     total_source: NotRequired[str | None]
     from_step: NotRequired[int]
+    begun_step: NotRequired[int]
     tokens_seen: NotRequired[int]
     tokens_per_s: NotRequired[float]
     compile_s: NotRequired[float]   # the first window's: what compiling its first step cost

@@ -17,7 +17,7 @@ resumed checkpoint's step where the events say it exactly (the trainer's trainer
 command's checkpoint named or reported with its step); else (a command's one `last.pt`
 rewritten, whose checkpoint event holds only the step read by its write, or a command given no
 checkpoint, which starts where its own arguments say) the next attempt's first reported step,
-which its first window names (`from_step`). The attempt that ended the run
+which its first window names (`begun_step`, else `from_step`). The attempt that ended the run
 by crashing loses the steps past its newest checkpoint; so does one whose successor has not said
 yet where it resumed.
 
@@ -186,7 +186,7 @@ class RunStats:
             if a.start_step is None:
                 # Where its first window began: the first step it reported (a command's first
                 # sighting opens that window and is no event of its own; the window says it).
-                begun = e.get("from_step")
+                begun = e.get("begun_step", e.get("from_step"))
                 if begun is None:  # written before windows said where they began
                     steps_per_s = e.get("steps_per_s")
                     begun = int(step) - (round(steps_per_s * window) if window and steps_per_s else 0)
