@@ -326,8 +326,9 @@ class AdoptSupervisor:
 
     def _history(self, copy: LogCopy, output: OutputFollower, kind: kinds.TrainerKind) -> None:
         """What its log held before cockpit came, read at once: its facts (total, units), its
-        evals, and of its steps the last one only, said as a sighting with no rate (one read of
-        an hour's steps measures nothing; the first window opens at that step, now)."""
+        evals and its steps, said as a sighting with no rate. One read is one moment to the
+        tracker: an hour's steps in it measure nothing, and its first window opens at the last
+        of them, now (engine.command.tracker)."""
         while copy.copy():
             pass
         observations: list = []
@@ -336,9 +337,7 @@ class AdoptSupervisor:
             observations += found
             if not wrote:
                 break
-        stepped = [i for i, o in enumerate(observations) if o.kind == "step" and o.step is not None]
-        last = stepped[-1] if stepped else 0
-        kind.progress([o for i, o in enumerate(observations) if o.kind != "step" or i >= last], False)
+        kind.progress(observations, False)
         kind.progress([], True)   # the sighting: where it is, before any window
         self._pump()
 
