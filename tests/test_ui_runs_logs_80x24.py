@@ -75,6 +75,34 @@ def test_the_id_column_tells_runs_apart_at_80_columns(home):
     run(drive())
 
 
+def test_a_run_seen_half_copied_then_whole_sizes_its_columns_anew(home):
+    """A refresh can read a run mid-copy (its run.toml there, its events not yet): the row
+    shows it narrow, and the next refresh, cell by cell, must size the columns to the whole
+    run, shrinking the id column where the device column grew (CI saw the ids cut mid-word)."""
+    for run_id in IDS:
+        copy_run(home, "finished", run_id)
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=SMALL) as pilot:
+            screen = await open_runs(app, pilot, len(IDS))
+            new = copy_run(home, "crash-fallback", "20261125-080000-matmul-auto-77aa")
+            events = (new / "events.jsonl").read_text()
+            (new / "events.jsonl").write_text(events.splitlines(keepends=True)[0])   # run_started alone
+            screen.load()
+            await wait_for(pilot, lambda: len(screen.rows) == len(IDS) + 1, what="the half-copied run")
+            await wait_for(pilot, lambda: _shown_id(_table_rows(screen)[0]).endswith("77aa"),
+                           what="the half-copied run's row")
+            (new / "events.jsonl").write_text(events)
+            screen.load()
+            await wait_for(pilot, lambda: [_shown_id(row) for row in _table_rows(screen)]
+                           == ["77aa", *(i[-4:] for i in IDS)], what="the tokens in the id column")
+            await wait_for(pilot, lambda: "auto(cpu)→cpu" in _table_rows(screen)[0],
+                           what="the device column grown to the whole run's devices")
+
+    run(drive())
+
+
 def test_shown_ids_keep_what_tells_them_apart():
     ids = ["20261123-111049-matmul-cpu-2bcd", "20261123-111512-matmul-cpu-2bcd",
            "20261124-000001-finished"]

@@ -259,12 +259,14 @@ follows it, marked "adopted" in the device column.
         self._show_marks()
         self._fit_ids()
         if same_runs and table.row_count == len(self.rows):
-            # Cell by cell: the cursor and the scroll stay where the user left them.
+            # Cell by cell: the cursor and the scroll stay where the user left them. Each changed
+            # cell sizes its column anew, up or down: a run first read mid-copy or mid-start
+            # grows its device and rate cells, and the id column shrinks to make room.
             for run, s in self.rows:
                 for name, value in zip(self.COLUMNS, self._cells(run, s)):
                     old = table.get_cell(run.id, name)
                     if str(old) != str(value) or getattr(old, "shown", None) != getattr(value, "shown", None):
-                        table.update_cell(run.id, name, value, update_width=name == "id")
+                        table.update_cell(run.id, name, value, update_width=True)
         else:
             table.clear()
             for column in table.columns.values():   # sized anew by the rows (clear keeps widths)
@@ -397,7 +399,8 @@ follows it, marked "adopted" in the device column.
         for row, (r, s) in enumerate(self.rows):
             if r.id == run.id:
                 status = self._cells(r, s)[self.COLUMNS.index("status")]
-                self.query_one(DataTable).update_cell(run.id, "status", status)
+                self.query_one(DataTable).update_cell(run.id, "status", status, update_width=True)
+                self._refit_ids()   # a wider status leaves the ids less room
                 if row == self.query_one(DataTable).cursor_row:
                     self._show_detail(row)
                     self.refresh_bindings()
