@@ -6,14 +6,17 @@ n/N say where they landed when the pane alone would not show it."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 
 import pytest
+from rich.cells import cell_len
+from rich.measure import Measurement
 from textual.widgets import DataTable
 
 from cockpit.app import make_app
 from cockpit.ui.logs import LogScreen
-from cockpit.ui.runs import RunsScreen, shown_ids
+from cockpit.ui.runs import RunId, RunsScreen, shown_ids
 from cockpit.ui.widgets.log_pane import LogPane
 from engine.errors import ConfigError
 from engine.record.rundir import RunDir, find_run
@@ -75,10 +78,20 @@ def test_the_id_column_tells_runs_apart_at_80_columns(home):
     run(drive())
 
 
-def test_a_run_seen_half_copied_then_whole_sizes_its_columns_anew(home):
-    """A refresh can read a run mid-copy (its run.toml there, its events not yet): the row
-    shows it narrow, and the next refresh, cell by cell, must size the columns to the whole
-    run, shrinking the id column where the device column grew (CI saw the ids cut mid-word)."""
+def _columns_fit_cells(screen: RunsScreen) -> bool:
+    """Each column exactly as wide as its widest cell or its label: none cut, none left wide."""
+    table = screen.query_one("#runs", DataTable)
+    return all(column.content_width == max(cell_len(str(column.label)),
+                                           *(Measurement.get(screen.app.console, screen.app.console.options,
+                                                             cell).maximum if isinstance(cell, RunId)
+                                             else cell_len(str(cell)) for cell in table.get_column(key)))
+               for key, column in table.columns.items())
+
+
+def test_a_run_read_half_written_sizes_its_columns_anew_when_whole(home):
+    """A refresh can read a run mid-copy (its run.toml there, no events yet) or mid-run (its time
+    growing): the next refresh updates it cell by cell, and each column must fit its cells again,
+    the device column grown and the time column shrunk (CI saw the ids pushed off the edge)."""
     for run_id in IDS:
         copy_run(home, "finished", run_id)
 
@@ -87,18 +100,20 @@ def test_a_run_seen_half_copied_then_whole_sizes_its_columns_anew(home):
         async with app.run_test(size=SMALL) as pilot:
             screen = await open_runs(app, pilot, len(IDS))
             new = copy_run(home, "crash-fallback", "20261125-080000-matmul-auto-77aa")
-            events = (new / "events.jsonl").read_text()
-            (new / "events.jsonl").write_text(events.splitlines(keepends=True)[0])   # run_started alone
-            screen.load()
-            await wait_for(pilot, lambda: len(screen.rows) == len(IDS) + 1, what="the half-copied run")
-            await wait_for(pilot, lambda: _shown_id(_table_rows(screen)[0]).endswith("77aa"),
-                           what="the half-copied run's row")
-            (new / "events.jsonl").write_text(events)
-            screen.load()
-            await wait_for(pilot, lambda: [_shown_id(row) for row in _table_rows(screen)]
-                           == ["77aa", *(i[-4:] for i in IDS)], what="the tokens in the id column")
-            await wait_for(pilot, lambda: "auto(cpu)→cpu" in _table_rows(screen)[0],
-                           what="the device column grown to the whole run's devices")
+            lines = (new / "events.jsonl").read_text().splitlines(keepends=True)
+            second = next(i for i, line in enumerate(lines) if '"type":"step"' in line and '"attempt":2' in line)
+            stages = [("mid-copy", "created", []), ("mid-run", "running", lines[:second + 1]),
+                      ("finished", "finished", lines)]
+            for stage, status, kept in stages:
+                (new / "events.jsonl").write_text("".join(kept))
+                if stage == "mid-run":
+                    RunDir(new).write_supervisor_pid(os.getpid())
+                screen.load()
+                await wait_for(pilot, lambda: len(screen.rows) == len(IDS) + 1
+                               and screen.rows[0][1].status == status, what=f"the run {stage}")
+                await wait_for(pilot, lambda: _columns_fit_cells(screen), what=f"columns that fit the run {stage}")
+            assert [_shown_id(row) for row in _table_rows(screen)] == ["77aa", *(i[-4:] for i in IDS)]
+            assert "auto(cpu)→cpu" in _table_rows(screen)[0]
 
     run(drive())
 
