@@ -42,10 +42,10 @@ def only_run() -> RunDir:
     return run
 
 
-def ladder(home: Path) -> None:
+def ladder(home: Path, first_extra: str = "") -> None:
     """Two CPU presets: 'first' (batch 16) falls back to 'second' (batch 8)."""
     user_preset(home, "devices", "first", 'device = "cpu"\nbatch_size = 16\naccumulation = 2\n'
-                                          'threads = 1\nfallback = ["second"]\n')
+                                          f'threads = 1\nfallback = ["second"]\n{first_extra}')
     user_preset(home, "devices", "second", 'device = "cpu"\nbatch_size = 8\naccumulation = 4\nthreads = 1\n')
 
 
@@ -322,8 +322,10 @@ def test_reporter_faults_oom_and_nan_take_their_rules(home):
 
 
 def test_an_injected_hang_is_killed_and_falls_back(home):
-    ladder(home)
-    done = cockpit("run", "-d", "first", "--inject", "hang@50", "--set", "device.hang_timeout_s=3",
+    # the short timeout for the hanging preset only: `--set` would carry it to the one it falls
+    # back to, which a loaded machine can keep quiet for 3 s without a hang
+    ladder(home, first_extra="hang_timeout_s = 3\n")
+    done = cockpit("run", "-d", "first", "--inject", "hang@50",
                    "--", PY, TRAIN, "--out", "{run_dir}/out", "--steps", "100", "--step-delay", "0.01")
     assert done.returncode == 0, done.stdout + done.stderr
     run = only_run()

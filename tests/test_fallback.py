@@ -51,10 +51,11 @@ def test_each_fault_is_classified_and_its_rule_applied(home, fault, kind, action
     # openmp fires only where KMP_DUPLICATE_LIB_OK is not set, and twotower's mining sets it in
     # the process it runs in: this pytest process, when a twotower test ran here first
     monkeypatch.delenv("KMP_DUPLICATE_LIB_OK", raising=False)
-    ladder(home)
-    # A short hang timeout only where a hang is expected: on a loaded 2-core machine a
-    # trainer can be quiet for a second without hanging.
-    status, run = supervise(f"inject=['{fault}']", *(["hang_timeout_s=2"] if kind == "hang" else []))
+    # A short hang timeout only where a hang is expected, the first preset's: on a loaded 2-core
+    # machine a trainer can be quiet for seconds without hanging, and `--set` would carry it to
+    # the preset the run falls back to.
+    ladder(home, first_extra="hang_timeout_s = 2\n" if kind == "hang" else "")
+    status, run = supervise(f"inject=['{fault}']")
     assert status == "finished"
     (crash,) = of_type(run, "crash")
     assert crash["kind"] == kind and crash["attempt"] == 1 and crash["sentence"]
