@@ -428,8 +428,9 @@ def test_a_on_the_runs_screen_adopts_a_pid_and_attaches_at_80x24(home, script):
         app = make_app(attach=False)
         async with app.run_test(size=(80, 24)) as pilot:
             screen = await open_runs(app, pilot, 0)
-            await pilot.pause()
-            assert "adopt" in [k.action for k in screen.query(FooterKey)]   # shown at 80 columns
+            # shown at 80 columns; the footer composes its keys after a refresh (call_after_refresh)
+            await wait_for(pilot, lambda: "adopt" in [k.action for k in screen.query(FooterKey)],
+                           what="Adopt in the footer")
             await pilot.press("a")
             await wait_for(pilot, lambda: isinstance(app.screen, AdoptScreen), what="the adopt dialog")
             dialog = app.screen

@@ -51,13 +51,20 @@ def _write(path, events: list[dict]) -> None:
     (path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
 
 
+def _painted(dash: DashboardScreen) -> bool:
+    """Everything the dashboard has read is drawn: it paints on a timer, a frame (FRAME_S)
+    after the events arrive, the plots at their own interval; no frame is due now."""
+    return not dash._dirty and dash._paint_due is None
+
+
 async def _open(pilot, app, path, *, live: bool = False) -> DashboardScreen:
     dash = app.open_run(RunDir(path))
     if live:
         await wait_for(pilot, lambda: dash.model.live and dash.model.step > 0, what="the live run")
     else:
         await wait_for(pilot, lambda: dash.ended, what="the replay")
-    await pilot.pause(0.3)
+    await wait_for(pilot, lambda: _painted(dash), what="the dashboard to paint what it read")
+    await pilot.pause()   # and lay it out
     return dash
 
 
@@ -102,7 +109,8 @@ def test_real_run_through_the_ui_crashes_falls_back_and_finishes(home):
             dash = app.screen
             assert isinstance(dash, DashboardScreen) and dash.start
             await wait_for(pilot, lambda: dash.model.finished, timeout=120, what="the run to end")
-            await pilot.pause(0.3)
+            # the panels are painted by the frame after the end (a timer), "took" with them
+            await wait_for(pilot, lambda: "took" in _text(dash, "#progress-text"), what="the end painted")
             m = dash.model
             assert m.status == "finished", "\n".join(m.log)
             assert [a.outcome for a in m.attempts] == ["native-crash", "finished"]
@@ -140,8 +148,8 @@ def test_replayed_run_shows_crash_panel_plots_and_log(home):
             assert rate.plot._datasets and len(rate.plot._v_lines) == 1  # the crash is marked
             assert "samples/s" in rate.title_text
             await pilot.press("t")
-            await pilot.pause(0.2)
-            assert "steps/s" in rate.title_text
+            # replotted at the next frame (a timer), not in the key's handler
+            await wait_for(pilot, lambda: "steps/s" in rate.title_text, what="the rate in steps/s")
             assert any("fallback: attempt 2 on cpu" in line for line in dash.model.log)
             assert "run finished" in _text(dash, "#log")      # the log's tail is on screen
 
@@ -164,8 +172,9 @@ def test_whole_at_every_size(home, size):
             _assert_whole(dash)
             r2 = metric_text(dash.model.metrics["r2"])
             assert on_screen(app, f"r2 {r2}") and on_screen(app, "took")
-            assert on_screen(app, "? Help") and on_screen(app, "^p palette")
-            assert on_screen(app, "Logs") and on_screen(app, "Window")
+            # the footer composes its keys after a refresh (call_after_refresh), not with the screen
+            keys = ("? Help", "^p palette", "Logs", "Window")
+            await wait_for(pilot, lambda: all(on_screen(app, key) for key in keys), what="the footer's keys")
             for name in ("rate", "loss"):
                 assert _data_rows(dash.query_one(f"#{name}-card", PlotCard)) >= 5, size
             lines = screen_lines(app)
@@ -211,16 +220,21 @@ def test_a_resize_lays_the_screen_out_again(home):
             assert [c.id for c in dash.query(PlotCard) if c.display] == ["rate-card", "loss-card"]
             await pilot.resize_terminal(200, 50)
             await wait_for(pilot, lambda: dash.query_one("#eval-card").display, what="the eval card")
-            await pilot.pause(0.3)
+            # the attempts panel wraps again once laid out at its new width (its own resize): the
+            # crash sentence on one line; the rest is repainted at the dashboard's next frame (a timer)
+            sentence = "The trainer died from SIGABRT after step 10 without a Python traceback"
+            await wait_for(pilot, lambda: on_screen(app, sentence), what="the crash sentence on one line")
+            await wait_for(pilot, lambda: _painted(dash), what="the frame after the resize")
+            await pilot.pause()   # and laid out
             _assert_whole(dash)
             assert dash.query_one("#hardware").display and _data_rows(dash.query_one("#rate-card", PlotCard)) >= 15
-            # the attempts panel wrapped again for its new width: the crash sentence on one line
-            assert on_screen(app, "The trainer died from SIGABRT after step 10 without a Python traceback")
             await pilot.resize_terminal(80, 24)
             await wait_for(pilot, lambda: not dash.query_one("#eval-card").display, what="two cards")
-            await pilot.pause(0.3)
+            # the compact footer composes its keys after a refresh (call_after_refresh)
+            await wait_for(pilot, lambda: on_screen(app, "? Help"), what="the footer's keys at 80 columns")
+            await wait_for(pilot, lambda: _painted(dash), what="the frame after the resize")
+            await pilot.pause()   # and laid out
             _assert_whole(dash)
-            assert on_screen(app, "? Help")
 
     run(drive())
 
@@ -270,6 +284,13 @@ def _rows_of(app, widget) -> list[str]:
             for line in screen_lines(app)[widget.region.y:widget.region.bottom]]
 
 
+def _panel_shows(app, panel: AttemptsPanel, *texts: str) -> bool:
+    """Each of `texts` on the panel's rows as drawn: once it is laid out at its height and has
+    scrolled where its content wants (after a refresh, call_after_refresh)."""
+    visible = "\n".join(_rows_of(app, panel))
+    return all(text in visible for text in texts)
+
+
 def _live_after_fallback(home):
     """The crash-fallback run cut after attempt 2's first step, with a live supervisor."""
     path = copy_run(home, "crash-fallback")
@@ -287,8 +308,11 @@ def test_after_a_fallback_the_crash_stays_in_view_at_80x24(home):
         app = make_app(attach=False)
         async with app.run_test(size=(80, 24)) as pilot:
             dash = await _open(pilot, app, path, live=True)
-            await pilot.pause(0.3)
             panel = dash.query_one(AttemptsPanel)
+            await wait_for(pilot, lambda: _panel_shows(app, panel, "#1 auto on cpu: The trainer died from SIGABRT",
+                                                       "aborts are.", "→ fell back to cpu from step 10",
+                                                       "#2 cpu on cpu", "running"),
+                           what="the crash, the fallback and the attempt running in the panel")
             rows = _rows_of(app, panel)
             visible = "\n".join(rows)
             # in view together: the crash's sentence, what the fallback did, the attempt running
@@ -328,8 +352,11 @@ def test_a_retry_says_what_it_changed_and_the_title_fits_at_80x24(home):
         app = make_app(attach=False)
         async with app.run_test(size=(80, 24)) as pilot:
             dash = await _open(pilot, app, path, live=True)
-            await pilot.pause(0.3)
             panel = dash.query_one(AttemptsPanel)
+            await wait_for(pilot, lambda: _panel_shows(app, panel, "235 steps trained again",
+                                                       "→ retried on auto with batch_size 32→16",
+                                                       "#2 auto on cpu", "running"),
+                           what="the retry and the attempt running in the panel")
             rows = _rows_of(app, panel)
             visible = "\n".join(rows)
             assert "235 steps trained again" in rows[0] and "…" not in rows[0]
@@ -389,14 +416,15 @@ def test_crash_marks_loss_value_and_log_scale(home):
             assert f"loss {dash.model.loss:.4g}" in _text(dash, "#progress-text")
             assert f"{dash.model.loss:.4g}" not in loss.title_text
             linear = list(line.y)
+            # each y replots at the next frame (a timer), the title and the lines together
             await pilot.press("y")
-            await pilot.pause(0.3)
+            await wait_for(pilot, lambda: "log scale" in loss.title_text, what="the loss on a log scale")
             (line,) = loss.plot._datasets
-            assert isinstance(loss.plot._y_formatter, LogTicks) and "log scale" in loss.title_text
+            assert isinstance(loss.plot._y_formatter, LogTicks)
             assert list(line.y) == pytest.approx([math.log10(y) for y in linear])
             await pilot.press("y")
-            await pilot.pause(0.3)
-            assert list(loss.plot._datasets[0].y) == pytest.approx(linear)
+            await wait_for(pilot, lambda: list(loss.plot._datasets[0].y) == pytest.approx(linear),
+                           what="the loss on a linear scale again")
 
     run(drive())
 
@@ -420,8 +448,9 @@ def test_window_key_plots_the_last_minutes(home):
             end = dash.model.elapsed(dash.model.newest_t)
             for label, seconds in (("last 30 min", 1800), ("last 5 min", 300), ("last min", 60)):
                 await pilot.press("w")
-                await pilot.pause(0.3)
-                assert label in rate.title_text and label in dash.query_one("#loss-card", PlotCard).title_text
+                # replotted at the next frame (a timer), the titles and the lines together
+                await wait_for(pilot, lambda: label in rate.title_text
+                               and label in dash.query_one("#loss-card", PlotCard).title_text, what=label)
                 expected = dash.model.samples_series.points(end - seconds)[0]
                 if not expected:   # the run's last minute had no step
                     assert rate.empty_text == f"no throughput in the {label}"
@@ -429,8 +458,8 @@ def test_window_key_plots_the_last_minutes(home):
                 xs = list(rate.plot._datasets[0].x)
                 assert min(xs) >= end - seconds - 1e-6 and len(xs) == len(expected) < whole
             await pilot.press("w")
-            await pilot.pause(0.3)
-            assert "min" not in rate.title_text and len(rate.plot._datasets[0].x) == whole
+            await wait_for(pilot, lambda: "min" not in rate.title_text and len(rate.plot._datasets[0].x) == whole,
+                           what="the whole run again")
 
     run(drive())
 
@@ -446,7 +475,10 @@ def test_maximise_cycles_through_the_plots_and_escape_brings_all_back(home):
             seen = []
             for _ in range(3):
                 await pilot.press("m")
-                await pilot.pause(0.3)
+                card = dash.plots.card(dash.plots.maximised)
+                # drawn at the next frame (a timer), laid out at the screen's height after that
+                await wait_for(pilot, lambda: card.plot._datasets and _data_rows(card) > 2 * small,
+                               what=f"{card.id} maximised and drawn")
                 shown = [c for c in dash.query(PlotCard) if c.display]
                 assert len(shown) == 1 and not dash.query_one("#panels").display
                 seen.append(shown[0].id)
@@ -550,7 +582,9 @@ def test_mining_is_said_while_it_runs(home):
         async with app.run_test(size=(80, 24)) as pilot:
             dash = await _open(pilot, app, path, live=True)
             await wait_for(pilot, lambda: dash.model.mining_active, what="the mining event")
-            await pilot.pause(0.3)
+            # said by the frame after the event (a timer)
+            await wait_for(pilot, lambda: "mining hard negatives" in _text(dash, "#progress-text"),
+                           what="the mining said")
             progress = _text(dash, "#progress-text")
             assert "mining hard negatives" in progress and "recall 0.930 vs exact" in progress
             assert "ETA" not in progress
@@ -574,7 +608,8 @@ def test_an_eval_under_way_is_said_and_mfu_shown(home):
         async with app.run_test(size=(200, 50)) as pilot:
             dash = await _open(pilot, app, path, live=True)
             await wait_for(pilot, lambda: dash.model.eval_active, what="the eval_started event")
-            await pilot.pause(0.3)
+            # said by the frame after the event (a timer), the plots' titles with it
+            await wait_for(pilot, lambda: "evaluating" in _text(dash, "#progress-text"), what="the eval said")
             progress = _text(dash, "#progress-text")
             assert "evaluating" in progress and "ETA" not in progress
             title = dash.query_one("#rate-card", PlotCard).title_text
@@ -686,8 +721,9 @@ def test_a_dashboard_shown_again_after_its_run_went_on_shows_it_as_it_is_now(hom
             await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen)
                            and app.screen.model.status == "finished", what="the run as it is now")
             assert app.screen is not dash
-            await pilot.pause(0.3)
-            assert on_screen(app, "finished") and not on_screen(app, "stopped")
+            # the fresh dashboard paints what it read at its next frame (a timer)
+            await wait_for(pilot, lambda: on_screen(app, "finished") and not on_screen(app, "stopped"),
+                           what="the run shown finished")
 
     run(drive())
 
@@ -709,9 +745,11 @@ def test_a_resumed_run_shows_where_it_stands_while_its_supervisor_starts(home, m
             dash = app.open_run(RunDir(path), start=True)
             try:
                 await wait_for(pilot, lambda: dash.model.step == events[middle]["step"], what="the run as it stands")
-                await pilot.pause(0.3)
                 assert dash.model.status == "resuming"
-                assert on_screen(app, "resuming") and on_screen(app, f"step {events[middle]['step']}/")
+                # painted at the frame after the events (a timer)
+                step = f"step {events[middle]['step']}/"
+                await wait_for(pilot, lambda: on_screen(app, "resuming") and on_screen(app, step),
+                               what="the run shown resuming at its step")
                 assert not on_screen(app, "created")
             finally:
                 starting.set()
@@ -740,8 +778,13 @@ def test_a_crash_too_long_for_six_lines_takes_two_from_the_plots_at_80x24(home):
         app = make_app(attach=False)
         async with app.run_test(size=(80, 24)) as pilot:
             dash = await _open(pilot, app, path, live=True)
-            await pilot.pause(0.3)
-            visible = "\n".join(_rows_of(app, dash.query_one(AttemptsPanel)))
+            panel = dash.query_one(AttemptsPanel)
+            # the panel given two more rows is laid out again, then scrolls (call_after_refresh)
+            await wait_for(pilot, lambda: _panel_shows(app, panel, "loaded.",
+                                                       "→ retried on auto with batch_size 32→16,",
+                                                       "#2 auto on cpu", "running"),
+                           what="the long crash, the retry and the attempt running in the grown panel")
+            visible = "\n".join(_rows_of(app, panel))
             assert "loaded." in visible and "→ retried on auto with batch_size 32→16," in visible
             assert "#2 auto on cpu" in visible and "running" in visible
             assert dash.has_class("-tall-attempts")

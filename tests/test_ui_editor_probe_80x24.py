@@ -91,7 +91,9 @@ def test_ctrl_z_undoes_the_last_edit_of_the_focused_field(home):
         app = make_app(attach=False)
         async with app.run_test(size=SIZE) as pilot:
             screen = await open_editor(app, pilot, "workloads", "matmul")
-            assert any(whole("^z", line) and "Undo" in line for line in screen_lines(app)[-2:])   # the footer
+            # the footer composes its keys after a refresh (call_after_refresh), not with the screen
+            await wait_for(pilot, lambda: any(whole("^z", line) and "Undo" in line for line in screen_lines(app)[-2:]),
+                           what="^z Undo in the footer")
             description = field(screen, "description")
             before = description.value
             description.focus()

@@ -83,9 +83,10 @@ def test_stop_is_offered_on_a_running_run_only(home, size):
             async with app.run_test(size=size) as pilot:
                 screen = await open_runs(app, pilot, 2)
                 assert _row(screen, "20261123-000002-live")["status"] == "running"
-                await pilot.pause()
-                actions = _footer_actions(screen)
-                assert "stop" in actions and "resume" not in actions   # the live run, first row
+                # the footer composes its keys after a refresh (call_after_refresh), not with the rows
+                await wait_for(pilot, lambda: "stop" in _footer_actions(screen),
+                               what="the footer to offer Stop on the live run")
+                assert "resume" not in _footer_actions(screen)   # the live run, first row
                 await pilot.press("down")
                 await wait_for(pilot, lambda: "stop" not in _footer_actions(screen),
                                what="the footer to drop Stop on the finished run")

@@ -87,9 +87,10 @@ def test_launch_screen_live_run_hint_and_footer_are_whole(home, size):
         app = make_app(attach=False)
         async with app.run_test(size=size) as pilot:
             await wait_for(pilot, lambda: app.screen.live, what="the live run")
-            await pilot.pause()
+            # the footer composes its keys after a refresh (call_after_refresh), not with the screen
+            await wait_for(pilot, lambda: on_screen(app, "? Help") and on_screen(app, "^p palette"),
+                           what="the footer's keys")
             assert on_screen(app, f"1 live run ({path.name}): a attaches, o lists runs")
-            assert on_screen(app, "? Help") and on_screen(app, "^p palette")
 
     run(drive())
 
@@ -115,9 +116,9 @@ def test_probe_screen_footer_keeps_help(home, size):
         app = make_app(attach=False)
         async with app.run_test(size=size) as pilot:
             app.push_screen(ProbeScreen(app.screen.resolve()))
-            await pilot.pause()
+            # the footer composes its keys after a refresh (call_after_refresh), not with the screen
+            await wait_for(pilot, lambda: on_screen(app, "esc Back"), what="the footer's keys")
             assert on_screen(app, "? Help") and on_screen(app, "^p palette")
-            assert on_screen(app, "esc Back")
 
     run(drive())
 
@@ -239,9 +240,9 @@ def test_editor_shows_whole_keys(home, size):
             editor = await _editor(pilot, app, "workloads", "matmul")
             for key in ("train.checkpoint_every_steps", "train.checkpoint_every_minutes"):
                 label = editor.query_one(f"#label-{key.replace('.', '__')}")
+                # scrolled after the next refresh (call_after_refresh), not at once
                 editor.query_one("#form").scroll_to_widget(label, animate=False)
-                await pilot.pause()
-                assert on_screen(app, key + " "), key
+                await wait_for(pilot, lambda: on_screen(app, key + " "), what=f"{key} in view")
             # a changed field's ' *' mark fits beside the longest key too
             field = editor.query_one("#field-train__checkpoint_every_minutes", Input)
             field.value = "7"
