@@ -131,12 +131,25 @@ def test_a_terminal_is_written_while_its_session_lives():
 
 
 def test_a_hanging_command_is_killed_at_its_timeout_and_a_failing_one_said(tmp_path):
+    # The commands' clock is the test's: on the real one, a loaded machine could take the 0.5 s
+    # to start the shell that fails, and it too would be killed as hanging.
+    clock = [0.0]
     said: list[str] = []
-    commands = Commands(timeout_s=0.5, say=said.append)
+    commands = Commands(timeout_s=0.5, say=said.append, clock=lambda: clock[0])
     pid_file = tmp_path / "pid"
     commands.start(f"echo $$ > {pid_file}; exec sleep 600", b"{}", dict(os.environ), label="notify command")
     commands.start("echo boom >&2; exit 3", b"{}", dict(os.environ), label="notify command")
     commands.poll()   # returns at once, whatever the commands do
+    deadline = time.monotonic() + 120   # for a hang only
+    while not said:   # the failing one is said once it has exited, however long that took
+        assert time.monotonic() < deadline, "the failing command never ended"
+        time.sleep(0.02)
+        commands.poll()
+    assert said == ["notify command exited 3: boom"] and len(commands.running) == 1
+    while not pid_file.exists() or not pid_file.read_text().strip():   # the hanging one has started
+        assert time.monotonic() < deadline, "the hanging command never started"
+        time.sleep(0.02)
+    clock[0] = 0.5    # its timeout is up
     commands.close()  # each at most until its timeout
     assert sorted(said) == ["notify command did not finish in 0.5 s; killed", "notify command exited 3: boom"]
     pid = int(pid_file.read_text())
@@ -290,9 +303,18 @@ def test_a_detached_run_alerts_the_terminal_it_was_started_from(alerting):
         while summarize(run).status in ("created", "running") and time.monotonic() < deadline:
             time.sleep(0.2)
         assert summarize(run).status == "finished"
+        # The supervisor writes the alert after run_finished, once it reads it back: read the
+        # terminal until the alert is there (a pause of half a second is not the end of it on
+        # a loaded machine), or the supervisor has exited and can write nothing more.
+        alert = f": matmul finished: finished at step {summarize(run).step}\x07"
         out = _read_all(master).decode()
+        while alert not in out and time.monotonic() < deadline:
+            if run.supervisor_pid() is None:   # exited: what it wrote is in the terminal now
+                out += _read_all(master).decode()
+                break
+            out += _read_all(master, 0.2).decode()
         assert out.startswith(run.id + "\r\n")           # what the command printed, then the alert
-        assert "\x07\x1b]9;cockpit@" in out and f": matmul finished: finished at step {summarize(run).step}\x07" in out
+        assert "\x07\x1b]9;cockpit@" in out and alert in out, out
     finally:
         os.close(master)
         os.close(slave)

@@ -316,8 +316,12 @@ def test_a_process_killed_mid_write_leaves_the_previous_checkpoint_the_newest_an
 
 
 def test_a_supervised_run_stopped_on_request_ends_with_its_checkpoint_complete(home):
+    # A pause per step from step 1 (slow: a few hundredths of a second a step): the 320 steps
+    # last seconds, whatever the machine, so the stop asked for at the first checkpoint lands
+    # before the end however late it comes (at full speed they take about a second).
     run = RunDir.create(runconfig.resolve("matmul", "cpu", TINY + ["train.epochs=40",
-                                                                  "train.checkpoint_every_steps=4"]))
+                                                                  "train.checkpoint_every_steps=4",
+                                                                  "inject=['slow@1']"]))
     supervisor = Supervisor(run, poll_s=0.05)
 
     def on_events(events):

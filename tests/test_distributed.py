@@ -57,7 +57,11 @@ def test_a_killed_rank_falls_back_to_one_process_and_resumes(home):
     user_preset(home, "devices", "pair", 'device = "cpu"\nbatch_size = 8\naccumulation = 2\n'
                 'threads = 1\nnproc_per_node = 2\nfallback = ["single"]\nrules = { killed = "next" }\n')
     user_preset(home, "devices", "single", 'device = "cpu"\nbatch_size = 8\naccumulation = 4\nthreads = 1\n')
-    run = RunDir.create(runconfig.resolve("matmul", "pair", RUN + ["train.epochs=40"]))
+    # A pause per step from step 1 (slow, on rank 0; rank 1 waits for it at each all-reduce):
+    # the 2-process attempt lasts seconds, whatever the machine, so the kill lands mid-training
+    # however late it comes (without it the steps after the first checkpoint took 0.8 s). Once
+    # a run: the attempt on 'single' trains at full speed.
+    run = RunDir.create(runconfig.resolve("matmul", "pair", RUN + ["train.epochs=40", "inject=['slow@1']"]))
     result = {}
     thread = threading.Thread(target=lambda: result.update(status=Supervisor(run, poll_s=0.05).supervise()))
     thread.start()

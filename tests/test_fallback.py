@@ -153,7 +153,10 @@ def test_a_crash_resumed_on_the_same_preset_ends_with_the_same_weights(home):
 
 def test_an_external_sigkill_is_detected_and_resumed(home):
     ladder(home)
-    run = RunDir.create(runconfig.resolve("matmul", "first", FAST + ["train.epochs=30"]))
+    # A pause per step from step 1 (slow: a few hundredths of a second a step): the 120 steps
+    # last seconds, whatever the machine, so the kill lands mid-training however late it
+    # comes (without it they took 0.7 s). Once a run: the resumed attempt trains at full speed.
+    run = RunDir.create(runconfig.resolve("matmul", "first", FAST + ["train.epochs=30", "inject=['slow@1']"]))
     supervisor = Supervisor(run, poll_s=0.05)
     result = {}
     thread = threading.Thread(target=lambda: result.update(status=supervisor.supervise()))

@@ -134,8 +134,14 @@ def test_a_run_whose_supervisor_is_killed_ends_with_its_lifelines_word(home, tmp
         if killed:
             live_after_kill.append(batch.live)
         elif any(e["type"] == "step" and e["step"] >= 3 for e in seen):
-            os.kill(ProcessId.parse(run.pid_path.read_text()).pid, signal.SIGKILL)
+            supervisor = ProcessId.parse(run.pid_path.read_text())
+            os.kill(supervisor.pid, signal.SIGKILL)
+            # gone once the kernel has run its exit (a loaded machine may take more than a
+            # poll to): from then on, every look must see it gone
+            while supervisor.alive():
+                assert time.monotonic() < deadline, "the killed supervisor never exited"
+                time.sleep(0.01)
             killed = True
     assert batch.ended and batch.end["type"] == "run_interrupted"
-    assert not any(live_after_kill[1:])       # the pid's process is gone at the next look
+    assert live_after_kill and not any(live_after_kill)   # the pid's process is gone at the next look
     assert seen == run.events()               # everything, the lifeline's last words too

@@ -127,7 +127,11 @@ def test_the_main_job_in_a_log_file(home, monkeypatch):
     progress = [line for line in lines if line.startswith("step ") or "no step yet" in line]
     windows = [e for e in events if e["type"] == "step"]
     assert 1 <= len(progress) <= int(seconds) + 2, (seconds, progress)   # + the first and the last
-    assert len(windows) > 2 * len(progress)                              # the rest were not printed
+    # the rest were not printed: the step lines, against the windows, both of the training's
+    # time ('no step yet' lines count the start-up's seconds, which a loaded machine stretches
+    # while the training's windows stay as many)
+    printed = [line for line in progress if line.startswith("step ")]
+    assert len(windows) > 2 * len(printed), (len(windows), printed)
     assert progress[-1].startswith("step 320/320 (100%)")
     assert not any(len(line) > 200 for line in lines)
     finished = next(i for i, line in enumerate(lines) if line.startswith("finished: step 320/320"))

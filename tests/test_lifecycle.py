@@ -22,9 +22,13 @@ from engine.run.resume import History
 from engine.record.rundir import RunDir, find_run, summarize
 from engine.run.supervisor import Supervisor
 
-# 320 steps, a checkpoint every 4: long enough that a stop asked for at the first checkpoint
-# lands well before the end, however late a loaded machine delivers it.
+# 320 steps, a checkpoint every 4.
 LONG = TINY + ["train.epochs=40", "train.checkpoint_every_steps=4"]
+# ... with a pause per step from step 1 (slow: a few hundredths of a second a step), so that a
+# stop asked for at the first checkpoint lands well before the end however late a loaded
+# machine delivers it: the 320 steps last seconds, not the second they take at full speed.
+# Once a run: a resume trains at full speed.
+STOPPABLE = LONG + ["inject=['slow@1']"]
 DEADLINE_S = 120  # only a real hang gets near this
 
 
@@ -63,7 +67,7 @@ def resumed_at(run: RunDir, attempt: int) -> dict:
 
 
 def test_a_stopped_run_resumes_at_its_checkpoint_as_the_next_attempt(home):
-    run = RunDir.create(runconfig.resolve("matmul", "cpu", LONG))
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", STOPPABLE))
     assert stop_at_first_checkpoint(run).supervise() == "stopped"
     newest = of_type(run, "checkpoint")[-1]
     with open(run.events_path, "ab") as f:
@@ -94,7 +98,7 @@ def test_a_failed_run_resumes_without_firing_its_recorded_fault_again(home):
 
 def test_resume_on_another_preset_keeps_the_previous_run_toml_and_refuses_bad_changes(home):
     user_preset(home, "devices", "small", 'device = "cpu"\nbatch_size = 4\naccumulation = 8\nthreads = 1\n')
-    run = RunDir.create(runconfig.resolve("matmul", "cpu", LONG))
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", STOPPABLE))
     assert stop_at_first_checkpoint(run).supervise() == "stopped"
     before, events = run.config_path.read_bytes(), run.events_path.read_bytes()
     for args, named in ((["--set", "params.n=32"], "params.n"), (["-d", "no-such-preset"], "no-such-preset")):
@@ -244,7 +248,9 @@ def test_a_command_that_cannot_load_its_newest_checkpoint_resumes_from_the_one_b
 
 
 def test_a_resume_continues_on_the_preset_as_it_ran_after_a_rule_changed_it(home):
-    run = RunDir.create(runconfig.resolve("matmul", "cpu", LONG + ["inject=['oom@6']"]))
+    # slow@7: attempt 1 ends at step 6, so attempt 2 (from step 4) pauses at each step from 7 on,
+    # and the stop asked for at its first checkpoint lands before its end (STOPPABLE's reason)
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", LONG + ["inject=['oom@6', 'slow@7']"]))
     supervisor = Supervisor(run, poll_s=0.05)
     supervisor.on_events = lambda events: any(
         e["type"] == "checkpoint" and e["attempt"] == 2 for e in events) and supervisor.request_stop()
@@ -256,7 +262,7 @@ def test_a_resume_continues_on_the_preset_as_it_ran_after_a_rule_changed_it(home
 
 
 def test_resume_checks_its_changes_as_a_new_run_does_and_writes_nothing_when_refused(home):
-    run = RunDir.create(runconfig.resolve("matmul", "cpu", LONG))
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", STOPPABLE))
     assert stop_at_first_checkpoint(run).supervise() == "stopped"
     crash_at = of_type(run, "checkpoint")[-1]["step"] + 2   # the stop may land a few steps late
     before, events = run.config_path.read_bytes(), run.events_path.read_bytes()
@@ -277,7 +283,7 @@ def test_resume_checks_its_changes_as_a_new_run_does_and_writes_nothing_when_ref
 
 
 def test_a_run_is_never_supervised_twice(home):
-    run = RunDir.create(runconfig.resolve("matmul", "cpu", LONG))
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", STOPPABLE))
     assert stop_at_first_checkpoint(run).supervise() == "stopped"
     lock = run.try_lock()   # as a live supervisor (or its lifeline) holds it
     try:
