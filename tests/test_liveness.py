@@ -62,6 +62,35 @@ def test_a_step_of_many_micro_batches_longer_than_the_hang_timeout_finishes(home
     assert all(0 < e["micro_batches"] < 64 for e in beats)
 
 
+# appended to SLOW_MICRO_BATCHES
+SLOW_BUILD = '''
+
+class SlowToBuild(Slow):
+    def __init__(self, params, seed):
+        time.sleep(6)   # a big bank of vectors to encode, a dataset to tokenize: 3x the timeout
+        super().__init__(params, seed)
+
+
+def build(params, seed):
+    return SlowToBuild(params, seed)
+'''
+
+
+def test_a_data_build_longer_than_the_hang_timeout_is_start_up_not_a_hang(home):
+    """Start-up (data, model, the first step's compile) is judged by the start-up allowance:
+    the trainer's publisher, made before the data is built, says no step yet, not step 0."""
+    (home / "slow_build.py").write_text(textwrap.dedent(SLOW_MICRO_BATCHES) + textwrap.dedent(SLOW_BUILD))
+    user_preset(home, "workloads", "slowbuild", f'workload = "{home / "slow_build.py"}:build"\n'
+                                                "[train]\nepochs = 1\nmax_steps = 2\nreport_every_s = 0.05\n")
+    done = subprocess.run(cockpit_cmd("--no-ui", "--json", "-w", "slowbuild", "-d", "cpu", "--set", "batch_size=4",
+                                      "--set", "accumulation=1", "--set", "hang_timeout_s=2",
+                                      "--set", "max_attempts=1", "--set", "threads=1"),
+                          capture_output=True, text=True, env=child_env(), timeout=300)
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert [e["outcome"] for e in events if e["type"] == "attempt_ended"] == ["finished"], done.stdout[-2000:]
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_a_run_that_died_before_its_first_checkpoint_says_so_and_its_total(home):
     """Nothing to resume from: no `runs resume` offered; the total is known from the trainer."""
     sets = [a for o in (*TINY, "max_attempts=1", "inject=['native-crash@1']") for a in ("--set", o)]

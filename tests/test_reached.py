@@ -36,6 +36,18 @@ def test_a_published_step_survives_the_sigkill_of_its_publisher(tmp_path):
     assert reader.read() == (42, None)
 
 
+def test_a_publisher_that_published_nothing_reads_as_nothing(tmp_path):
+    """The trainer makes its publisher before it builds data and model: a file that reads as
+    step 0 then would tell the supervisor a step was done, and start-up (its data, its model,
+    its first step's compile) would be judged by hang_timeout_s instead of the start-up's."""
+    path = reached.path_of(tmp_path, 1)
+    first = reached.Publisher(path)
+    assert reached.Reader(path).read() is None
+    first.publish(5, 40)
+    reached.Publisher(path)   # a second in the same attempt (a callback and cockpit.report)
+    assert reached.Reader(path).read() == (5, 40)
+
+
 def test_a_trainer_crash_between_reports_is_told_at_the_step_it_reached(home):
     # No report but the checkpoint's: the last step reported is the checkpoint's, 4. The fault
     # fires as step 7 begins, with 6 done.

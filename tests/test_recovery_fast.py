@@ -22,6 +22,10 @@ from engine.train.faults import STARTED_ENV
 
 # A checkpoint every step: a resume loses nothing, and where it resumed is exact.
 FAST = TINY + ["train.checkpoint_every_steps=1", "train.epochs=2", "params.samples=128"]
+# A spare is started once the attempt is seen training (a step published), so the attempt that
+# crashes must train long enough for a poll to see it: 30 steps, each with a pause (slow@1,
+# once a run), before the crash at step 31.
+SPARED = TINY + ["train.checkpoint_every_steps=1", "train.epochs=2", "params.samples=512"]
 
 
 def of_type(run: RunDir, kind: str) -> list[dict]:
@@ -76,7 +80,7 @@ def test_without_a_pidfd_or_kqueue_the_wait_sleeps_and_poll_still_tells(monkeypa
 
 
 def test_a_crash_resumes_in_the_spare_at_the_same_sample_and_finishes(home):
-    run = RunDir.create(runconfig.resolve("matmul", "cpu", FAST + ["inject=['native-crash@6']"]))
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", SPARED + ["inject=['slow@1', 'native-crash@31']"]))
     supervisor = Supervisor(run, poll_s=0.05, spare=True)
     assert supervisor.supervise() == "finished"
     (crash,) = of_type(run, "crash")
@@ -88,7 +92,7 @@ def test_a_crash_resumes_in_the_spare_at_the_same_sample_and_finishes(home):
     assert process["pid"] == second["pid"]   # the lifeline was told of it as the attempt
     before = [e for e in of_type(run, "checkpoint") if e["attempt"] == 1]
     assert second["resumed_from"]["samples_seen"] == before[-1]["samples_seen"]
-    assert of_type(run, "checkpoint")[-1]["samples_seen"] == 2 * 128
+    assert of_type(run, "checkpoint")[-1]["samples_seen"] == 2 * 512
     # its output went to its own log, as an attempt started directly has it
     assert "attempt 2: finished at step" in run.attempt_log(2).read_text()
     # the spare started while the second attempt trained was never used, and is gone too
@@ -102,7 +106,7 @@ def test_a_next_attempt_with_another_environment_does_not_use_the_spare(home, mo
     # set it in this process
     monkeypatch.delenv("KMP_DUPLICATE_LIB_OK", raising=False)
     user_preset(home, "devices", "first", 'device = "cpu"\nthreads = 1\n')
-    run = RunDir.create(runconfig.resolve("matmul", "first", FAST + ["inject=['openmp@6']"]))
+    run = RunDir.create(runconfig.resolve("matmul", "first", SPARED + ["inject=['slow@1', 'openmp@31']"]))
     supervisor = Supervisor(run, poll_s=0.05, spare=True)
     assert supervisor.supervise() == "finished"
     (move,) = of_type(run, "fallback")

@@ -5,7 +5,8 @@ would be counted from the last report: `native-crash@600` told as "died after st
 steps trained again undercounted. So the attempt also publishes each optimizer step, and the
 samples seen by then, in a 16-byte file of the run directory mapped into its memory:
 
-    attempt-N.reached    two little-endian int64: the step reached, the samples seen (-1: not known)
+    attempt-N.reached    two little-endian int64: the step reached (-1: none yet), the samples
+                         seen (-1: not known)
 
 A store into a shared mapping costs what a store into memory does (no system call, no device
 sync), and it is the page cache's once made: the kernel keeps it when the process dies of any
@@ -41,7 +42,11 @@ class Publisher:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             try:
-                os.ftruncate(fd, _FORMAT.size)
+                if os.fstat(fd).st_size < _FORMAT.size:
+                    # Nothing published: step -1, written with the file's size in one write.
+                    # Zeros would read as step 0 reached, a step done before data and model
+                    # are built, and the supervisor would end start-up's allowance there.
+                    os.pwrite(fd, _FORMAT.pack(-1, -1), 0)
                 self._map = mmap.mmap(fd, _FORMAT.size)
             finally:
                 os.close(fd)  # the mapping keeps the file
