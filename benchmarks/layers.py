@@ -7,9 +7,11 @@ and the longest modules.
 The layers are read from pyproject.toml's import-linter contract (the one the test suite
 checks), top to bottom; a module belongs to the deepest layer that names it or a package
 above it. An import "points up" when it goes from a lower layer to a higher one, or between
-two layers marked independent (`a | b`). Imports made only for type checking are left out:
-they cost nothing at run time. The contract's own `ignore_imports` are counted and listed
-too, as the exceptions they are. Prints figures; asserts nothing.
+two layers marked independent (`a | b`). Circles and upward imports are counted twice: at run
+time (imports made only for type checking left out: they cost nothing when the code runs) and
+at type level (those included: the words a module names for mypy must not come from above
+either). The contract's own `ignore_imports` are counted and listed too, as the exceptions
+they are. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -87,6 +89,21 @@ def circles(graph) -> list[list[str]]:
     return out
 
 
+def upward(graph, names: list[list[str]], independent: list[bool]) -> list[str]:
+    """Each import that goes up the layers or across independent ones, with its lines."""
+    out = []
+    for importer in sorted(graph.modules):
+        for imported in sorted(graph.find_modules_directly_imported_by(importer)):
+            a, b = placement(importer, names), placement(imported, names)
+            if a is None or b is None:
+                continue
+            if b[0] < a[0] or (a[0] == b[0] and independent[a[0]] and a[1] != b[1]):
+                lines = sorted({d["line_number"] for d in graph.get_import_details(
+                    importer=importer, imported=imported)})
+                out.append(f"{importer} -> {imported} (line {', '.join(map(str, lines))})")
+    return out
+
+
 def local_imports(root: Path) -> tuple[list[str], list[str]]:
     """Imports of engine/cockpit modules inside a function: all, and those with no comment on
     their line or the line above saying why they are deferred."""
@@ -139,28 +156,20 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(root))
     names, independent, ignored = layers(args.layers_from or Path(__file__).resolve().parent.parent
                                          / "pyproject.toml")
-    graph = grimp.build_graph(*PACKAGES, exclude_type_checking_imports=True, cache_dir=None)
+    for level, typed in (("at run time", False), ("at type level", True)):
+        graph = grimp.build_graph(*PACKAGES, exclude_type_checking_imports=not typed,
+                                  cache_dir=None)
+        found = circles(graph)
+        print(f"import circles {level}: {len(found)}")
+        for component in found:
+            print("   ", " <-> ".join(component))
 
-    found = circles(graph)
-    print(f"import circles: {len(found)}")
-    for component in found:
-        print("   ", " <-> ".join(component))
-
-    upward = []
-    for importer in sorted(graph.modules):
-        for imported in sorted(graph.find_modules_directly_imported_by(importer)):
-            a, b = placement(importer, names), placement(imported, names)
-            if a is None or b is None:
-                continue
-            if b[0] < a[0] or (a[0] == b[0] and independent[a[0]] and a[1] != b[1]):
-                lines = sorted({d["line_number"] for d in graph.get_import_details(
-                    importer=importer, imported=imported)})
-                upward.append(f"{importer} -> {imported} (line {', '.join(map(str, lines))})")
-    print(f"imports pointing up the layers: {len(upward)}")
-    for line in upward:
-        print("   ", line)
-    if ignored:
-        print(f"  of which the contract lets through, each with its reason: {len(ignored)}")
+        up = upward(graph, names, independent)
+        print(f"imports pointing up the layers {level}: {len(up)}")
+        for line in up:
+            print("   ", line)
+        if ignored:
+            print(f"  of which the contract lets through, each with its reason: {len(ignored)}")
 
     everywhere, unexplained = local_imports(root)
     print(f"function-local imports of engine/cockpit: {len(everywhere)}, "
