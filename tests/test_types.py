@@ -1,5 +1,5 @@
 """The engine type-checks: mypy over engine/ as pyproject.toml's [tool.mypy] says, and with it
-every emit("type", **fields) against its event type's TypedDict (engine/record/event_types.py).
+every emit("type", **fields) against its event type's TypedDict (engine/event_types.py).
 
 mypy keeps its cache in .mypy_cache/: the first run after a fresh clone takes some 20 s, the
 next ones about a second.
@@ -40,7 +40,7 @@ def test_a_wrong_event_field_is_a_type_error(tmp_path):
     scratch.write_text(textwrap.dedent("""\
         from pathlib import Path
 
-        from engine.record.event_types import Emit
+        from engine.emit import Emit
         from engine.record.events import EventWriter
 
         events = EventWriter(Path("events.jsonl"))

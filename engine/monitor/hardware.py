@@ -32,14 +32,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import psutil
 
+from engine.event_types import Advice, WarningFields
 from engine.numbers import count
-
-if TYPE_CHECKING:  # the warning event's words, for the type checker: the monitor is below the record
-    from engine.record.event_types import Advice, WarningFields
 
 OTHERS_EVERY_S = 5.0
 # A quarter of a core: shells, editors and this VM's own daemons stay below it, while anything

@@ -48,14 +48,12 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Protocol
+from typing import Callable, Mapping, Protocol
 
 import psutil
 
+from engine.event_types import MemoryFields
 from engine.monitor import hardware
-
-if TYPE_CHECKING:  # the memory event's words, for the type checker: the monitor is below the record
-    from engine.record.event_types import MemoryFields
 
 LEVELS = ("normal", "warn", "critical")
 

@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from engine.record.attempt_log import log_tail
 from engine.run.crashes import AttemptEnd, Verdict, classify
@@ -34,9 +34,7 @@ from engine.record.rundir import RunDir
 from engine.runconfig import RunConfig
 from engine.schema import to_table
 from engine.monitor.sysmon import LEVELS, SystemSampler
-
-if TYPE_CHECKING:
-    from engine.record.event_types import MemoryFields
+from engine.event_types import MemoryFields
 
 SAMPLE_EVERY_S = 0.25
 POLL_S = 0.05

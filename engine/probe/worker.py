@@ -45,7 +45,7 @@ from engine import presets
 from engine.monitor import device as devices
 from engine.train import parity
 from engine.vocabulary import EXIT_FINISHED
-from engine.record.event_types import ProbeWarmupFields
+from engine.event_types import ProbeWarmupFields
 from engine.record.events import EventWriter
 from engine.probe import MAX_TIMINGS, TIMING_S, TRIAL_MIN_STEPS, TRIAL_S, WARMUP_SHARE
 from engine.probe.timings import Timing, estimate

@@ -18,7 +18,7 @@ from typing import Mapping
 from engine.monitor.hardware import ContentionDetector
 from engine.monitor.sysmon import SystemSampler
 from engine.presets import DevicePreset, WorkloadPreset
-from engine.record.event_types import MemoryFields, WarningFields
+from engine.event_types import MemoryFields, WarningFields
 from engine.run.slowdown import Context, SlowdownDetector
 
 MEMORY_EVERY_S = 1.0

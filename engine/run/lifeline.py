@@ -31,7 +31,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engine.record.event_types import AttemptProcessFields
+from engine.event_types import AttemptProcessFields
 from engine.record import reached
 from engine.record.events import EventWriter
 from engine.record.identity import ProcessId

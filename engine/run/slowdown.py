@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 from engine import command
 from engine.presets import DevicePreset
-from engine.record.event_types import Advice, WarningFields
+from engine.event_types import Advice, WarningFields
 from engine.schema import fields
 
 # Parameter names that are a sequence length: activation memory grows with them (attention's

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -9,12 +8,11 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
+from engine.emit import Emit
 from engine.errors import ConfigError
+from engine.event_types import MiningFields
 from engine.workloads.twotower import data as datasets, mining
 from engine.workloads.twotower.params import Params, negatives_at
-
-if TYPE_CHECKING:  # the events' words, for the type checker: a workload is below the record
-    from engine.record.event_types import Emit, MiningFields
 
 EMBED_BATCH = 1024  # pairs per forward pass when embedding queries for mining and eval
 
