@@ -22,7 +22,8 @@ import sys
 import pytest
 from conftest import FIXTURES, ROOT, child_env
 
-from engine.command.progress import MAX_LINE, Observation, OutputParser, compile_regex
+from engine.command.observation import Observation
+from engine.command.progress import MAX_LINE, OutputParser, compile_regex
 
 OUTPUTS = FIXTURES / "outputs"
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 from conftest import TINY
 from engine import runconfig
-from engine.command.progress import Observation
+from engine.command.observation import Observation
 from engine.command.tracker import Tracker, Units
 from engine.monitor.throughput import RateMeter
 from engine.record.events import EventWriter

@@ -29,7 +29,8 @@ sequences are removed first. A line longer than 64 KiB (65,536 characters) is dr
 Names are lowercased, with spaces, ``/`` and ``-`` turned into ``_`` (``val loss`` ->
 ``val_loss``, ``train/loss`` -> ``train_loss``).
 
-Understood formats, tried in this order on each line:
+Understood formats, tried in this order on each line; the first whose line it is gives what
+the line says (each is told in full, with examples, where it is read):
 
 0. Statements (kind "facts", source "stated"; engine.command.statements reads them; each fact
    once, again only when its value changes; ``said`` quotes the line without its logging
@@ -54,222 +55,44 @@ Understood formats, tried in this order on each line:
    ``***** Running Evaluation *****``'s rows are settings. A block ends at the first line
    that is not a ``  name = value`` row.
 
-1. Your own regex (``progress_regex``), with named groups ``step``, ``total``, ``loss``,
-   ``lr``, ``epoch``; any other group name is a metric. When it matches, the line is
-   its alone: it gives an observation if at least one group captured a number, else nothing.
-       ``(?P<step>\\d+) \\| loss (?P<loss>\\S+)``
-   With a ``batch`` group it counts batches (unit "batch"): ``epoch`` is then the epoch's
-   number as printed, ``batches`` the batches per epoch, ``epochs`` the number of epochs.
-       ``epoch (?P<epoch>\\d+) it (?P<batch>\\d+)/(?P<batches>\\d+) loss (?P<loss>\\S+)``
-
-2. A Python dict or JSON object alone on a line, as Hugging Face Trainer prints its logs
-   (values may be numbers, numeric strings, ``nan``, ``inf`` or ``np.float64(0.5)``):
-       ``{'loss': 2.3456, 'grad_norm': 1.23, 'learning_rate': 4.5e-05, 'epoch': 0.12}``
-       -> step (its number comes from the Trainer's tqdm bar in the same output)
-       ``{'eval_loss': 2.1, 'eval_runtime': 0.5, 'epoch': 1.0}`` -> eval (eval_loss: the
-       Trainer's timings, ``*_runtime`` and ``*_per_second``, and ``total_flos`` are not
-       metrics of the model and are left out, as the callback leaves them out)
-   The end-of-training summary (``{'train_runtime': ..., 'train_loss': ...}``) gives
-   nothing: its train_loss is an average over the whole run, not a point on the curve.
-
-3. A tqdm progress bar; ``key=value`` pairs after the rate become loss, lr and metrics:
-       ``train:  45%|████▌     | 45/100 [00:12<00:15,  3.61it/s, loss=0.123, lr=1e-3]``
-       ``45it [00:12, 3.61it/s]``  (no total)
-   A bar described ``Epoch E`` (PyTorch Lightning's, or your own) counts batches within
-   the epoch (unit "batch"): step = E x batches per epoch + N (epochs counted from 0, as
-   Lightning does), epoch = E + N/M. Lightning's ``v_num`` is dropped. Evaluation values
-   on a training bar (Lightning's ``val_loss``, also on the row Rich draws under its bar)
-   are an eval at the bar's step, each time they change, not on every redraw. Bars
-   described as validation, evaluation, testing, sanity checking or prediction, and bars
-   drawn below another one (tqdm's nested bars, e.g. the Trainer's evaluation bar) give
-   nothing, as does an epoch bar at 0. Once a loss has been read beside a bar (on it, or
-   on a log line while it counts), a bar of another total is another loop and gives
-   nothing: the Trainer's `evaluate()` after training draws a plain bar of its own.
-
-3a. A bar drawn as ``DESC ███▌░░  92% ·    11/12`` (mlx-lm's, Rich with a percentage and a
-   count): its count as the step, with the same rules as 3 (a ``val`` bar gives nothing).
-
-3b. A table: a header of column names whose first is a step's (``iter``, ``step``,
-   ``iteration``) and one of which is a loss, then rows that start with that count (source
-   "table"), as mlx-lm prints:
-       ``iter   train_loss     tok/s     tokens``   (the header: remembered, gives nothing)
-       ``  10    6.739 ▼    168    3.9k``          -> step 10, loss 6.739 (glyphs are dropped,
-                                                      ``3.9k`` is 3,900; a ``/s`` column is a
-                                                      rate, left out)
-       ``   1    val 6.795    1.54s``              -> eval at step 1: val_loss 6.795 (a row
-                                                      labelled val, eval, test... gives that
-                                                      label's value of the first column:
-                                                      train_loss -> val_loss)
-   A ``tokens`` column counts the tokens trained so far: with the row's step it states
-   tokens_per_step (tokens / step), so throughput is in tokens/s. Another header takes the
-   table's place; a line that does not fit it is read as any other line.
-
-4. A per-epoch counter (unit "batch", source "epochs"), followed by values as in 6:
-       ``epoch 1 batch 927/2244 loss 0.51``, ``Epoch 2 | batch 30/200 | loss=0.4``,
-       ``epoch 1/3 batch 927/2244 ...`` (of three epochs), ``Epoch [1/5], Step [100/600],
-       Loss: 0.2174`` (a step or iteration within an epoch needs its ``/N``: ``epoch 2
-       step 500`` may count globally)
-
-5. A line that starts with a step count, followed by values as in 6:
-       ``step 120/5000 loss=2.31``, ``Step 3 of 10: loss: 0.5``, ``iter 10: loss 3.1234,
-       time 45.67ms, mfu 12.34%`` (nanoGPT), ``iteration 7 ...``, ``[120/5000] ...``
-   A line with evaluation values (named ``val_*``, ``eval_*``, ``valid*``, ``test_*``)
-   and no plain ``loss`` is an eval, whose values are all the evaluation's: nanoGPT's ``step 250: train loss 2.1, val loss 2.3``, ``epoch 1
-   val_loss: 2.3 recall@10: 0.25``; any other is a step.
-
-6. ``key=value`` or ``key: value`` pairs anywhere on a line, alone:
-       ``loss=0.12 lr=3e-4``, ``epoch: 1, loss: 0.12, acc: 0.9`` -> step (needs a loss
-       or a ``step``/``iter`` key)
-       ``val_loss: 2.3, val_acc: 0.61`` -> eval
-   Only a few names are read with a space and no ``=``/``:`` before the value: loss,
-   lr, learning_rate, train_loss, val_loss, ``train loss``, ``val loss``. A unit or a
-   percent sign right after a number is dropped (``time=45.67ms`` -> time 45.67), but
-   a value in a unit per something (``3.2it/s``) is a rate and is left out, as is
-   tqdm's own rate: the caller measures speed itself. Settings that merely name an
-   evaluation (``eval_steps=500``, ``eval_interval = 250``) are not evaluations.
-
-In an observation ``loss`` is the training loss (``loss``, else ``train_loss``); an eval
-keeps every value under its name in ``metrics`` and leaves ``loss`` empty.
+1. Your own regex (``progress_regex``), its named groups as fields, any other a metric
+   (engine.command.progress_lines, as are 2, 3b, 4, 5 and 6).
+2. A Python dict or JSON object alone on a line, as the Hugging Face Trainer logs.
+3. A tqdm progress bar, Rich's (Lightning's), and 3a. mlx-lm's ``DESC ███░  92% · 11/12``
+   (engine.command.progress_bars).
+3b. A table: a header whose first column is a step's and one a loss, then its rows (mlx-lm).
+4. A per-epoch counter: ``epoch 1 batch 927/2244 loss 0.51`` (unit "batch").
+5. A line that starts with a step count: ``step 120/5000 loss=2.31``, nanoGPT's ``iter 10:``.
+6. ``key=value`` or ``key: value`` pairs anywhere on a line, alone (engine.command.observation
+   tells how named values are read, here and after 3, 4 and 5).
 """
 
 from __future__ import annotations
 
-import ast
-import math
 import re
-import warnings
-from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from dataclasses import replace
 
 from engine.command import statements
-from engine.command.statements import is_setting, is_timing
+from engine.command.observation import Observation, PerEpoch, classify, is_eval, pairs
+from engine.command.progress_bars import RICH_BAR, percent_bar, rich_bar, tqdm_bar
+from engine.command.progress_lines import (epoch_line, from_regex, hf_dict, key_values, step_line,
+                                           table_head, table_row, without_prefix)
 from engine.text import strip_ansi
 
 MAX_LINE = 64 * 1024  # characters; a longer line is dropped
 SAID_MAX = 120        # characters of a stating line kept in Observation.said
 
 _FIELDS = ("step", "total", "loss", "lr", "epoch", "batch", "batches", "epochs")
-_LOSS_NAMES = ("loss", "train_loss", "train_loss_step")
-_LR_NAMES = ("lr", "learning_rate")
-_STEP_NAMES = ("step", "global_step", "iter", "iteration")
-_EVAL_PREFIXES = ("val_", "eval_", "valid", "test_")
-# An eval-prefixed name ending in one of these is a setting (eval_steps=500), not a value.
-_SETTING_SUFFIXES = frozenset(
-    "steps step iters iter interval every freq frequency delay size batches epochs "
-    "samples split strategy workers".split())
 
 _CURSOR_UP = "\x1b[A"  # tqdm draws a nested bar one line down, then moves back up
 _LINE_END = re.compile(r"[\r\n]")
-
-_NUMBER = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|(?:nan|inf(?:inity)?)\b)"
-_UNIT = r"(?P<unit>%|[A-Za-zµ]+(?:/[A-Za-z]+)?)?"
-# Two-word names only for the usual ones (`val loss: 2.3`), not for prose (`eval mode: 0`).
-_NAME = (r"(?:train|val|valid|validation|eval|test)\s+(?:loss|acc|accuracy|ppl|perplexity)\b"
-         r"|[A-Za-z_][\w/]*(?:@\d+)?")  # `recall@10`, `hits@1`
-_PAIR = re.compile(rf"(?<![\w/.\-])(?P<name>{_NAME})\s*[:=]\s*(?P<value>{_NUMBER}){_UNIT}(?![\w.])",
-                   re.IGNORECASE)
-# A name after a qualifier is a summary, not the current value: `best loss: inf`.
-_QUALIFIED = re.compile(r"(?:best|min|minimum|max|maximum|lowest|highest|prev|previous|"
-                        r"target|init|initial)[\s_]+$", re.IGNORECASE)
-_SPACED = re.compile(r"(?<![\w/.\-])(?P<name>train loss|val loss|train_loss|val_loss|"
-                     rf"learning_rate|loss|lr)\s+(?P<value>{_NUMBER}){_UNIT}(?![\w.])",
-                     re.IGNORECASE)
-_VALUE = re.compile(rf"\s*(?P<value>{_NUMBER}){_UNIT}\s*", re.IGNORECASE)
-
-_COUNT = r"\d+(?:\.\d+)?[kMGTPEZY]?"
-_TQDM_BAR = re.compile(rf"(?:(?P<desc>.*?):\s*)?(?:\d{{1,3}}%)?\|[^|]*\|\s*"
-                       rf"(?P<n>{_COUNT})/(?P<total>{_COUNT}|\?)\s*\[(?P<inner>[^\]]*)\]")
-_TQDM_COUNT = re.compile(rf"(?:(?P<desc>.*?):\s*)?(?P<n>{_COUNT})[A-Za-z]*\s*"
-                         r"\[(?P<inner>(?:\d+:)?\d+:\d+[^\]]*)\]")
-_EPOCH_DESC = re.compile(r"epoch\s+(\d+)(?:\s*/\s*(-?\d+))?", re.IGNORECASE)  # Rich's "0/-2"
-# Rich's progress bar (Lightning's default where rich is installed): description, bar,
-# done/total (`--`: unknown), elapsed • remaining (blank in the last frame), rate, then
-# `name: value` metrics.
-_RICH_BAR = re.compile(r"(?P<desc>.*?)\s+[━╸╺╾╼─\s]*?(?P<n>\d+)/(?P<total>\d+|--)\s+"
-                       r"(?:\d+:)?\d+:\d\d\s+•(?:\s+(?:-:--:--|(?:\d+:)?\d+:\d\d))?"
-                       r"(?:\s+[\d.]+(?:it/s|s/it))?\s*(?P<post>.*)")
-# A bar of block glyphs, a percentage, then `· done/total` (mlx-lm's Rich bar).
-_PERCENT_BAR = re.compile(r"(?P<desc>\S.*?)\s+[█▉▊▋▌▍▎▏▐░▒▓━╸╺ ]+\s*\d{1,3}%\s+·\s+(?P<n>\d+)/(?P<total>\d+)\s*")
-# A table's header (its first column a step's) and its rows (`  10    6.739 ▼    168    3.9k`).
-_TABLE_HEAD = re.compile(r"(?:iter|iteration|step|it)(?:\s+[A-Za-z_][\w/@%.()-]*){2,}", re.IGNORECASE)
-_TABLE_ROW = re.compile(r"(?P<step>\d+)\s+(?P<rest>\S.*)")
-_TABLE_GLYPH = re.compile(r"[^\w.%+-]+")  # ▼ ▲ ↑ ✓: a row's decoration, not a value
-_CUMULATIVE_TOKENS = ("tokens", "trained_tokens", "tokens_seen", "num_tokens")
 # Once Rich has drawn a frame, a row indented this far continues its live display (a second
 # row of metrics, redrawn with every frame): not a line of its own.
 _CONTINUATION = " " * 20
-_EVAL_DESC = re.compile(r"(?:val|valid|validation|validating|eval|evaluation|evaluating|"
-                        r"test|testing|sanity|predict|predicting)\b", re.IGNORECASE)
-# Bars of the work around training, not training steps: datasets' `Map: 1000/1000`,
-# `Resolving data files`, `Loading checkpoint shards`, downloads, tokenisation.
-_PREP_DESC = re.compile(r"(?:map|filter|tokeniz|tokenis|load|download|fetch|resolv|generat|"
-                        r"preprocess|process|prepar|build|convert|extract|shard|saving|writing|"
-                        r"reading|copying|uploading)", re.IGNORECASE)
-
-# A logging prefix may come first: `2026-05-09 07:35:25,101 INFO `, `INFO:__main__:`.
-_LOG_PREFIX = (r"(?:[\[(]?\d{4}-\d\d-\d\d[ T][\d:.,]+[\])]?\s*(?:[-|:]\s*)?)?"
-               r"(?:[\[(]?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)[\])]?(?::[\w.]+:|\s*[-|:]?)\s*)?")
-# A per-epoch counter: `epoch 1 batch 927/2244`, `Epoch 2 | batch 30/200`, `epoch 1/3 batch ..`,
-# `Epoch [1/5], Step [100/600]` (a step or iteration of N within the epoch: with its `/N` only,
-# since `epoch 2 step 500` may count globally).
-_EPOCH_LINE = re.compile(_LOG_PREFIX + r"epoch\b\s*[:#=]?\s*\[?\s*(?P<epoch>\d+)"
-                         r"(?:\s*(?:/|\bof\b)\s*(?P<epochs>\d+))?\s*\]?\s*[,|:;\-]?\s*"
-                         r"(?P<word>batch|step|iteration|iter)\b\s*[:#=]?\s*\[?\s*(?P<batch>\d+)"
-                         r"(?:\s*(?:/|\bof\b)\s*(?P<batches>\d+))?\s*\]?(?![\d.])", re.IGNORECASE)
-
-# What a logging setup puts before a message: the HF Trainer's explicit format
-# (`[INFO|trainer.py:2314] 2026-01-01 10:00:00,000 >> `), the examples' basicConfig
-# (`01/01/2026 10:00:00 - INFO - transformers.trainer - `), or _LOG_PREFIX's.
-_LEVEL = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)"
-_MESSAGE_PREFIX = re.compile(
-    rf"\[{_LEVEL}\|[^\]]*\]\s*(?:[^>]*>>\s*)?"
-    rf"|(?:[\d/\-]+[ T][\d:,.]+\s+-\s+)?{_LEVEL}\s+-\s+[\w.]+\s+-\s*"
-    rf"|{_LOG_PREFIX}")
 # The HF Trainer's blocks: `***** Running training *****` then `  Num examples = 2,000` rows;
 # `***** train metrics *****` (trainer.log_metrics) then `  train_loss = 5.0598` rows.
 _BLOCK_HEAD = re.compile(r"\*{3,}\s*(?P<title>[^*\s][^*]*?)\s*\*{3,}")
 _BLOCK_ROW = re.compile(r"[A-Za-z][\w .,&()'/\-]*?(?:\s+=\s+\S+|:\s*Unknown)")
-_STEP_LINE = re.compile(_LOG_PREFIX + r"(?:(?:step|iteration|iter)\b\s*[:#=]?\s*\[?\s*(?P<step>\d+)"
-                        r"(?:\s*(?:/|\bof\b)\s*(?P<total>\d+))?\s*\]?"
-                        r"|\[\s*(?P<bstep>\d+)\s*/\s*(?P<btotal>\d+)\s*\])(?![\d.])",
-                        re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class Observation:
-    """One thing a line says: a training step, an evaluation, or facts about the run."""
-
-    kind: str                 # "step", "eval" or "facts"
-    step: int | None = None   # the counter, global: see `unit`
-    total: int | None = None  # the counter's total, when the output says it
-    loss: float | None = None
-    lr: float | None = None
-    epoch: float | None = None
-    metrics: dict = field(default_factory=dict)  # other values by name (rates left out)
-    source: str = ""          # "tqdm" | "rich" | "steps" | "epochs" | "keyvalue" | "hf" | "regex" | "stated"
-    # "step": `step` is the script's optimizer step / iteration; "batch": it counts batches,
-    # `step` = epoch_index x batches + batch, `total` = epochs x batches where both are known
-    unit: str = "step"
-    epoch_index: int | None = None  # "batch": epochs done before this one, from 0
-    batch: int | None = None        # "batch": the count within the epoch, as printed
-    batches: int | None = None      # "batch": batches per epoch, None if unknown
-    # "facts": any of total, samples_per_step, tokens_per_step, accumulation, epochs
-    facts: dict = field(default_factory=dict)
-    said: str = ""            # "facts": the line that stated them, stripped, at most SAID_MAX
-
-
-class _PerEpoch(NamedTuple):
-    """A count within an epoch, before the parser composes it into a global batch count
-    (which needs what it has seen: the epoch numbering's base, the number of epochs)."""
-
-    epoch: int | None         # as printed
-    epochs: int | None        # the epochs the line itself states (`epoch 1/3`), else None
-    batch: int
-    batches: int | None
-    values: dict
-    source: str
-    zero_based: bool          # a Lightning bar: epochs count from 0, whatever was seen
-    evals: bool = True        # its values may be an evaluation (not a bar's)
 
 
 def compile_regex(text: str) -> re.Pattern:
@@ -347,11 +170,11 @@ class OutputParser:
         if len(raw) > MAX_LINE:
             return []
         try:
-            if not self._live and "━" in raw and _RICH_BAR.search(strip_ansi(raw)):
+            if not self._live and "━" in raw and RICH_BAR.search(strip_ansi(raw)):
                 self._live = True
             out = []
             for o in self._line(raw):
-                o = self._compose(o) if isinstance(o, _PerEpoch) else o
+                o = self._compose(o) if isinstance(o, PerEpoch) else o
                 o = self._settle(o) if o is not None else None
                 if o is not None:
                     out.append(o)
@@ -365,10 +188,10 @@ class OutputParser:
         line = strip_ansi(raw)
         if self._live and line.startswith(_CONTINUATION):
             # a row of Rich's live display under the bar (metrics that did not fit on it)
-            evals = {n: v for n, v in _pairs(line).items() if _is_eval(n)}
+            evals = {n: v for n, v in pairs(line).items() if is_eval(n)}
             return [Observation("eval", metrics=evals, source="rich")] if evals else []
         line = line.strip()
-        message = _message(line)
+        message = without_prefix(line)
         if self._block is not None:
             if _BLOCK_ROW.fullmatch(message):  # a row: a fact, or a summary's figure
                 return (self._stated(message) or []) if self._block == "training" else []
@@ -391,13 +214,14 @@ class OutputParser:
         if self._regex is not None:
             m = self._regex.search(line)
             if m:
-                return found + _from_regex(m)
-        if _TABLE_HEAD.fullmatch(line) and "loss" in line.lower():
-            self._table = line.lower().split()
+                return found + from_regex(m)
+        if (columns := table_head(line)) is not None:
+            self._table = columns
             return found
-        if self._table is not None and (row := self._table_row(line)) is not None:
-            return found + row
-        for parse in (_hf_dict, _tqdm_bar, _rich_bar, _percent_bar, _epoch_line, _step_line, _key_values):
+        if self._table is not None and (row := table_row(self._table, line)) is not None:
+            return found + self._facts_of(line, {"tokens_per_step": row.tokens_per_step}) \
+                + row.observations
+        for parse in (hf_dict, tqdm_bar, rich_bar, percent_bar, epoch_line, step_line, key_values):
             said = parse(line, nested=_CURSOR_UP in raw)
             if said is not None:  # the line is this format's, whatever it gave
                 return found + said
@@ -412,36 +236,6 @@ class OutputParser:
             return [] if self._block == "training" else None
         return self._facts_of(message, facts)
 
-    def _table_row(self, line: str) -> list[Observation] | None:
-        """A row of the table whose header was read: None when the line is not one."""
-        m = _TABLE_ROW.fullmatch(line)
-        columns = self._table or []
-        if not m:
-            return None
-        words = [w for w in _TABLE_GLYPH.sub(" ", m["rest"]).split() if w]
-        step = int(m["step"])
-        if words and _EVAL_DESC.fullmatch(words[0]) and len(columns) > 1:
-            # `1  val 6.795  1.54s`: the label's value of the first column (train_loss -> val_loss)
-            value = _count_value(words[1]) if len(words) > 1 else None
-            if value is None:
-                return []
-            first, label = _normalise(columns[1]), words[0].lower()
-            name = first.replace("train", label, 1) if "train" in first else f"{label}_{first}"
-            return [Observation("eval", step=step, metrics={name: value}, source="table")]
-        values = {}
-        for name, word in zip(columns[1:], words):
-            value = _count_value(word)
-            if value is None:
-                return None  # not a row of this table
-            if "/" not in name and not is_setting(_normalise(name)):  # tok/s: a rate, measured here
-                values[_normalise(name)] = value
-        tokens = next((values.pop(n) for n in _CUMULATIVE_TOKENS if n in values), None)
-        found = []
-        if tokens and step > 0:
-            found += self._facts_of(line, {"tokens_per_step": max(1, round(tokens / step))})
-        obs = _classify(values, "table", step=step, always=True, evals=False)
-        return found + ([obs] if obs is not None else [])
-
     def _facts_of(self, said: str, facts: dict) -> list[Observation]:
         """A facts observation of those that are new (a restatement says nothing)."""
         facts = {k: v for k, v in facts.items()
@@ -451,7 +245,7 @@ class OutputParser:
         self._facts.update(facts)
         return [Observation("facts", facts=facts, said=said.strip()[:SAID_MAX], source="stated")]
 
-    def _compose(self, c: _PerEpoch) -> Observation | None:
+    def _compose(self, c: PerEpoch) -> Observation | None:
         """A count within an epoch as a global batch count: E' x N + B, E' the epochs done."""
         if c.zero_based or c.epoch is None:
             base = 0
@@ -469,12 +263,12 @@ class OutputParser:
         values = dict(c.values)
         if done is not None:
             values["epoch"] = done + c.batch / n if n else float(done)
-        o = _classify(values, c.source, step=step, total=epochs * n if epochs and n else None,
-                      always=True, evals=c.evals)
+        o = classify(values, c.source, step=step, total=epochs * n if epochs and n else None,
+                     always=True, evals=c.evals)
         assert o is not None  # always=True: an observation, whatever the values
         return replace(o, unit="batch", epoch_index=done, batch=c.batch, batches=n)
 
-    def _learn_batches(self, c: _PerEpoch) -> int | None:
+    def _learn_batches(self, c: PerEpoch) -> int | None:
         """An epoch's batches where its lines do not say them: the highest batch counted in
         the epochs before (a script that prints every k batches makes this at most k - 1
         short an epoch), so the global count goes on past the first epoch."""
@@ -539,241 +333,3 @@ def _fact_values(known) -> dict[str, int]:
             out[str(key)] = value
     return out
 
-
-def _message(line: str) -> str:
-    """A line without its logging prefix, stripped."""
-    m = _MESSAGE_PREFIX.match(line)
-    return line[m.end():].strip() if m else line
-
-
-# -- formats: each returns None when the line is not its format, else what it found --
-
-def _from_regex(m: re.Match) -> list:
-    values = {}
-    for name, text in m.groupdict().items():
-        number = _number(text) if text is not None else None
-        if number is not None:
-            values[name] = number
-    if not values:
-        return []
-    batch = _integer(values.pop("batch", None))
-    if batch is not None:  # a count within the epoch
-        epoch, epochs = _integer(values.pop("epoch", None)), _integer(values.pop("epochs", None))
-        batches = _integer(values.pop("batches", None))
-        return [_PerEpoch(epoch, epochs or None, batch, batches or None, values, "regex",
-                          zero_based=False)]
-    step, total = _integer(values.pop("step", None)), _integer(values.pop("total", None))
-    obs = _classify(values, "regex", step=step, total=total, loss_names=("loss",),
-                    always=True, normalise=False)
-    return [obs] if obs else []
-
-
-def _hf_dict(line: str, nested: bool = False) -> list[Observation] | None:
-    if not (line.startswith("{") and line.endswith("}")):
-        return None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = ast.parse(line, mode="eval").body
-    except Exception:
-        return None
-    if not isinstance(tree, ast.Dict):
-        return None
-    values: dict[str, float] = {}
-    for key, node in zip(tree.keys, tree.values):
-        if isinstance(key, ast.Constant) and isinstance(key.value, str):
-            number = _literal(node)
-            if number is not None:
-                values.setdefault(_normalise(key.value), number)
-    if "train_runtime" in values:  # the end-of-training summary
-        return []
-    values = {name: value for name, value in values.items()
-              if not is_timing(name) and not is_setting(name)}
-    obs = _classify(values, "hf")
-    return [obs] if obs else []
-
-
-def _tqdm_bar(line: str, nested: bool = False) -> list[Observation] | None:
-    m = _TQDM_BAR.match(line) or _TQDM_COUNT.match(line)
-    if not m:
-        return None
-    parts = m["inner"].split(",", 2)  # elapsed<remaining, rate, postfix
-    values = _pairs(parts[2]) if len(parts) > 2 else {}
-    return _bar(m["desc"], m["n"], m.groupdict().get("total"), values, nested, "tqdm")
-
-
-def _rich_bar(line: str, nested: bool = False) -> list[Observation] | None:
-    m = _RICH_BAR.fullmatch(line)
-    if not m:
-        return None
-    return _bar(m["desc"], m["n"], m["total"], _pairs(m["post"]), nested, "rich")
-
-
-def _percent_bar(line: str, nested: bool = False) -> list[Observation] | None:
-    m = _PERCENT_BAR.fullmatch(line)
-    if not m:
-        return None
-    return _bar(m["desc"], m["n"], m["total"], {}, nested, "rich")
-
-
-def _bar(desc: str | None, n: str, total: str | None, values: dict, nested: bool,
-         source: str) -> list:
-    """What a progress bar's line says: its count as the step, unless it counts something
-    other than training (an evaluation, the work around training, a nested bar). Eval
-    values on it (Lightning's val_loss) are an eval of their own, kept by the parser when
-    they change."""
-    desc = (desc or "").strip()
-    if nested or _EVAL_DESC.match(desc) or _PREP_DESC.match(desc):
-        return []
-    count, of = _count(n), _count(total)
-    values.pop("v_num", None)
-    evals = {name: values.pop(name) for name in [n for n in values if _is_eval(n)]}
-    found: list = []
-    epoch_desc = _EPOCH_DESC.fullmatch(desc)
-    if epoch_desc:  # counts batches within the epoch, epochs from 0 as Lightning counts
-        if count == 0 or count is None:
-            return []
-        # Rich's `Epoch 2/9`: the last epoch's number (max_epochs - 1; `-2`: no limit)
-        last = int(epoch_desc[2]) if epoch_desc[2] else -1
-        found.append(_PerEpoch(int(epoch_desc[1]), last + 1 if last >= 0 else None, count,
-                               of or None, values, source, zero_based=True, evals=False))
-    else:
-        if count == 0 and of is None:
-            return []
-        obs = _classify(values, source, step=count, total=of, always=True, evals=False)
-        found.append(obs)
-    if evals:
-        found.append(Observation("eval", metrics=evals, source=source))
-    return found
-
-
-def _epoch_line(line: str, nested: bool = False) -> list | None:
-    m = _EPOCH_LINE.match(line)
-    if not m or (m["word"].lower() != "batch" and m["batches"] is None):
-        return None
-    epochs, batches = int(m["epochs"] or 0), int(m["batches"] or 0)
-    return [_PerEpoch(int(m["epoch"]), epochs or None, int(m["batch"]), batches or None,
-                      _pairs(line[m.end():]), "epochs", zero_based=False)]
-
-
-def _step_line(line: str, nested: bool = False) -> list[Observation] | None:
-    m = _STEP_LINE.match(line)
-    if not m:
-        return None
-    step = int(m["step"] or m["bstep"])
-    total = m["total"] or m["btotal"]
-    values = _pairs(line[m.end():])
-    obs = _classify(values, "steps", step=step, total=int(total) if total else None, always=True)
-    return [obs] if obs is not None else []   # always: never None
-
-
-def _key_values(line: str, nested: bool = False) -> list[Observation]:
-    obs = _classify(_pairs(line), "keyvalue")
-    return [obs] if obs else []
-
-
-# -- helpers --
-
-def _classify(values: dict, source: str, *, step: int | None = None, total: int | None = None,
-              loss_names=_LOSS_NAMES, always: bool = False, evals: bool = True,
-              normalise: bool = True) -> Observation | None:
-    """Sort named values into an Observation; None when they say nothing about training.
-
-    always: make a step observation even with neither a loss nor a step.
-    evals: may be an eval (not for progress bars, whose values are the training's)."""
-    values = dict(values)
-    for name in _STEP_NAMES if normalise else ():
-        found = _integer(values.pop(name, None))
-        step = step if step is not None else found
-    epoch = values.pop("epoch", None)
-    lr = _pop_first(values, _LR_NAMES)
-    eval_names = [n for n in values if _is_eval(n)]
-    # Beside an eval value and no plain loss, a value is the evaluation's too: nanoGPT's
-    # `train loss` measured at its eval, `epoch 1 val_loss: 2.3 recall@10: 0.25`.
-    if evals and eval_names and "loss" not in values:
-        return Observation("eval", step, total, None, lr, epoch, values, source)
-    loss = _pop_first(values, loss_names)
-    if loss is None and step is None and not always:
-        return None
-    return Observation("step", step, total, loss, lr, epoch, values, source)
-
-
-def _pairs(text: str) -> dict[str, float]:
-    """The named numbers in `text` (`name=1`, `name: 1`, and `loss 1` for a few names)."""
-    found: list[tuple[int, str, float]] = []
-    for pattern in (_PAIR, _SPACED):
-        for m in pattern.finditer(text):
-            if "/" in (m["unit"] or ""):  # a rate: 3.2it/s
-                continue
-            if _QUALIFIED.search(text[max(0, m.start() - 12):m.start()]):
-                continue  # `best loss: inf` is not the loss
-            name = _normalise(m["name"])
-            if is_setting(name):
-                continue  # `max_steps=300`, `batch_size: 8`: how the run is set, not a value
-            found.append((m.start(), name, float(m["value"])))
-    values: dict[str, float] = {}
-    for _, name, value in sorted(found, key=lambda f: f[0]):
-        values.setdefault(name, value)
-    return values
-
-
-def _literal(node: ast.AST) -> float | None:
-    """The number a dict value's syntax tree spells, without evaluating anything."""
-    if isinstance(node, ast.Constant):
-        if isinstance(node.value, bool) or node.value is None:
-            return None
-        if isinstance(node.value, (int, float)):
-            return float(node.value)
-        return _number(node.value) if isinstance(node.value, str) else None
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        value = _literal(node.operand)
-        return None if value is None else (-value if isinstance(node.op, ast.USub) else value)
-    if isinstance(node, ast.Name) and node.id.lower() in ("nan", "inf", "infinity"):
-        return float(node.id)
-    if isinstance(node, ast.Call) and len(node.args) == 1:  # np.float64(0.5), tensor(0.5)
-        return _literal(node.args[0])
-    return None
-
-
-def _number(text: str) -> float | None:
-    """A number with an optional unit (`0.5`, `45.67ms`, `12%`, `nan`), else None."""
-    m = _VALUE.fullmatch(str(text).replace(",", ""))
-    if not m or "/" in (m["unit"] or ""):
-        return None
-    return float(m["value"])
-
-
-def _count(text: str | None) -> int | None:
-    """tqdm's count: `45`, or with unit_scale `1.20k`; None for `?` (Rich's `--`)."""
-    if not text or text in ("?", "--"):
-        return None
-    scale = 1
-    if text[-1] in "kMGTPEZY":
-        scale, text = 1000 ** ("kMGTPEZY".index(text[-1]) + 1), text[:-1]
-    return int(round(float(text) * scale))
-
-
-def _count_value(word: str) -> float | None:
-    """A table cell: `3.9k` (3,900), `6.739`, `1.54s`; None for a word."""
-    if re.fullmatch(r"\d+(?:\.\d+)?[kMGT]", word):
-        return float(_count(word) or 0)
-    return _number(word)
-
-
-def _integer(value: float | None) -> int | None:
-    return int(value) if value is not None and math.isfinite(value) else None
-
-
-def _pop_first(values: dict, names) -> float | None:
-    for name in names:
-        if name in values:
-            return values.pop(name)
-    return None
-
-
-def _normalise(name: str) -> str:
-    return re.sub(r"[\s/\-]+", "_", name.strip().lower())
-
-
-def _is_eval(name: str) -> bool:
-    return name.startswith(_EVAL_PREFIXES) and name.rsplit("_", 1)[-1] not in _SETTING_SUFFIXES

@@ -136,7 +136,7 @@ class Tracker:
     # ------------------------------------------------------------ feeding
 
     def parsed(self, observation, t: float) -> list[tuple[str, dict]]:
-        """One engine.command.progress.Observation read from the output."""
+        """One engine.command.observation.Observation read from the output."""
         if observation.kind == "facts":
             for what, value in observation.facts.items():
                 self._fact(what, value, "stated", observation.said)
