@@ -1,9 +1,11 @@
-"""Workload and device presets: TOML files read into frozen dataclasses.
+"""Workload and device presets: TOML files read into frozen dataclasses (engine.preset_types).
 
 A device preset says how to run (device, micro-batch, accumulation, precision, ...), a
 workload preset says what to train (which workload, its [train] schedule and its [params]).
 Shipped presets live in presets/{workloads,devices}/; the user's in the user config dir
-shadow shipped ones of the same name. A preset is data: nothing in it is executed.
+shadow shipped ones of the same name. A preset is data: nothing in it is executed. The
+dataclasses and their own checks live on the ground floor, where the floors below this one name
+them; here they are found, read from TOML with errors that name the file and key, and written.
 """
 
 from __future__ import annotations
@@ -13,201 +15,18 @@ import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Mapping
 
 from engine import paths
 from engine.command import CommandSpec
 from engine.errors import ConfigError
 from engine.files import atomic_write, dump_toml, read_toml
-from engine.schema import FieldError, fields, from_table, setting, to_table, unknown_key
-from engine.vocabulary import ACTIONS, CRASH_KINDS, ENV_FIXES, parse as parse_fault
+# transitional: the importers of these names from engine.presets move to engine.preset_types
+from engine.preset_types import COMMAND, DevicePreset, TrainSettings, WorkloadPreset
+from engine.schema import fields, from_table, to_table, unknown_key
 from engine.workloads import BUILTIN, custom, params_class
 
 KINDS = ("workloads", "devices")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-Device = Literal["auto", "cpu", "mps", "cuda"]
-Precision = Literal["auto", "fp32", "bf16", "fp16"]
-CachePolicy = Literal["never", "before-mining", "every-epoch"]
-MAX_THREADS = 1024        # more than any machine's cores; torch segfaults at 100000
-MAX_SEED = 2**64 - 1      # torch.manual_seed takes 64 bits
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class DevicePreset:
-    """How to run: the device and everything that decides memory and speed on it."""
-
-    description: str = setting("", "one line shown in lists")
-    device: Device = setting("auto", "auto picks CUDA, then MPS, then CPU", aka=("accelerator",))
-    batch_size: int = setting(32, "micro-batch: samples per forward/backward", min=1,
-                             aka=("bs", "micro_batch_size", "per_device_train_batch_size",
-                                  "train_batch_size", "batch"))
-    accumulation: int = setting(1, "micro-batches per optimizer step", min=1,
-                               aka=("grad_accum", "grad_accumulation", "gradient_accumulation",
-                                    "gradient_accumulation_steps", "accumulate_grad_batches",
-                                    "accum", "accum_steps"))
-    precision: Precision = setting("auto", "auto: bf16 on CUDA when supported, else fp32",
-                                  aka=("dtype", "mixed_precision", "amp", "bf16", "fp16"))
-    grad_checkpointing: bool = setting(False, "recompute activations in backward to save memory",
-                                      aka=("gradient_checkpointing", "activation_checkpointing"))
-    compile: bool = setting(False, "torch.compile the model (refused on MPS)", aka=("torch_compile",))
-    parity_check: bool = setting(False, "before training, check the device's loss, gradients and "
-                                        "optimizer step against the CPU in fp32 (`cockpit check`); "
-                                        "wrong numbers are a crash of kind numerical-parity")
-    threads: int = setting(0, "CPU threads for torch; 0 keeps torch's default", min=0,
-                          aka=("num_threads", "torch_threads"))
-    nproc_per_node: int = setting(1, "processes on this machine; above 1 the attempt runs under "
-                                     "torchrun with DDP (one per GPU on CUDA, gloo on CPU)", min=1,
-                                 aka=("devices", "gpus", "num_processes", "world_size"))
-    nnodes: int = setting(1, "machines in the run (torchrun --nnodes); above 1 needs rdzv_endpoint",
-                          min=1)
-    rdzv_endpoint: str = setting("", "host:port of the rendezvous for a multi-machine run")
-    env: Mapping[str, str] = setting({}, "environment for the trainer process, set before torch loads")
-    empty_cache: CachePolicy = setting("never", "when to empty the device cache")
-    fallback: tuple[str, ...] = setting([], "device presets to fall back to, in order")
-    rules: Mapping[str, str] = setting({}, "crash kind -> action (next, retry, retry-progress, "
-                                           "retry-env, fp32, halve-batch, stop); unnamed kinds use "
-                                           "the defaults")
-    max_attempts: int = setting(5, "attempts a run may make, the first included", min=1,
-                                aka=("retries", "max_retries"))
-    hang_timeout_s: float = setting(300.0, "no progress for this long (or 10x the slowest "
-                                           "interval seen, if longer) is a hang", above=0.0)
-    on_slowdown: Literal["warn", "fallback"] = setting(
-        "warn", "throughput far below its best under memory pressure: 'warn' (a warning with "
-                "advice) or 'fallback' (also checkpoint and resume on the next ladder preset)")
-    inject: tuple[str, ...] = setting([], "faults to inject, KIND@STEP or KIND@SECONDSs (e.g. "
-                                          "'native-crash@117', 'hang@30s'); each fires once per "
-                                          "run, with + in every attempt")
-
-    def __post_init__(self):
-        if self.threads > MAX_THREADS:
-            raise FieldError("threads", f"got {self.threads}, expected 0 (torch's default) to "
-                                        f"{MAX_THREADS}: threads beyond the cores only slow torch "
-                                        "down, and at counts like this its thread pool crashes")
-        if self.device == "mps" and self.compile:
-            raise FieldError("compile", "true is refused on MPS: torch.compile's Metal backend is "
-                                        "immature and segfaults; expected false")
-        if self.device == "mps" and self.nproc_per_node * self.nnodes > 1:
-            raise FieldError("nproc_per_node", f"{self.nproc_per_node} is refused on MPS: torch."
-                             "distributed has no MPS backend; expected 1 (or device 'cuda'/'cpu')")
-        if self.nnodes > 1 and not re.fullmatch(r"[^\s:]+:\d+", self.rdzv_endpoint):
-            raise FieldError("rdzv_endpoint", f"got {self.rdzv_endpoint!r}; nnodes = {self.nnodes} "
-                                              "needs the rendezvous as 'host:port'")
-        if self.device == "mps" and self.precision == "fp16":
-            raise FieldError("precision", "'fp16' needs a GradScaler, which MPS lacks; expected "
-                                          "'fp32' or 'bf16'")
-        for name in self.env:
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-                raise FieldError(f"env.{name}", "is not an environment variable name")
-        for kind, action in self.rules.items():
-            if kind not in CRASH_KINDS:
-                raise FieldError(f"rules.{kind}", "is not a crash kind; expected one of "
-                                 + ", ".join(CRASH_KINDS))
-            if action not in ACTIONS:
-                raise FieldError(f"rules.{kind}", f"got {action!r}, expected one of "
-                                 + ", ".join(repr(a.value) for a in ACTIONS))
-            if kind == "user-code" and action != "stop":
-                raise FieldError("rules.user-code", f"got {action!r}, expected 'stop': falling "
-                                                    "back does not fix a bug in the workload")
-            if action == "retry-env" and kind not in ENV_FIXES:
-                raise FieldError(f"rules.{kind}", "'retry-env' has an environment fix only for "
-                                 + ", ".join(ENV_FIXES) + "; expected another action")
-        if self.on_slowdown == "fallback" and not self.fallback:
-            raise FieldError("on_slowdown", "'fallback' needs a fallback ladder (fallback = "
-                                            "[...]) to fall back to; expected 'warn'")
-        for spec in self.inject:
-            try:
-                parse_fault(spec)
-            except ValueError as e:
-                raise FieldError("inject", str(e)) from None
-
-    @property
-    def effective_batch(self) -> int:
-        """Samples per optimizer step on one process (times the world size under torchrun)."""
-        return self.batch_size * self.accumulation
-
-    @property
-    def world_size(self) -> int:
-        return self.nproc_per_node * self.nnodes
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TrainSettings:
-    """The schedule of a run: how long, how fast it learns, when it reports and saves."""
-
-    epochs: float = setting(1.0, "passes over the workload's training samples", above=0.0,
-                            aka=("num_train_epochs", "num_epochs", "max_epochs", "n_epochs"))
-    max_steps: int = setting(0, "stop after this many optimizer steps of the first attempt's "
-                                "global batch (a budget of samples, kept across fallbacks); "
-                                "0 = no limit", min=0,
-                            aka=("max_iters", "steps", "num_steps", "training_steps"))
-    optimizer: Literal["adamw", "sgd"] = setting("adamw", "adamw (betas, eps; fused on CUDA) or sgd "
-                                                          "(with momentum)", aka=("optim",))
-    lr: float = setting(1e-3, "peak learning rate: reached after warmup_steps, then kept (schedule "
-                              "'constant') or decayed to min_lr", min=0.0,
-                      aka=("learning_rate", "max_lr"))
-    schedule: Literal["constant", "cosine", "linear"] = setting(
-        "constant", "the learning rate after warmup, over the samples of the run: constant, or a "
-                    "cosine or linear decay from lr to min_lr",
-        aka=("lr_scheduler", "lr_scheduler_type", "scheduler", "lr_schedule"))
-    warmup_steps: int = setting(0, "linear warmup from 0 to lr over this many optimizer steps of the "
-                                   "first attempt's global batch (samples: kept across fallbacks)", min=0,
-                                aka=("warmup", "warmup_iters"))
-    min_lr: float = setting(0.0, "where cosine and linear decay end, at the last sample", min=0.0,
-                            aka=("min_learning_rate",))
-    weight_decay: float = setting(0.0, "weight decay (decoupled in AdamW)", min=0.0, aka=("wd",))
-    weight_decay_params: Literal["matrices", "all"] = setting(
-        "matrices", "which parameters weight decay reaches: 'matrices' (2-D and up; norms, biases "
-                    "and embeddings excluded) or 'all'")
-    beta1: float = setting(0.9, "AdamW's beta1: decay of the gradient's running mean", min=0.0,
-                           aka=("adam_beta1",))
-    beta2: float = setting(0.999, "AdamW's beta2: decay of the squared gradient's running mean "
-                                  "(0.95 for LLMs, as nanoGPT)", min=0.0, aka=("adam_beta2",))
-    eps: float = setting(1e-8, "AdamW's epsilon", above=0.0, aka=("adam_epsilon", "epsilon"))
-    momentum: float = setting(0.9, "SGD's momentum; 0 = plain SGD", min=0.0)
-    grad_clip: float = setting(0.0, "clip the gradient norm to this; 0 = off", min=0.0,
-                               aka=("max_grad_norm", "gradient_clip_val", "clip_grad_norm"))
-    seed: int = setting(0, "seeds the model, the data order and every RNG", min=0, max=MAX_SEED,
-                        aka=("random_seed",))
-    report_every_s: float = setting(0.5, "seconds per reporting window (one step event each)",
-                                    above=0.0)
-    eval_every_steps: int = setting(0, "evaluate every N optimizer steps; 0 = at the end only",
-                                    min=0, aka=("eval_steps", "eval_interval"))
-    checkpoint_every_steps: int | Literal["auto"] = setting(
-        0, "checkpoint every N optimizer steps; 0 = off; 'auto': the interval that loses least "
-           "for the measured save time and crash rate (Young/Daly)", min=0,
-        aka=("save_steps", "checkpoint_interval"))
-    checkpoint_every_minutes: float = setting(5.0, "checkpoint every M minutes; 0 = off", min=0.0)
-    keep_checkpoints: int = setting(3, "how many recent checkpoints to keep", min=1,
-                                    aka=("save_total_limit",))
-
-    def __post_init__(self):
-        for name in ("beta1", "beta2", "momentum"):
-            if getattr(self, name) >= 1:
-                raise FieldError(name, f"got {getattr(self, name)!r}, expected a number from 0 to "
-                                       "below 1 (at 1 nothing is ever forgotten)")
-        if self.min_lr > self.lr:
-            raise FieldError("min_lr", f"got {self.min_lr!r}, above lr {self.lr!r}; expected at most "
-                                       "lr (the schedule decays from lr to min_lr)")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class WorkloadPreset:
-    """What to train: a workload, its schedule and its own parameters; or the user's own
-    command (workload COMMAND, params an engine.command.CommandSpec, train unused)."""
-
-    workload: str
-    description: str = ""
-    train: TrainSettings = dataclasses.field(default_factory=TrainSettings)
-    params: Any = None  # the workload's own frozen Params dataclass
-
-    @property
-    def is_command(self) -> bool:
-        return self.workload == COMMAND
-
-
-# The workload name of a command preset (`command = [...]` instead of `workload = ...`).
-COMMAND = "command"
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from engine import command, presets, vocabulary, workloads
 from engine.command import interpreter, programs
 from engine.errors import ConfigError
-from engine.presets import DevicePreset, TrainSettings, WorkloadPreset
+from engine.preset_types import DevicePreset, TrainSettings, WorkloadPreset
 from engine.schema import fields, from_table, nearest, parse_value, to_table, unknown_key
 from engine.schema import names as key_names
 

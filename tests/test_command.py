@@ -377,7 +377,7 @@ def test_a_command_preset_appears_in_the_launch_screen_and_runs_from_it(home):
 def test_a_rule_that_changes_what_the_command_does_not_take_moves_on(home):
     from engine.run import fallback
     from engine.run.crashes import Verdict
-    from engine.presets import DevicePreset
+    from engine.preset_types import DevicePreset
 
     first = fallback.Rung("first", DevicePreset(device="cpu", batch_size=16, fallback=("second",)))
     ladder_ = fallback.Ladder(first, {"second": DevicePreset(device="cpu", batch_size=8)})

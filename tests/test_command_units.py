@@ -15,7 +15,7 @@ from engine import command
 from engine.command import statements
 from engine.command.progress import OutputParser
 from engine.command.tracker import Tracker, Units
-from engine.presets import DevicePreset
+from engine.preset_types import DevicePreset
 from engine.record.rundir import list_runs
 
 

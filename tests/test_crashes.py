@@ -8,7 +8,7 @@ from engine import vocabulary
 from engine.train import faults
 from engine.run.crashes import AttemptEnd, classify
 from engine.run.fallback import Ladder, Rung, decide, got_further
-from engine.presets import DevicePreset
+from engine.preset_types import DevicePreset
 
 
 DYNAMO_WARNING = ("W1124 torch/_dynamo/convert_frame.py:1200] WON'T CONVERT forward model.py line 40\n"

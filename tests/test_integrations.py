@@ -19,7 +19,7 @@ from conftest import ROOT, child_env
 from cockpit import report
 from engine import command
 from engine.record import reached
-from engine.presets import DevicePreset
+from engine.preset_types import DevicePreset
 
 pytest.importorskip("transformers")
 pytest.importorskip("lightning")

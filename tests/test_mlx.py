@@ -210,7 +210,7 @@ def test_mlx_lm_crashes_and_resumes_from_its_adapters_under_cockpit(tiny, home):
 def test_its_iterations_are_micro_batches_so_a_step_is_one_batch():
     """mlx-lm's --iters, table and bar count micro-batches (it updates every
     --grad-accumulation-steps of them): a step is --batch-size samples, not batch x accumulation."""
-    from engine.presets import DevicePreset
+    from engine.preset_types import DevicePreset
 
     argv = ["python", "-m", "mlx_lm", "lora", "--iters", "9", "--batch-size", "{batch_size}",
             "--grad-accumulation-steps", "{accumulation}"]

@@ -10,7 +10,7 @@ import pytest
 from conftest import FIXTURES, user_preset
 from engine import files, presets, runconfig
 from engine.errors import ConfigError
-from engine.presets import DevicePreset
+from engine.preset_types import DevicePreset
 from engine.schema import to_table
 
 SHIPPED_DEVICES = {"cpu", "mps", "mps-safe", "mps-no-accum", "cuda", "auto"}

@@ -22,7 +22,8 @@ import pytest
 from conftest import FIXTURES
 from engine.monitor import sysmon
 from engine.errors import ConfigError
-from engine.presets import DevicePreset, device_from_table
+from engine.preset_types import DevicePreset
+from engine.presets import device_from_table
 from engine.schema import setting
 from engine.run.slowdown import Context, SlowdownDetector, advice
 

@@ -26,7 +26,7 @@ from textual.widgets import Button, Footer, Header, Input, Label, Select, Static
 from cockpit.ui.widgets.fields import FieldInput, FieldSelect
 from engine import files, paths, presets
 from engine.errors import ConfigError
-from engine.presets import DevicePreset, TrainSettings
+from engine.preset_types import DevicePreset, TrainSettings
 from engine.schema import expected, fields, parse_value, to_table
 
 

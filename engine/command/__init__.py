@@ -24,17 +24,15 @@ import shutil
 import string
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, AbstractSet, Literal, Sequence
+from typing import AbstractSet, Literal, Sequence
 
 from engine.command import statements
 from engine.command.progress import compile_regex
 from engine.command.tracker import Units
 from engine.errors import ConfigError
 from engine.monitor import machine
+from engine.preset_types import DevicePreset
 from engine.schema import FieldError, setting
-
-if TYPE_CHECKING:
-    from engine.presets import DevicePreset
 
 PLACEHOLDERS = {
     "device": "the device: cpu, cuda or mps ('auto' resolved for this machine)",

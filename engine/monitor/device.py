@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from engine.errors import ConfigError
-
-if TYPE_CHECKING:  # a device preset is only read here: no import of the presets' layer
-    from engine.presets import DevicePreset
+from engine.preset_types import DevicePreset
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -41,7 +41,7 @@ from typing import Callable, cast
 from engine import command as commands
 from engine.errors import ConfigError
 from engine.numbers import rate
-from engine.presets import DevicePreset
+from engine.preset_types import DevicePreset
 from engine.probe import FINDER_BUDGET_S, MAX_BATCH, TRIAL_S
 from engine.probe.measure import POLL_S, PRESSURE_RANK, SAMPLE_EVERY_S, Worker
 from engine.probe.workers import start_worker

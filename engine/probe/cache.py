@@ -15,7 +15,7 @@ from pathlib import Path
 
 from engine import files, paths
 from engine.monitor.machine import machine
-from engine.presets import WorkloadPreset
+from engine.preset_types import WorkloadPreset
 from engine.schema import to_table
 
 

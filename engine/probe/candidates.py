@@ -19,7 +19,7 @@ import psutil
 from engine import command, presets, runconfig
 from engine.errors import ConfigError
 from engine.numbers import count
-from engine.presets import Device, DevicePreset, WorkloadPreset
+from engine.preset_types import Device, DevicePreset, WorkloadPreset
 from engine.monitor.machine import available_devices
 
 DEVICES = ("cuda", "mps", "cpu")

@@ -40,7 +40,7 @@ from engine.run import faults
 from engine.record.attempt_log import OutputFollower, log_tail
 from engine.run.crashes import AttemptEnd, Verdict
 from engine.run.launch import Launch, command_launch
-from engine.presets import DevicePreset
+from engine.preset_types import DevicePreset
 from engine.probe import MIN_WINDOW_S, TRIAL_MIN_STEPS, WARMUP_SHARE, WINDOWS
 from engine.probe.measure import Worker, WorkerEnd
 from engine.command.tracker import Tracker, Units

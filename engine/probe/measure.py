@@ -28,7 +28,7 @@ from engine.run.crashes import AttemptEnd, Verdict, classify
 from engine.record.events import EventFollower
 from engine.run.launch import child_env
 from engine.run.process import signal_group, spawn
-from engine.presets import DevicePreset
+from engine.preset_types import DevicePreset
 from engine.probe import TRIAL_S
 from engine.record.rundir import RunDir
 from engine.runconfig import RunConfig

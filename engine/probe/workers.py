@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.presets import DevicePreset
+from engine.preset_types import DevicePreset
 from engine.probe.command_worker import CommandWorker
 from engine.probe.measure import Worker
 from engine.runconfig import RunConfig

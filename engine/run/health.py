@@ -17,7 +17,7 @@ from typing import Mapping
 
 from engine.monitor.hardware import ContentionDetector
 from engine.monitor.sysmon import SystemSampler
-from engine.presets import DevicePreset, WorkloadPreset
+from engine.preset_types import DevicePreset, WorkloadPreset
 from engine.event_types import MemoryFields, WarningFields
 from engine.run.slowdown import Context, SlowdownDetector
 

@@ -23,7 +23,7 @@ from collections import deque
 from typing import Any, Mapping
 
 from engine import command
-from engine.presets import DevicePreset
+from engine.preset_types import DevicePreset
 from engine.event_types import Advice, WarningFields
 from engine.schema import fields
 

@@ -17,13 +17,12 @@ import importlib
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.errors import ConfigError
+from engine.preset_types import DevicePreset
 from engine.workloads import custom
 from engine.workloads.builtin import BUILTIN
 
 if TYPE_CHECKING:
     import torch
-
-    from engine.presets import DevicePreset
 
 
 class Workload(Protocol):

@@ -54,7 +54,7 @@ The workload object (the engine's protocol, engine.workloads.Workload)
         **fields)` writes an event. Optional.
     configure_optimizers(model, train) -> optimizer | (optimizer, scheduler)
         Your own optimizer over `model.parameters()` (the model on its device; `train` is the
-        preset's [train], engine.presets.TrainSettings: lr, weight_decay, beta1, ...). Optional:
+        preset's [train], engine.preset_types.TrainSettings: lr, weight_decay, beta1, ...). Optional:
         without it the trainer builds the one [train] describes (optimizer = "adamw" | "sgd",
         betas, eps, momentum; weight decay on matrices only unless weight_decay_params = "all";
         engine.train.optim.param_groups(model, weight_decay) makes that split for you). [train]'s
