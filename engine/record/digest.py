@@ -4,35 +4,20 @@ appended to its events since the last look.
 Summarizing a five-hour run reads about 50,000 events (20 MB, a second of CPU here); a screen
 that lists runs and refreshes every few seconds cannot do that each time. A digest reads the
 file once, then each `refresh()` costs a stat for a run that did not change, and the new lines
-only for one that did. It keeps what summarize() needs of the events -- all but the memory
-samples, and of each stretch of step events only the newest (the summary keeps the last
-step's figures; its whole-run figures come from the digest's own fold of every event) -- so
-it stays small however long the run.
+only for one that did. It folds them into the run's read model (engine.record.state), which
+summarize() folds too, so its summary is summarize()'s; it stays small however long the run.
 """
-
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 from pathlib import Path
 
 from engine.record.curves import CurveFold, RunCurves
 from engine.record.events import EventFollower
-from engine.record.rundir import UNREADABLE, RunDir, RunSummary, broken, list_runs, summarize
-from engine.record.stats import Averages, RunStats
-
-
-class _SoFar(RunDir):
-    """The run dir as summarize() sees it: its events are the digest's, not a fresh read.
-    Private to the digest: anything else handed a RunDir gets a plain one."""
-
-    def __init__(self, path: Path, kept: list[dict]):
-        super().__init__(path)
-        self._kept = kept
-
-    def events(self) -> list[dict]:
-        return self._kept
+from engine.record.rundir import UNREADABLE, RunDir, RunSummary, broken, list_runs, summary_of
+from engine.record.state import RunState, require
+from engine.record.stats import Averages
 
 
 class RunDigest:
@@ -44,14 +29,13 @@ class RunDigest:
 
     def _start_over(self) -> None:
         self._follower = EventFollower(self.run.events_path)
-        self._kept: list[dict] = []
-        self._stats = RunStats()
+        self.state = RunState()
         self._curves = CurveFold() if self._want_curves else None
         self._seen: tuple | None = None   # (events size, run.toml mtime) at the last look
 
     @property
     def averages(self) -> Averages:
-        return self._stats.result()
+        return self.state.averages
 
     @property
     def curves(self) -> RunCurves | None:
@@ -70,7 +54,7 @@ class RunDigest:
                     self._add(e)
                 self._seen = seen
             if changed or self.summary is None or self.summary.status == "running":
-                self.summary = self._summarize()
+                self.summary = summary_of(self.run, self.state)
                 return True
         except UNREADABLE as e:
             # Broken, as summarize() would say, so the runs beside it are still listed. What was
@@ -81,35 +65,10 @@ class RunDigest:
             return True
         return False
 
-    def _summarize(self) -> RunSummary:
-        """summarize() over the kept events; the whole-run figures it shares with the averages
-        (throughput, time training, steps lost) and the goodput from the digest's own fold, which saw every
-        step, and the newest event's time from every event, memory samples too."""
-        summary = summarize(_SoFar(self.run.path, self._kept))
-        if summary.status == "broken":
-            return summary
-        whole = self._stats.result()
-        names = {f.name for f in dataclasses.fields(summary)}
-        for f in dataclasses.fields(whole):
-            if f.name in names:
-                setattr(summary, f.name, getattr(whole, f.name))
-        if "last_event" in names:
-            summary.last_event = self._stats.last_t
-        summary.goodput = self._stats.goodput().as_dict()   # the kept events time too little
-        return summary
-
     def _add(self, e: dict) -> None:
-        self._stats.add(e)
+        self.state.add(require(e))
         if self._curves is not None:
             self._curves.add(e)
-        kind = e.get("type")
-        if kind == "memory":
-            return
-        last = self._kept[-1] if self._kept else None
-        if kind == "step" and last is not None and last.get("type") == "step":
-            self._kept[-1] = e   # only the newest step of a stretch counts for the summary
-        else:
-            self._kept.append(e)
 
 
 class RunDigests:

@@ -27,8 +27,8 @@ from engine import files, paths
 from engine.errors import ConfigError
 from engine.record.events import read_events
 from engine.record.identity import ProcessId
-from engine.record.metrics import choose_main_metric, shown_metrics
-from engine.record.stats import RunStats, samples_known
+from engine.record.state import RunState
+from engine.record.stats import samples_known
 from engine.runconfig import RunConfig
 
 
@@ -327,82 +327,41 @@ def broken(run: RunDir, e: Exception) -> RunSummary:
 
 
 def _fold(run: RunDir) -> RunSummary:
-    """Fold the events into a RunSummary. A run whose supervisor died is 'interrupted' once
-    its lifeline has stopped the attempt, 'lost' until then (or if the lifeline died too)."""
+    """The run's events folded (engine.record.state), as a RunSummary."""
     config = files.read_toml(run.config_path)
+    return summary_of(run, RunState.of(run.events(), strict=True), config)
+
+
+def summary_of(run: RunDir, state: RunState, config: dict | None = None) -> RunSummary:
+    """The summary of a run whose events `state` has folded (each `require`d): its figures as a
+    record, with what run.toml says (its workload, command and main metric). A run whose
+    supervisor died is 'interrupted' once its lifeline has stopped the attempt, 'lost' until
+    then (or if the lifeline died too)."""
+    config = files.read_toml(run.config_path) if config is None else config
     workload = config.get("workload") or {}
-    summary = RunSummary(id=run.id, workload=config.get("workload_preset", "?"),
-                         device_preset=config.get("device_preset", "?"),
-                         command=workload.get("command"))
-    stats = RunStats()
-    reported: dict[str, tuple[float, int | None]] = {}   # each metric's newest value, and its step
-    for e in run.events():
-        stats.add(e)
-        kind = e["type"]
-        if kind == "run_started":
-            summary.status, summary.started = "running", e["t"]
-            summary.adopted = e.get("adopted") if isinstance(e.get("adopted"), dict) else None
-        elif kind == "run_resumed":
-            summary.status, summary.ended = "running", None
-            summary.started = summary.started or e["t"]
-        elif kind == "attempt_started":
-            summary.attempts.append(AttemptSummary(attempt=e["attempt"], preset=e.get("preset", "?"),
-                                                   device=e.get("device") or "?"))
-        elif kind == "trainer_ready" and summary.attempts:
-            summary.attempts[-1].device = e.get("device", "?")
-            # known before the first step, which may be minutes away on a slow device
-            summary.total_steps = e.get("total_steps") or summary.total_steps
-        elif kind == "checkpoint":
-            summary.checkpoint_writes.append({k: e.get(k) for k in ("attempt", "step", "step_source", "path")})
-        elif kind == "step":
-            summary.step, summary.total_steps = e["step"], e.get("total") or summary.total_steps
-            summary.samples_seen = e.get("samples_seen", summary.samples_seen)
-            summary.tokens_seen = e.get("tokens_seen", summary.tokens_seen)
-            summary.loss, summary.window_samples_per_s = e.get("loss"), e.get("samples_per_s")
-            summary.window_steps_per_s = e.get("steps_per_s")
-            summary.window_tokens_per_s = e.get("tokens_per_s")
-            summary.eta_s = e.get("eta_s")
-            if summary.attempts:
-                summary.attempts[-1].last_step = e["step"]
-            _reported(reported, e)
-        elif kind == "eval":
-            summary.metrics = shown_metrics(e.get("metrics") or {})
-            _reported(reported, e)
-        elif kind == "crash" and summary.attempts:
-            summary.attempts[-1].crash = e.get("sentence")
-        elif kind == "fallback":
-            summary.fallbacks.append(e)
-        elif kind == "attempt_ended" and summary.attempts:
-            summary.attempts[-1].outcome = e.get("outcome", "?")
-            summary.attempts[-1].exit = e.get("exit", "")
-            if e.get("last_step") is not None:  # where it got to, past its last report
-                summary.attempts[-1].last_step = e["last_step"]
-                summary.step = max(summary.step, e["last_step"])
-        elif kind == "run_finished":
-            summary.status, summary.ended = e["status"], e["t"]
-        elif kind == "run_interrupted":
-            summary.status, summary.ended = "interrupted", e["t"]
-    averages = stats.result()
-    summary.samples_per_s, summary.steps_per_s = averages.samples_per_s, averages.steps_per_s
-    summary.tokens_per_s, summary.units = averages.tokens_per_s, averages.units
-    summary.total_source = averages.total_source
-    summary.gflop_s, summary.train_s = averages.gflop_s, averages.train_s
-    summary.steps_lost, summary.last_event = averages.steps_lost, stats.last_t
-    summary.checkpoints = stats.checkpoints
-    summary.goodput = stats.goodput().as_dict()
+    averages = state.averages
+    summary = RunSummary(
+        id=run.id, workload=config.get("workload_preset", "?"), device_preset=config.get("device_preset", "?"),
+        command=workload.get("command"), status=state.status, step=state.step, total_steps=state.total,
+        total_source=averages.total_source, samples_seen=state.samples_seen, tokens_seen=state.tokens_seen,
+        loss=state.loss, samples_per_s=averages.samples_per_s, steps_per_s=averages.steps_per_s,
+        tokens_per_s=averages.tokens_per_s, gflop_s=averages.gflop_s, train_s=averages.train_s,
+        window_samples_per_s=state.now.samples_per_s, window_steps_per_s=state.now.steps_per_s,
+        window_tokens_per_s=state.now.tokens_per_s, units=averages.units, eta_s=state.eta_s,
+        started=state.started_t, ended=state.ended_t, last_event=state.newest_t, metrics=dict(state.metrics),
+        attempts=[AttemptSummary(attempt=a.attempt, device=a.device or "?", preset=a.preset,
+                                 outcome=a.outcome, exit=a.exit, last_step=a.last_step or 0, crash=a.sentence)
+                  for a in state.attempts if a.attempt is not None],
+        fallbacks=list(state.fallbacks), steps_lost=averages.steps_lost, goodput=state.goodput().as_dict(),
+        checkpoints=state.stats.checkpoints,
+        checkpoint_writes=[{k: e.get(k) for k in ("attempt", "step", "step_source", "path")}
+                           for e in state.checkpoints],
+        adopted=state.adopted)
     named = workload.get("main_metric")
     named = named if isinstance(named, str) else ""
-    summary.main_metric = choose_main_metric(reported, named)
-    if summary.main_metric is not None:
-        summary.main_metric_source = "preset" if named else "default"
-        summary.main_metric_value, summary.main_metric_step = reported.get(summary.main_metric, (None, None))
+    if (main := state.main_of(named)) is not None:
+        summary.main_metric, summary.main_metric_source = main.name, "preset" if named else "default"
+        summary.main_metric_value, summary.main_metric_step = main.value, main.step
     if summary.status == "running" and run.supervisor_pid() is None:
         summary.status = "lost"  # the supervisor was killed; nothing will finish this run
     return summary
-
-
-def _reported(reported: dict, e: dict) -> None:
-    """Each number in a step's or an eval's metrics: its newest value, with its step."""
-    for name, value in (e.get("metrics") or {}).items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            reported[name] = (value, e.get("step"))   # a name keeps its place: where it came first
