@@ -40,7 +40,7 @@ class CrashKind(StrEnum):
 
 # Every crash kind a device preset's [rules] can name, in the order messages list them.
 CRASH_KINDS: tuple[CrashKind, ...] = tuple(CrashKind)
-# The ends of an attempt that are not crashes; an adopted process's (engine.run.adopted) "ended"
+# The ends of an attempt that are not crashes; an adopted process's (engine.run.launchers.adopted) "ended"
 # (its exit status unknown, no error in its log: no crash cockpit can show) and "released"
 # (cockpit stopped following it) too.
 CLEAN = ("finished", "stopped", "config", "ended", "released")

@@ -1,4 +1,4 @@
-"""`cockpit adopt PID`: a run made of a process cockpit did not start (engine.run.adopted).
+"""`cockpit adopt PID`: a run made of a process cockpit did not start (engine.run.launchers.adopted).
 
 A real script (tests/scripts/steps.py, `step N/M loss X` a few times a second) is started with
 subprocess, not under cockpit, in a session of its own as `nohup ... &` would leave it; cockpit
@@ -29,7 +29,8 @@ from conftest import ROOT, child_env, cockpit_cmd
 from engine.errors import ConfigError
 from engine.monitor import procinfo
 from engine.record.rundir import RunDir, find_run, summarize
-from engine.run import adopted, adoption, resume as resumption
+from engine.run import adoption, resume as resumption
+from engine.run.launchers import adopted
 from engine.run.watch import AttemptWatch
 
 SCRIPT = ROOT / "tests" / "scripts" / "steps.py"

@@ -19,8 +19,8 @@ import pytest
 
 from conftest import ROOT, child_env, cockpit_cmd, user_preset
 from engine import command, runconfig
-from engine.run import launch
-from engine.run.crashes import AttemptEnd, classify
+from engine.run import launchers
+from engine.run.crashes import COMMAND, AttemptEnd, classify
 from engine.record.rundir import RunDir, list_runs
 
 TRAIN = str(ROOT / "examples" / "command" / "train.py")
@@ -65,13 +65,13 @@ def test_placeholders_are_filled_per_attempt_from_its_preset(home, tmp_path):
          "--out", "{run_dir}/out", "--tag", "a{attempt}-{precision}-{effective_batch}"],
         "train", "first", ["command.resume=['--resume', '{checkpoint}']", f"command.cwd={tmp_path}"])
     run = RunDir.create(config)
-    first = launch.build(run, config, 1, "first", config.device)
+    first = launchers.for_attempt(run, config, config.device).launch(1, "first", config.device, None)
     assert first.argv[2:] == ["--bs", "16", "--accum", "2", "--device", "cpu",
                               "--out", f"{run.path.resolve()}/out", "--tag", "a1-fp32-32"]
     assert first.cwd == str(tmp_path) and first.env["OMP_NUM_THREADS"] == "1"
     ckpt = tmp_path / "ckpt-000040.pt"
-    second = launch.build(run, config, 2, "second", config.ladder["second"],
-                          resume={"path": str(ckpt), "step": 40})
+    second = launchers.for_attempt(run, config, config.ladder["second"]).launch(
+        2, "second", config.ladder["second"], resume={"path": str(ckpt), "step": 40})
     assert second.argv[2:6] == ["--bs", "8", "--accum", "4"]
     assert second.argv[-2:] == ["--resume", str(ckpt)] and "a2-fp32-32" in second.argv
 
@@ -155,24 +155,24 @@ def test_save_writes_a_workload_preset_once(home, tmp_path):
 
 
 def test_classification_of_a_command_end():
-    oom = classify(AttemptEnd(exit_code=1, signal=None, command=True, tail=textwrap.dedent("""\
+    oom = classify(AttemptEnd(exit_code=1, signal=None, subject=COMMAND, tail=textwrap.dedent("""\
         Traceback (most recent call last):
           File "train.py", line 3, in <module>
         RuntimeError: MPS backend out of memory (MPS allocated: 17.80 GB)""")))
     assert oom.kind == "oom"
-    bug = classify(AttemptEnd(exit_code=1, signal=None, command=True, last_step=7, tail=textwrap.dedent("""\
+    bug = classify(AttemptEnd(exit_code=1, signal=None, subject=COMMAND, last_step=7, tail=textwrap.dedent("""\
         Traceback (most recent call last):
           File "train.py", line 3, in <module>
             a, b = x
         ValueError: too many values to unpack""")))
     assert bug.kind == "user-code" and "raised ValueError after step 7" in bug.sentence
-    usage = classify(AttemptEnd(exit_code=2, signal=None, command=True,
+    usage = classify(AttemptEnd(exit_code=2, signal=None, subject=COMMAND,
                                 tail="usage: train.py [-h] [--bs BS]\ntrain.py: error: unrecognized arguments: --accum 4"))
     assert usage.kind == "config" and "unrecognized arguments" in usage.evidence["message"]
     # a command's exit codes are its own: 3 is not the trainer's 'stopped', 4 not 'numerical'
-    assert classify(AttemptEnd(exit_code=3, signal=None, command=True)).kind == "unknown"
-    assert classify(AttemptEnd(exit_code=130, signal=None, command=True, stop_requested=True)).kind == "stopped"
-    assert classify(AttemptEnd(exit_code=None, signal="SIGABRT", command=True)).sentence.startswith("The command died")
+    assert classify(AttemptEnd(exit_code=3, signal=None, subject=COMMAND)).kind == "unknown"
+    assert classify(AttemptEnd(exit_code=130, signal=None, subject=COMMAND, stop_requested=True)).kind == "stopped"
+    assert classify(AttemptEnd(exit_code=None, signal="SIGABRT", subject=COMMAND)).sentence.startswith("The command died")
 
 
 def test_a_script_that_raises_stops_as_user_code(home, tmp_path):

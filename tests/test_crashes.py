@@ -6,7 +6,7 @@ import pytest
 
 from engine import vocabulary
 from engine.train import faults
-from engine.run.crashes import AttemptEnd, classify
+from engine.run.crashes import COMMAND, AttemptEnd, classify
 from engine.run.fallback import Ladder, Rung, decide, got_further
 from engine.preset_types import DevicePreset
 
@@ -58,7 +58,7 @@ DYNAMO_WARNING = ("W1124 torch/_dynamo/convert_frame.py:1200] WON'T CONVERT forw
     (AttemptEnd(1, None, tail=DYNAMO_WARNING + "Traceback (most recent call last):\n  File ...\n"
                               "KeyError: 'label'\n"), "user-code"),
     # a command compiles as its own code says: its compile errors are its own
-    (AttemptEnd(1, None, command=True, tail="Traceback (most recent call last):\n  File ...\n"
+    (AttemptEnd(1, None, subject=COMMAND, tail="Traceback (most recent call last):\n  File ...\n"
                 "torch._dynamo.exc.TorchRuntimeError: RuntimeError when making fake tensor call\n"), "user-code"),
 ])
 def test_classification(end, kind):
@@ -92,9 +92,9 @@ UNPICKLING = ("Traceback (most recent call last):\n  File \"train.py\", line 9\n
     AttemptEnd(1, None, exception={"error": "Unreadable", "message": "runs/x/checkpoints/step-5.pt: "
                                    "is not a whole checkpoint"}),
     # A command given a checkpoint to resume from, failing to load before its first step.
-    AttemptEnd(1, None, command=True, resumed_from="out/ckpt-4.pt",
+    AttemptEnd(1, None, subject=COMMAND, resumed_from="out/ckpt-4.pt",
                tail=f"Traceback (most recent call last):\nRuntimeError: {TORN}"),
-    AttemptEnd(1, None, command=True, resumed_from="out/ckpt-4.pt", tail=UNPICKLING),
+    AttemptEnd(1, None, subject=COMMAND, resumed_from="out/ckpt-4.pt", tail=UNPICKLING),
 ])
 def test_a_checkpoint_that_cannot_be_loaded_is_never_user_code(end):
     verdict = classify(end)
@@ -106,8 +106,8 @@ def test_a_checkpoint_that_cannot_be_loaded_is_never_user_code(end):
     # workload's (its data, its pretrained weights).
     AttemptEnd(1, None, exception={"error": "RuntimeError", "message": TORN}),
     # A command that was not resuming, or that trained past the load: its own file.
-    AttemptEnd(1, None, command=True, tail=UNPICKLING),
-    AttemptEnd(1, None, command=True, resumed_from="out/ckpt-4.pt", last_step=12, tail=UNPICKLING),
+    AttemptEnd(1, None, subject=COMMAND, tail=UNPICKLING),
+    AttemptEnd(1, None, subject=COMMAND, resumed_from="out/ckpt-4.pt", last_step=12, tail=UNPICKLING),
 ])
 def test_the_same_load_errors_about_the_users_own_files_are_user_code(end):
     assert classify(end).kind == "user-code"
@@ -269,7 +269,7 @@ RICH_TAIL = ("\x1b[31m╭─\x1b[0m\x1b[31m──── \x1b[0m\x1b[1;31mTraceba
 
 
 def test_a_crash_excerpt_carries_no_terminal_escapes():
-    verdict = classify(AttemptEnd(exit_code=1, signal=None, tail=RICH_TAIL, command=True, last_step=130))
+    verdict = classify(AttemptEnd(exit_code=1, signal=None, tail=RICH_TAIL, subject=COMMAND, last_step=130))
     assert verdict.kind == "user-code"
     assert verdict.evidence["message"] == "RuntimeError: expected scalar type Float but found Half"
     assert "\x1b" not in verdict.sentence and "RuntimeError" in verdict.sentence
@@ -291,5 +291,5 @@ def test_the_log_tail_read_as_evidence_drops_escapes_but_the_log_keeps_them(tmp_
 
 def test_a_commands_native_crash_on_the_cpu_does_not_blame_torch():
     """A command need not be torch (mlx-lm is MLX): its crash is in a native library it loaded."""
-    sentence = classify(AttemptEnd(None, "SIGABRT", device="cpu", command=True)).sentence
+    sentence = classify(AttemptEnd(None, "SIGABRT", device="cpu", subject=COMMAND)).sentence
     assert "torch" not in sentence and "a native crash in a native library it loaded" in sentence

@@ -19,7 +19,7 @@ from engine.command import programs
 from engine.command.progress import OutputParser
 from engine.command.tracker import Tracker
 from engine.record.rundir import list_runs, summarize
-from engine.run.crashes import AttemptEnd, classify
+from engine.run.crashes import COMMAND, AttemptEnd, classify
 from engine.schema import FieldError
 from engine.text import strip_ansi
 
@@ -95,7 +95,7 @@ def test_its_checkpoints_say_their_step_in_their_name(name, step):
 ])
 def test_its_metal_failures_are_classified(tail, kind):
     verdict = classify(AttemptEnd(None if "abi" in tail else 1, "SIGABRT" if "abi" in tail else None,
-                                  tail=tail, command=True))
+                                  tail=tail, subject=COMMAND))
     assert verdict.kind == kind
     if kind == "backend":
         assert "MLX/Metal" in verdict.sentence
@@ -256,5 +256,5 @@ def test_the_launcher_runs_a_script_on_the_device_it_is_given_and_refuses_a_miss
     refused = subprocess.run([sys.executable, "-m", "cockpit.integrations.mlx", "--device", "gpu", str(script)],
                              capture_output=True, text=True, env=child_env(), timeout=120)
     assert refused.returncode == 2 and "argument --device" in refused.stderr
-    verdict = classify(AttemptEnd(2, None, tail=refused.stderr, command=True))
+    verdict = classify(AttemptEnd(2, None, tail=refused.stderr, subject=COMMAND))
     assert verdict.kind == "config"

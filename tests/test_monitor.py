@@ -13,6 +13,7 @@ from engine import runconfig
 from engine.run import health as health_module
 from engine.record.events import EventWriter
 from engine.record.rundir import RunDir
+from engine.run.attempt import Attempt
 from engine.run.supervisor import Supervisor
 from engine.monitor.sysmon import SystemSampler
 from engine.train import trainer as trainer_module
@@ -52,10 +53,11 @@ def test_a_sample_taken_after_the_attempt_exited_is_not_an_event(home):
     measure) and would be a memory event of nothing; the system's fullness is still kept."""
     run = RunDir.create(runconfig.resolve("matmul", "cpu", STEADY))
     sup = Supervisor(run)
+    attempt = Attempt(1, "cpu", run.config().device, sup.launcher_for(run.config().device), sup.context)
     gone = {"rss": None, "processes": 0, "system_total": 8e9, "system_used": 2e9}
-    sup._health = SimpleNamespace(sample=lambda: dict(gone), warnings=lambda sample: [])
-    sup._sample_memory(attempt=1)
-    assert of_type(run, "memory") == [] and sup._memory_percent == 25.0
+    attempt.health = SimpleNamespace(sample=lambda: dict(gone), warnings=lambda sample: [])
+    attempt._sample_health()
+    assert of_type(run, "memory") == [] and attempt.memory_percent == 25.0
 
 
 def test_eta_converges_on_a_steady_run(home, monkeypatch):
@@ -126,7 +128,7 @@ def test_a_slowdown_with_swapping_warns_with_advice_and_falls_back(home, monkeyp
     assert Supervisor(run, poll_s=0.05).supervise() == "finished"
     (warning,) = of_type(run, "warning")
     assert warning["kind"] == "slowdown" and warning["fallback"] is True
-    assert "swap-in is 80 MB/s" in warning["message"]
+    assert "swap-in is 80.0 MB/s" in warning["message"]
     sets = [s for tip in warning["advice"] for s in tip["set"]]
     assert "device.grad_checkpointing=true" in sets and "device.batch_size=16" in sets
     (crash,) = of_type(run, "crash")

@@ -15,7 +15,9 @@ from pathlib import Path
 from conftest import TINY, user_preset
 from engine import runconfig
 from engine.record.rundir import RunDir
-from engine.run import launch as launches
+from engine.run import launchers
+from engine.run.launch import Launch
+from engine.run.launchers.trainer import SPARE_VARYING, trainer_launch
 from engine.run.process import AttemptProcess, ExitWait, Spare, spawn
 from engine.run.supervisor import Supervisor
 from engine.train.faults import STARTED_ENV
@@ -139,35 +141,34 @@ def test_a_command_never_gets_a_spare(home, tmp_path):
     script.write_text(LOOP)
     config = runconfig.resolve_command([sys.executable, str(script)], "loop", "cpu",
                                        ["inject=['native-crash@4']", "rules={native-crash='retry'}"])
-    assert launches.spare_for(RunDir.create(config), config, 2, "cpu", config.device) is None
+    assert launchers.for_attempt(RunDir.create(config), config, config.device).spare(2, "cpu", config.device) is None
     run = RunDir.create(config)
     supervisor = Supervisor(run, poll_s=0.05, spare=True)
     assert supervisor.supervise() == "finished"
     assert [e["kind"] for e in of_type(run, "crash")] == ["native-crash"]
-    assert supervisor.spare_pids == [] and not supervisor.use_spare
+    assert supervisor.spare_pids == []
 
 
 # ---------------------------------------------------------------- the spare, alone
 
 
-def spare_launch(home, **env: str) -> launches.Launch:
+def spare_launch(home, **env: str) -> Launch:
     run = RunDir.create(runconfig.resolve("matmul", "cpu", TINY))
     config = run.config()
-    launch = launches.trainer_launch(run, 2, "cpu", config.device)
-    return launch if not env else launches.Launch(argv=launch.argv, env={**launch.env, **env})
+    launch = trainer_launch(run, 2, "cpu", config.device)
+    return launch if not env else Launch(argv=launch.argv, env={**launch.env, **env})
 
 
 def test_a_spare_is_used_only_for_a_launch_it_fits_and_is_ended_otherwise(home, tmp_path):
     launch = spare_launch(home)
     with open(tmp_path / "spare.log", "ab") as log:
-        spare = Spare(launch.env, log, varying=launches.SPARE_VARYING)
+        spare = Spare(launch.env, log, varying=SPARE_VARYING)
     pid = spare.pid
     assert pid is not None
     # when the attempt started differs (it always does): still a fit
-    assert spare.fits(launches.Launch(argv=launch.argv, env={**launch.env, STARTED_ENV: "1.0"}))
-    assert not spare.fits(launches.Launch(argv=launch.argv, env={**launch.env, "OMP_NUM_THREADS": "3"}))
-    assert not spare.fits(launches.Launch(argv=launch.argv, env=launch.env, is_command=True))
-    assert not spare.fits(launches.Launch(argv=[sys.executable, "train.py"], env=launch.env))
+    assert spare.fits(Launch(argv=launch.argv, env={**launch.env, STARTED_ENV: "1.0"}))
+    assert not spare.fits(Launch(argv=launch.argv, env={**launch.env, "OMP_NUM_THREADS": "3"}))
+    assert not spare.fits(Launch(argv=[sys.executable, "train.py"], env=launch.env))
     # another environment: not handed, ended at once (killed and reaped)
     assert spare.take(spare_launch(home, OMP_NUM_THREADS="3"), tmp_path / "attempt-2.log") is None
     assert gone(pid) and spare.pid is None
@@ -178,7 +179,7 @@ def test_a_spare_whose_pipe_closes_exits_by_itself(home, tmp_path):
     # the supervisor gone (its end of the pipe closed by the kernel): the spare ends as well
     launch = spare_launch(home)
     with open(tmp_path / "spare.log", "ab") as log:
-        spare = Spare(launch.env, log, varying=launches.SPARE_VARYING)
+        spare = Spare(launch.env, log, varying=SPARE_VARYING)
     popen = spare.popen
     assert popen is not None and popen.stdin is not None
     popen.stdin.close()
@@ -189,7 +190,7 @@ def test_trainer_attempts_keep_their_compile_caches_in_the_run(home, monkeypatch
     run = RunDir.create(runconfig.resolve("matmul", "cpu", TINY))
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
-    env = launches.trainer_launch(run, 1, "cpu", run.config().device).env
+    env = trainer_launch(run, 1, "cpu", run.config().device).env
     cache = run.path.resolve() / "compile-cache"
     assert Path(env["TORCHINDUCTOR_CACHE_DIR"]) == cache / "inductor"
     assert Path(env["TRITON_CACHE_DIR"]) == cache / "triton"
@@ -198,7 +199,7 @@ def test_trainer_attempts_keep_their_compile_caches_in_the_run(home, monkeypatch
     preset = run.config().device
     import dataclasses
     preset = dataclasses.replace(preset, env={"TORCHINDUCTOR_CACHE_DIR": "/mine"})
-    env = launches.trainer_launch(run, 1, "cpu", preset).env
+    env = trainer_launch(run, 1, "cpu", preset).env
     assert (env["TORCHINDUCTOR_CACHE_DIR"], env["TRITON_CACHE_DIR"]) == ("/mine", "/elsewhere/triton")
 
 

@@ -1,5 +1,5 @@
 """`cockpit adopt PID [--log FILE] [--name N]`: make a run of a process cockpit did not start
-(engine.run.adopted), headless in the foreground like `cockpit run`, or detached."""
+(engine.run.launchers.adopted), headless in the foreground like `cockpit run`, or detached."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import sys
 
 from cockpit.commands import train
 from engine import command, settings
-from engine.run import adopted, adoption as adoptions
+from engine.run import adoption as adoptions
+from engine.run.launchers import adopted
 
 EPILOG = """\
 It is followed, never signalled: its memory and CPU are sampled over its process tree, its log
@@ -71,5 +72,5 @@ def adopt(args: argparse.Namespace) -> int:
         if not args.detach:
             print("  Ctrl-C stops following it (it runs on); cockpit runs stop stops it", file=said,
                   flush=True)
-    return train.supervise(run, args, supervisor_class=adopted.AdoptSupervisor,
+    return train.supervise(run, args, launcher=adopted.AdoptedLauncher,
                            start_detached=adopted.start_detached)

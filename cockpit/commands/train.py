@@ -80,12 +80,12 @@ def start(config, args: argparse.Namespace) -> int:
     return supervise(RunDir.create(config), args)
 
 
-def supervise(run_dir: RunDir, args: argparse.Namespace, *, supervisor_class=supervisor.Supervisor,
+def supervise(run_dir: RunDir, args: argparse.Namespace, *, launcher=None,
               start_detached=detached.start_detached) -> int:
     """Supervise a new run, or continue one (`cockpit runs resume`), in the foreground or
     detached. Alerts ring the terminal this was started from (engine.run.alerts): stdout's in
     the foreground, stdout's or stderr's for a detached run (`RUN=$(cockpit ... --detach)`).
-    `supervisor_class`, `start_detached`: an adopted process's (engine.run.adopted) follow it."""
+    `launcher`, `start_detached`: an adopted process's (engine.run.launchers.adopted) follow it."""
     notify = getattr(args, "notify_command", None)
     if args.detach:
         start_detached(run_dir, terminal=Terminal.of_this_process((1, 2)), notify_command=notify)
@@ -101,8 +101,8 @@ def supervise(run_dir: RunDir, args: argparse.Namespace, *, supervisor_class=sup
         print(f"run dir {run_dir.path}", flush=True)
     terminal = None if args.json else Terminal.of_this_process((1,))
     try:
-        status = supervisor_class(run_dir, on_events=printer, terminal=terminal,
-                                  notify_command=notify).supervise()
+        status = supervisor.Supervisor(run_dir, on_events=printer, terminal=terminal, notify_command=notify,
+                                       launcher=launcher(run_dir) if launcher else None).supervise()
     finally:
         printer.close()
     summary = summarize(run_dir)

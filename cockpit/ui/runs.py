@@ -28,7 +28,8 @@ from cockpit.comparison import devices
 from cockpit.present import words
 from cockpit.present.words import STATUS_STYLE, duration, metric_value, throughput_parts
 from cockpit.ui.compare import CompareScreen
-from engine.run import adopted, adoption, detached, resume as resumption
+from engine.run import adoption, detached, resume as resumption
+from engine.run.launchers import adopted
 from engine.errors import ConfigError
 from engine.numbers import count, rate
 from engine.record.digest import RunDigest, RunDigests

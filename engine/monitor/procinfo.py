@@ -1,5 +1,5 @@
 """What a running process is, read from outside: its argv, working directory, environment and
-where its output goes. `cockpit adopt` (engine.run.adopted) records these so that a process
+where its output goes. `cockpit adopt` (engine.run.launchers.adopted) records these so that a process
 cockpit did not start can be started again under cockpit later.
 
 Linux: /proc/PID/cmdline, /proc/PID/cwd, /proc/PID/environ and /proc/PID/fd/{1,2}, read as

@@ -1,7 +1,7 @@
 """The probe's worker for a command workload: the user's own script, timed from outside.
 
 A command cannot be preloaded (its imports are its own business), so it counts as imported
-at once and is spawned when its turn comes (`go`), from engine.run.launch.command_launch in the
+at once and is spawned when its turn comes (`go`), from engine.run.launchers.command.command_launch in the
 worker's scratch run directory (attempt 1, no resume): the argv, environment and working
 directory a run's first attempt would get, with the candidate's placeholders filled in.
 
@@ -38,8 +38,9 @@ from engine import command as commands
 from engine import vocabulary
 from engine.run import faults
 from engine.record.attempt_log import OutputFollower, log_tail
-from engine.run.crashes import AttemptEnd, Verdict
-from engine.run.launch import Launch, command_launch
+from engine.run.crashes import COMMAND, AttemptEnd, Verdict
+from engine.run.launch import Launch
+from engine.run.launchers.command import command_launch
 from engine.preset_types import DevicePreset
 from engine.probe import MIN_WINDOW_S, TRIAL_MIN_STEPS, WARMUP_SHARE, WINDOWS
 from engine.probe.measure import Worker, WorkerEnd
@@ -289,6 +290,6 @@ class CommandWorker(Worker):
 
     def _attempt_end(self, code: int | None, sig: str | None, tail: str) -> AttemptEnd:
         tracker = self._tracker
-        return dataclasses.replace(super()._attempt_end(code, sig, tail), command=True,
+        return dataclasses.replace(super()._attempt_end(code, sig, tail), subject=COMMAND,
                                    last_step=tracker.step if tracker else None,
                                    device=self._launch.device if self._launch else None)

@@ -1,5 +1,5 @@
 """What a process cockpit did not start is, read when it is adopted, and the run directory made
-of it: `cockpit adopt PID [--log FILE]` (engine.run.adopted follows it).
+of it: `cockpit adopt PID [--log FILE]` (engine.run.launchers.adopted follows it).
 
 `inspect(pid, log)` reads the process (its argv, working directory, environment and where its
 output goes: engine.monitor.procinfo) and checks it, with one clear error naming the argument for

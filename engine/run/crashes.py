@@ -1,7 +1,9 @@
 """How an attempt ended, from evidence: exit status, signal, the log's tail and the events.
 
-The supervisor gathers an `AttemptEnd` when a trainer process is gone and `classify` turns it
-into a `Verdict`: a kind, the evidence, and one sentence a user understands. Message patterns
+The supervisor gathers an `AttemptEnd` when an attempt's process is gone and `classify` turns it
+into a `Verdict`: a kind, the evidence, and one sentence a user understands. Whose end it is (the
+trainer's, a command's) is its launcher's `Subject`: the sentence's words and what its exit codes
+mean; the rules themselves are the same for every launcher. Message patterns
 come first (an MPS out-of-memory is a plain RuntimeError; a Metal command-buffer failure is a
 SIGABRT with a message), then what the process died of. Torch-free; the crash kinds
 themselves are engine.vocabulary's CrashKind.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 from engine.text import strip_ansi
 
@@ -57,11 +60,11 @@ _CRASH_SIGNALS = ("SIGABRT", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGTRAP")
 SENTENCES = {
     "finished": "The attempt finished its schedule.",
     "stopped": "The attempt stopped when asked, after saving a checkpoint.",
-    "config": "The trainer refused its configuration before training.",
+    "config": "{subject} refused its configuration before training.",
     "oom": "The device ran out of memory{where}.",
     "backend": "The {backend} backend failed{where}; a different device or setting usually "
                "avoids it.",
-    "native-crash": "The trainer died from {signal}{where} without a Python traceback: a native "
+    "native-crash": "{subject} died from {signal}{where} without a Python traceback: a native "
                     "crash{native}.",
     "openmp": "Two OpenMP runtimes were loaded into one process (torch and faiss); "
               "KMP_DUPLICATE_LIB_OK=TRUE lets it continue.",
@@ -69,26 +72,41 @@ SENTENCES = {
     "numerical-parity": "The {device} computed wrong numbers in its parity check against the CPU "
                         "before training: a run on it would train garbage.",
     "compile": "torch.compile failed{where} ({exception}).",
-    "hang": "The trainer made no progress for {timeout}{where} and was killed.",
-    "killed": "The trainer was killed by {signal}{where} from outside (not a crash of its own).",
-    "user-code": "The workload code raised {exception}{where}; falling back will not fix a bug.",
+    "hang": "{subject} made no progress for {timeout}{where} and was killed.",
+    "killed": "{subject} was killed by {signal}{where} from outside (not a crash of its own).",
+    "user-code": "{code_subject} raised {exception}{where}; falling back will not fix a bug.",
     "checkpoint": "A checkpoint could not be loaded{where} (a torn write or a damaged file), which "
                   "is not a bug in the workload.",
     "slowdown": "The run crawled{where} because memory was too full (swapping or under "
                 "pressure); it checkpointed and stopped so the next preset can take over.",
-    "unknown": "The trainer exited with code {code}{where} and left no explanation.",
+    "unknown": "{subject} exited with code {code}{where} {unexplained}.",
 }
 
 
 # What a native crash is, on the device it happened on.
-_NATIVE = {"mps": ", as Metal/MPS aborts are", "cuda": " in torch, a CUDA library or an extension",
-           "": " in torch or a native library it loaded",
-           "command": " in a native library it loaded"}  # a command's need not be torch (MLX)
+_NATIVE = {"mps": ", as Metal/MPS aborts are", "cuda": " in torch, a CUDA library or an extension"}
+
+
+@dataclass(frozen=True)
+class Subject:
+    """Whose end is judged, as its launcher (engine.run.launchers) words it: who the sentence is
+    about, what its exit codes mean (`exits`: the rules read before the shared ones), where its
+    native crashes come from, whether a compile error is cockpit's setting or its own code, and
+    how a checkpoint it could not load shows."""
+
+    name: str                          # "The trainer": the sentence's subject
+    code_name: str                     # "The workload code": who raised an exception
+    unexplained: str                   # an unknown exit: "and left no explanation"
+    native: str                        # where a native crash is when the device does not say
+    silence: str                       # what a hang lacked: "event"
+    compile_is_ours: bool              # its compile is a preset's setting (else its own code's)
+    exits: Callable[[AttemptEnd, Callable[..., Verdict]], Verdict | None]
+    unloadable: Callable[[AttemptEnd, str, int | None], str | None]
 
 
 @dataclass(frozen=True)
 class AttemptEnd:
-    """Everything known about a trainer process once it is gone."""
+    """Everything known about an attempt's process once it is gone."""
 
     exit_code: int | None               # when it exited
     signal: str | None                  # when a signal killed it ("SIGABRT")
@@ -102,7 +120,7 @@ class AttemptEnd:
     memory_percent: float | None = None  # system memory in use just before it died
     device: str | None = None           # the device it ran on (trainer_ready)
     slowdown: dict | None = None        # the warning for which the supervisor stopped it
-    command: bool = False               # the user's command: its exit codes are its own
+    subject: Subject | None = None      # whose end (None: the built-in trainer's, TRAINER)
     resumed_from: str | None = None     # the checkpoint a command was given to resume from
     injected_crash: bool = False        # an injected native-crash it survived ended it (SIGKILL)
 
@@ -129,6 +147,7 @@ def _first_match(pattern: re.Pattern, *texts: str | None) -> str | None:
 def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
     # The evidence is read by people: Rich's tracebacks (Lightning's) colour it with escapes.
     end = replace(end, tail=strip_ansi(end.tail))
+    subject = end.subject or TRAINER
     code, sig = end.exit_code, end.signal
     exc = end.exception or {}
     message = strip_ansi(f"{exc.get('error', '')}: {exc.get('message', '')}") if exc else ""
@@ -137,61 +156,29 @@ def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
     # that publishes none, the last it reported: the crash came after it.
     where = f" after step {end.last_step}" if end.last_step else ""
 
-    def verdict(kind: str, message: str | None = None, **words) -> Verdict:
+    def verdict(kind: str, message: str | None = None, *, at: str | None = None, **words) -> Verdict:
         ev = {**evidence, **({"message": message} if message else {})}
-        sentence = SENTENCES[kind].format(where=where, signal=sig, code=code, **words)
-        if end.command:
-            sentence = sentence.replace("The trainer", "The command").replace(
-                "The workload code", "The command").replace(
-                "and left no explanation", "with no traceback or error message cockpit knows")
+        sentence = SENTENCES[kind].format(where=where if at is None else at, signal=sig, code=code,
+                                          subject=subject.name, code_subject=subject.code_name,
+                                          unexplained=subject.unexplained, **words)
         return Verdict(kind, sentence, ev)
 
-    if end.command:
-        # Its exit codes are its own; what the supervisor did to it says more.
-        if end.numerical:
-            num = end.numerical
-            where = f" at step {num['step']}" if num.get("step") is not None else where
-            return verdict("numerical", num.get("message"))
-        if end.slowdown and not end.stop_requested:
-            return verdict("slowdown", end.slowdown.get("message"))
-        if end.stop_requested:
-            return verdict("stopped")   # however it exits: a script may save and exit 0 on Ctrl-C
-        if end.injected_crash:
-            # the rehearsal's, though SIGKILL had to finish it
-            return verdict("native-crash", "the injected SIGABRT was caught; SIGKILL ended it",
-                           native=" (rehearsed: --inject native-crash)")
-        if code == 0:
-            return verdict("finished")
-        if code == 2 and _USAGE.search(end.tail or ""):
-            return Verdict("config", "The command refused its arguments (as the presets filled "
-                                     "them in).", {**evidence, "message": last_line(end.tail)})
-    elif code == EXIT_FINISHED:
-        return verdict("finished")
-    elif end.slowdown and not end.stop_requested and code == EXIT_STOPPED:
-        return verdict("slowdown", end.slowdown.get("message"))
-    elif code == EXIT_STOPPED or (end.stop_requested and sig):
-        return verdict("stopped")  # a second stop request kills without a checkpoint
-    elif code == EXIT_CONFIG:
-        return verdict("config", last_line(end.tail) or None)
+    if (said := subject.exits(end, verdict)) is not None:   # what its exit codes say
+        return said
     if line := _first_match(_OPENMP, end.tail):
         return verdict("openmp", line)
     if end.hung_for_s is not None:
-        return verdict("hang", f"no {'output or ' if end.command else ''}event for {end.hung_for_s:.0f} s",
+        return verdict("hang", f"no {subject.silence} for {end.hung_for_s:.0f} s",
                        timeout=f"{end.hung_for_s:.0f} s")
-    if code == EXIT_PARITY and not end.command:
-        return verdict("numerical-parity", _first_match(_PARITY, end.tail) or None,
-                       device=(end.device or "device").partition(":")[0].upper().replace("CUDA", "CUDA GPU"))
-    if (code == EXIT_NUMERICAL and not end.command) or end.numerical:
-        num = end.numerical or {}
-        where = f" at step {num['step']}" if num.get("step") else where
-        return verdict("numerical", num.get("message"))
+    if end.numerical:
+        return numerical(end, verdict)
     if line := _first_match(_OOM, message, end.tail):
         return verdict("oom", line)
     if line := _first_match(_BACKEND, message, end.tail):
         backend = ("CUDA" if re.search(r"CUDA|CUBLAS|cuDNN|NCCL|device-side", line)
                    else "MLX/Metal" if "[METAL]" in line else "MPS/Metal")
         return verdict("backend", line, backend=backend)
-    if line := _unloadable(end, message, code):
+    if line := subject.unloadable(end, message, code):
         return verdict("checkpoint", line)
     if end.compiling_hung_for_s is not None:
         # no step while compiling: the compile is what did not finish (eagerly, it would say
@@ -204,32 +191,94 @@ def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
         # the last traceback's text. A command compiles as its own code says: no preset makes
         # its compile work, so its compile errors are its own (user-code).
         ending = message or end.tail.rsplit(_TRACEBACK, 1)[-1]
-        if not end.command and (raised in _COMPILE_ERRORS or _first_match(_COMPILE, ending)):
+        if subject.compile_is_ours and (raised in _COMPILE_ERRORS or _first_match(_COMPILE, ending)):
             return verdict("compile", message or last_line(end.tail), exception=raised or "an error")
         return verdict("user-code", message or last_line(end.tail),
                        exception=raised or "an exception")
     if sig == "SIGKILL" and end.memory_percent is not None and end.memory_percent >= memory_limit_percent:
-        return Verdict("oom", f"The trainer was killed by SIGKILL{where} with system memory "
+        return Verdict("oom", f"{subject.name} was killed by SIGKILL{where} with system memory "
                               f"{end.memory_percent:.0f}% full: the kernel's out-of-memory killer.",
                        {**evidence, "memory_percent": end.memory_percent})
     if sig in _CRASH_SIGNALS:
-        return verdict("native-crash", last_line(end.tail) or None, native=_NATIVE.get(
-            (end.device or "").partition(":")[0], _NATIVE["command" if end.command else ""]))
+        return verdict("native-crash", last_line(end.tail) or None,
+                       native=_NATIVE.get((end.device or "").partition(":")[0], subject.native))
     if sig:
         return verdict("killed")
     return verdict("unknown", last_line(end.tail) or None)
 
 
-def _unloadable(end: AttemptEnd, message: str | None, code: int | None) -> str | None:
-    """The line saying the checkpoint the attempt resumed from could not be loaded, or None."""
-    tail = end.tail if code is not None else ""
-    if not end.command:
-        return _first_match(_UNREADABLE, message, tail)
+def numerical(end: AttemptEnd, verdict: Callable[..., Verdict]) -> Verdict:
+    """The loss went non-finite: at the step it went bad, where that is known."""
+    num = end.numerical or {}
+    return verdict("numerical", num.get("message"),
+                   at=f" at step {num['step']}" if num.get("step") is not None else None)
+
+
+def _trainer_exits(end: AttemptEnd, verdict: Callable[..., Verdict]) -> Verdict | None:
+    """The built-in trainer's exit codes are engine.vocabulary's, on purpose."""
+    code, sig = end.exit_code, end.signal
+    if code == EXIT_FINISHED:
+        return verdict("finished")
+    if end.slowdown and not end.stop_requested and code == EXIT_STOPPED:
+        return verdict("slowdown", end.slowdown.get("message"))
+    if code == EXIT_STOPPED or (end.stop_requested and sig):
+        return verdict("stopped")  # a second stop request kills without a checkpoint
+    if code == EXIT_CONFIG:
+        return verdict("config", last_line(end.tail) or None)
+    if end.hung_for_s is not None or _first_match(_OPENMP, end.tail):
+        return None   # the shared rules: a hang or a duplicate OpenMP runtime, whatever the code
+    if code == EXIT_PARITY:
+        return verdict("numerical-parity", _first_match(_PARITY, end.tail) or None,
+                       device=(end.device or "device").partition(":")[0].upper().replace("CUDA", "CUDA GPU"))
+    if code == EXIT_NUMERICAL:
+        return numerical(end, verdict)
+    return None
+
+
+def _command_exits(end: AttemptEnd, verdict: Callable[..., Verdict]) -> Verdict | None:
+    """A command's exit codes are its own: what the supervisor did to it says more."""
+    code = end.exit_code
+    if end.numerical:
+        return numerical(end, verdict)
+    if end.slowdown and not end.stop_requested:
+        return verdict("slowdown", end.slowdown.get("message"))
+    if end.stop_requested:
+        return verdict("stopped")   # however it exits: a script may save and exit 0 on Ctrl-C
+    if end.injected_crash:
+        # the rehearsal's, though SIGKILL had to finish it
+        return verdict("native-crash", "the injected SIGABRT was caught; SIGKILL ended it",
+                       native=" (rehearsed: --inject native-crash)")
+    if code == 0:
+        return verdict("finished")
+    if code == 2 and _USAGE.search(end.tail or ""):
+        return Verdict("config", "The command refused its arguments (as the presets filled them in).",
+                       {"exit_code": code, "signal": end.signal, "last_step": end.last_step,
+                        "message": last_line(end.tail)})
+    return None
+
+
+def _trainer_unloadable(end: AttemptEnd, message: str | None, code: int | None) -> str | None:
+    """The trainer says so itself: engine.record.checkpoint's Unreadable."""
+    return _first_match(_UNREADABLE, message, end.tail if code is not None else "")
+
+
+def _command_unloadable(end: AttemptEnd, message: str | None, code: int | None) -> str | None:
+    """Resumed and failed to load something before its first step: the same data and weights
+    loaded in the attempt before, so it is the checkpoint it was given."""
     if end.resumed_from is None or end.last_step is not None:
         return None  # nothing to resume from, or it trained: the checkpoint loaded
-    # Resumed and failed to load something before its first step: the same data and weights
-    # loaded in the attempt before, so it is the checkpoint.
-    return _first_match(_LOAD_FAILED, message, tail)
+    return _first_match(_LOAD_FAILED, message, end.tail if code is not None else "")
+
+
+TRAINER = Subject(name="The trainer", code_name="The workload code",
+                  unexplained="and left no explanation", native=" in torch or a native library it loaded",
+                  silence="event", compile_is_ours=True, exits=_trainer_exits,
+                  unloadable=_trainer_unloadable)
+# A command's native crash need not be torch's (MLX); its compile is its own code's.
+COMMAND = Subject(name="The command", code_name="The command",
+                  unexplained="with no traceback or error message cockpit knows",
+                  native=" in a native library it loaded", silence="output or event",
+                  compile_is_ours=False, exits=_command_exits, unloadable=_command_unloadable)
 
 
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?"

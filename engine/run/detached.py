@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from engine.errors import ConfigError
 from engine.record.identity import ProcessId
@@ -25,6 +26,7 @@ from engine.record.rundir import RunDir
 from engine.run import alerts
 from engine.run.crashes import last_line
 from engine.run.launch import child_env
+from engine.run.launchers import Launcher
 from engine.run.supervisor import Supervisor
 
 
@@ -34,8 +36,8 @@ def start_detached(run: RunDir, timeout_s: float = 60.0, *, terminal: alerts.Ter
     run (its pid file names it), so that whoever follows the run next finds it live. A
     supervisor that cannot take the run (another holds it) is a ConfigError with its word.
     `terminal`: where its alerts ring while that session lives; `notify_command`: settings.toml's,
-    replaced. `module`: what supervises it (engine.run.adopted follows an adopted process), run
-    as `python -m MODULE RUN_DIR` with these arguments."""
+    replaced. `module`: what supervises it (engine.run.launchers.adopted follows an adopted process),
+    run as `python -m MODULE RUN_DIR` with these arguments."""
     extra = (terminal.arguments() if terminal else []) + \
         ([f"--notify-command={notify_command}"] if notify_command is not None else [])  # may start with -
     with open(run.supervisor_log, "ab") as log:
@@ -64,9 +66,11 @@ def request_stop(run: RunDir) -> bool:
 
 
 def main(argv: list[str] | None = None, *, module: str = "engine.run.detached",
-         supervisor=None, exit_codes: dict[str, int] | None = None) -> int:
-    """A supervisor in the background (`module`'s: Supervisor, or engine.run.adopted's), its
-    status as an exit code (0 finished, 130 stopped, else 1)."""
+         launcher: Callable[[RunDir], Launcher] | None = None,
+         exit_codes: dict[str, int] | None = None) -> int:
+    """A supervisor in the background, with `launcher` for every attempt (`module`'s: an adopted
+    process's, engine.run.launchers.adopted) or the one that fits each; its status as an exit
+    code (0 finished, 130 stopped, else 1)."""
     parser = argparse.ArgumentParser(prog=f"python -m {module}")
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--terminal", help="the tty to alert (the launching session's)")
@@ -76,8 +80,9 @@ def main(argv: list[str] | None = None, *, module: str = "engine.run.detached",
     terminal = alerts.Terminal(args.terminal, ProcessId.parse(args.terminal_owner or "")) \
         if args.terminal else None
     try:
-        status = (supervisor or Supervisor)(RunDir(args.run_dir), terminal=terminal,
-                                            notify_command=args.notify_command).supervise()
+        run = RunDir(args.run_dir)
+        status = Supervisor(run, terminal=terminal, notify_command=args.notify_command,
+                            launcher=launcher(run) if launcher else None).supervise()
     except ConfigError as e:
         print(f"cockpit: {e.line()}", file=sys.stderr)
         return 2

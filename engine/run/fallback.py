@@ -27,15 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from engine.preset_types import DevicePreset
 from engine.run.crashes import Verdict
 # The actions and the environment fixes are engine.vocabulary's (presets check rules against
 # them without importing this floor).
 from engine.vocabulary import ENV_FIXES
-
-if TYPE_CHECKING:
-    from engine.presets import DevicePreset
 
 DEFAULT_RULES: dict[str, str] = {
     "oom": "halve-batch",

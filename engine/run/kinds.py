@@ -10,16 +10,15 @@ lives here, so that the loop asks its kind and never branches on it:
   (engine.command.progress) or its script reports through cockpit.report, and either becomes
   step events through engine.command.tracker, step numbers the rehearsal's faults wait for;
 - which checkpoints there are: the trainer says; a command's glob is watched for new files;
-- how the lifeline stops it, what it leaves behind, and which settings a fallback may not
-  change (those a command's argv does not use).
+- which settings a fallback may not change (those a command's argv does not use).
 
-How each is started is its launch's (engine.run.launch). `for_run` picks the kind.
+How each is started, stopped and judged is its launcher's (engine.run.launchers), which names
+the kind its runs are read by (`Launcher.reads`).
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import stat
 import time
 from collections import deque
@@ -34,10 +33,9 @@ from engine.record.events import EventWriter
 from engine.record.rundir import RunDir
 from engine.run.crashes import Verdict
 from engine.run.launch import Launch
-from engine.run.process import AttemptProcess
 from engine.run.rehearsal import Rehearsal
 from engine.run.resume import History
-from engine.run.watch import HANG_GAP_FACTOR, AttemptWatch
+from engine.run.watch import AttemptWatch
 from engine.runconfig import RunConfig
 
 # A checkpoint file written this recently may still be being written (each write() moves its
@@ -45,10 +43,6 @@ from engine.runconfig import RunConfig
 # and again when done, a loaded machine counted one save twice.
 FILE_SETTLE_S = 0.3
 STEPS_KEPT = 4096  # steps read since the last checkpoint write: a checkpoint's step is a recent one
-
-
-def for_run(run: RunDir, config: RunConfig, events: EventWriter) -> TrainerKind:
-    return (CommandKind if config.workload.is_command else TrainerKind)(run, config, events)
 
 
 class TrainerKind:
@@ -85,11 +79,6 @@ class TrainerKind:
         """A checkpoint the attempt could not load: the trainer's own checkpoints are checked
         by itself (checkpoint.newest_intact), nothing to set aside."""
 
-    def stop_plan(self, launch: Launch, slowest_gap: float) -> tuple[tuple[signal.Signals, ...], float]:
-        """How the lifeline stops it should the supervisor die: its signals and their grace.
-        SIGTERM: finish the step, checkpoint, exit; a step may take a while."""
-        return (signal.SIGTERM, signal.SIGKILL), max(60.0, HANG_GAP_FACTOR * slowest_gap)
-
     # ------------------------------------------------------------ an attempt
 
     def parser(self, launch: Launch) -> OutputParser | None:
@@ -106,6 +95,11 @@ class TrainerKind:
         """The script reports its steps through cockpit.report."""
         return False
 
+    @property
+    def total_known(self) -> int | None:
+        """The steps a command's output said it trains (the trainer says it in its events)."""
+        return self.tracker.total_known if self.tracker is not None else None
+
     def progress(self, observations: list, final: bool) -> None:
         """Progress read from its output (none: the trainer's progress is its events)."""
 
@@ -115,9 +109,6 @@ class TrainerKind:
     def look_for_checkpoints(self, final: bool = False) -> None:
         """Checkpoints it wrote and did not say (none: the trainer says); `final`: it has
         exited, so nothing is still being written."""
-
-    def exited(self, process: AttemptProcess) -> None:
-        """It has exited: what it left behind (nothing: the trainer's children end with it)."""
 
 
 class CommandKind(TrainerKind):
@@ -189,9 +180,6 @@ class CommandKind(TrainerKind):
                          error=verdict.evidence.get("message"), advice=[], fallback=False,
                          message=f"checkpoint {path} could not be loaded; the next attempt resumes "
                                  "from the one before it")
-
-    def stop_plan(self, launch: Launch, slowest_gap: float) -> tuple[tuple[signal.Signals, ...], float]:
-        return launch.stop_signals, launch.stop_grace_s or 30.0
 
     # ------------------------------------------------------------ an attempt
 
@@ -330,9 +318,6 @@ class CommandKind(TrainerKind):
                 self._steps_read.popleft()
             self._reached = max(reached)
         return self._reached
-
-    def exited(self, process: AttemptProcess) -> None:
-        process.kill()  # what it left behind (its DataLoader workers)
 
 
 def _written(path: str | Path) -> int | None:

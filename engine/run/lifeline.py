@@ -36,7 +36,7 @@ from engine.record import reached
 from engine.record.events import EventWriter
 from engine.record.identity import ProcessId
 from engine.record.rundir import RunDir, continue_hint  # imported now: when the supervisor dies, every moment counts
-from engine.run.process import AttemptProcess
+from engine.run.process import AttemptProcess, to_group, to_process
 
 POLL_S = 0.1
 
@@ -154,7 +154,7 @@ def _stop(current: dict) -> str:
     it took."""
     process = AttemptProcess.adopt(ProcessId(current["pid"], current["start"]),
                                    tuple(signal.Signals[name] for name in current["signals"]),
-                                   current["grace_s"], group=current["group"])
+                                   current["grace_s"], deliver=to_group if current["group"] else to_process)
     sent = process.stop(POLL_S)
     return "SIGKILL" if sent == signal.SIGKILL else f"{sent.name if sent else 'nothing'}, exited"
 

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 from signal import Signals  # in annotations: AttemptProcess.signal hides the module there
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import psutil
 
@@ -146,38 +146,36 @@ class ExitWait:
 class AttemptProcess:
     """One process in a session of its own: an attempt's, a probe worker's, a notify command's.
 
-    Started here (`start`), wrapped (`AttemptProcess(popen)`), or, by the lifeline whose
-    supervisor started it, adopted by identity (`adopt`). `group`: stop signals go to the whole
-    process group, as a terminal's Ctrl-C does (a command); otherwise to the process itself,
-    under torchrun to its workers (`distributed`), so that every rank checkpoints through the
-    same stop agreement. SIGKILL always goes to the whole group."""
+    Started here (`start`), wrapped (`AttemptProcess(popen)`), or found by identity (`adopt`: the
+    lifeline's orphaned attempt, a process `cockpit adopt` follows). Where a signal goes is its
+    launcher's word (`deliver`, one of the functions below: `to_group`, `to_process`,
+    `to_workers`, `to_own_group`)."""
 
     def __init__(self, popen: subprocess.Popen | None = None, *, identity: ProcessId | None = None,
                  stop_signals: tuple[signal.Signals, ...] = TRAINER_STOP,
-                 grace_s: float | None = None, group: bool = True, distributed: bool = False):
+                 grace_s: float | None = None, deliver: Deliver | None = None):
         self.popen = popen
         self.identity = identity
         self.pid = popen.pid if popen is not None else self._adopted().pid
         self.stop_signals = tuple(stop_signals)
         self.grace_s = grace_s          # each stop signal escalates to the next after this long
-        self.group = group
-        self.distributed = distributed
+        self.deliver: Deliver = deliver or to_group
         self.stops_sent = 0             # how many of the stop signals were sent...
         self.stop_sent_at = 0.0         # ...and when the last one was (monotonic)
         self._exit_wait: ExitWait | None = None   # what wakes `wait` at the exit, once it waits
 
     @classmethod
-    def start(cls, launch: Launch, log) -> AttemptProcess:
+    def start(cls, launch: Launch, log, deliver: Deliver) -> AttemptProcess:
         """An attempt's process, its output into `log` (an open file). A launch stopped with
         SIGINT gets SIGINT back where this process ignores it. OSError if it cannot start."""
         popen = spawn(launch.argv, cwd=launch.cwd, stdin=subprocess.DEVNULL, stdout=log,
                       stderr=subprocess.STDOUT, env=launch.env,
                       restore_sigint=signal.SIGINT in launch.stop_signals)
-        return cls(popen, stop_signals=launch.stop_signals, grace_s=launch.stop_grace_s,
-                   group=launch.group, distributed=launch.distributed)
+        return cls(popen, stop_signals=launch.stop_signals, grace_s=launch.stop_grace_s, deliver=deliver)
 
     @classmethod
-    def handed(cls, spare: Spare, launch: Launch, log_path: str | os.PathLike) -> AttemptProcess | None:
+    def handed(cls, spare: Spare, launch: Launch, log_path: str | os.PathLike,
+               deliver: Deliver) -> AttemptProcess | None:
         """The spare made this attempt's process: it runs the launch's argv (the built-in
         trainer's) in the process started for it, its output into `log_path`. None if the spare
         cannot run it (it died, or this launch is not one it was started for): discarded, and
@@ -185,15 +183,15 @@ class AttemptProcess:
         popen = spare.take(launch, log_path)
         if popen is None:
             return None
-        return cls(popen, stop_signals=launch.stop_signals, grace_s=launch.stop_grace_s,
-                   group=launch.group, distributed=launch.distributed)
+        return cls(popen, stop_signals=launch.stop_signals, grace_s=launch.stop_grace_s, deliver=deliver)
 
     @classmethod
-    def adopt(cls, identity: ProcessId, stop_signals: tuple[signal.Signals, ...], grace_s: float,
-              group: bool) -> AttemptProcess:
-        """A process this one did not start (the lifeline's orphaned attempt): by identity, so
-        that a later process given the same pid is never signalled."""
-        return cls(identity=identity, stop_signals=stop_signals, grace_s=grace_s, group=group)
+    def adopt(cls, identity: ProcessId, stop_signals: tuple[signal.Signals, ...], grace_s: float | None,
+              deliver: Deliver) -> AttemptProcess:
+        """A process this one did not start (the lifeline's orphaned attempt, a process `cockpit
+        adopt` follows): by identity, so that a later process given the same pid is never
+        signalled. Its exit status is its parent's to read: `returncode` stays None."""
+        return cls(identity=identity, stop_signals=stop_signals, grace_s=grace_s, deliver=deliver)
 
     # ------------------------------------------------------------ state
 
@@ -210,20 +208,21 @@ class AttemptProcess:
         return self._started().poll()
 
     def wait(self, timeout_s: float) -> int | None:
-        """poll(), after waiting up to `timeout_s` for it to end: at once when it does (see
-        ExitWait), whatever is left of the time otherwise."""
-        if (code := self.poll()) is not None:
-            return code
-        if self._exit_wait is None:   # not reaped (poll() said so): the pid is still its own
+        """Its exit status (as `returncode`), after waiting up to `timeout_s` for it to end: at
+        once when it does (see ExitWait), whatever is left of the time otherwise."""
+        if not self.alive():
+            return self.returncode
+        if self._exit_wait is None:   # alive (not reaped, or its identity's): the pid is its own
             self._exit_wait = ExitWait(self.pid)
         self._exit_wait.wait(timeout_s)
-        if (code := self.poll()) is not None:
+        if not self.alive():   # polled: a started process's status is read
             self._exit_wait.close()
-        return code
+        return self.returncode
 
     @property
     def returncode(self) -> int | None:
-        return self._started().returncode
+        """Its exit status once ended; None for an adopted process (not ours to read)."""
+        return self.popen.returncode if self.popen is not None else None
 
     @property
     def running(self) -> bool:
@@ -236,17 +235,9 @@ class AttemptProcess:
     # ------------------------------------------------------------ signals
 
     def signal(self, sig: Signals) -> None:
-        """A stop signal, where it goes (the class says where); SIGKILL to the whole group."""
+        """A stop signal, where its launcher says it goes (`deliver`)."""
         try:
-            if sig == signal.SIGKILL or self.group:
-                self.signal_group(sig)
-            elif self.distributed:
-                for worker in psutil.Process(self.pid).children(recursive=True):
-                    worker.send_signal(sig)
-            elif self.popen is not None:
-                self.popen.send_signal(sig)
-            else:
-                os.kill(self.pid, sig)
+            self.deliver(self, sig)
         except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
             pass
 
@@ -303,11 +294,51 @@ class AttemptProcess:
             sent = sig
             deadline = time.monotonic() + grace_s
             while self.alive() and (left := deadline - time.monotonic()) > 0:
-                if self.popen is not None:
-                    self.wait(min(poll_s, left))   # wakes as it exits
-                else:
-                    time.sleep(poll_s)
+                self.wait(min(poll_s, left))   # wakes as it exits
         return sent
+
+
+# Where a stop signal goes: each launcher names one (engine.run.launchers).
+Deliver = Callable[[AttemptProcess, Signals], None]
+
+
+def to_group(process: AttemptProcess, sig: Signals) -> None:
+    """Its whole process group, as a terminal's Ctrl-C (a command: the script and its
+    DataLoader workers), and torchrun's stray workers."""
+    process.signal_group(sig)
+
+
+def to_process(process: AttemptProcess, sig: Signals) -> None:
+    """The process itself (the trainer: it checkpoints and tells its own children); SIGKILL to
+    the whole group, for what it leaves behind."""
+    if sig == signal.SIGKILL:
+        process.signal_group(sig)
+    elif process.popen is not None:
+        process.popen.send_signal(sig)
+    else:
+        os.kill(process.pid, sig)
+
+
+def to_workers(process: AttemptProcess, sig: Signals) -> None:
+    """torchrun's workers, each of its own session, so that every rank checkpoints through the
+    same stop agreement; SIGKILL to the whole group and the strays."""
+    if sig == signal.SIGKILL:
+        process.signal_group(sig)
+        return
+    for worker in psutil.Process(process.pid).children(recursive=True):
+        worker.send_signal(sig)
+
+
+def to_own_group(process: AttemptProcess, sig: Signals) -> None:
+    """A process cockpit did not start, only while it is itself (never a stranger given its pid):
+    its group where it leads one of its own (a shell's job, `python train.py &`), as a Ctrl-C in
+    its terminal would; otherwise the process alone (its group is someone else's)."""
+    if not process.alive():
+        return
+    if os.getpgid(process.pid) == process.pid and process.pid != os.getpgrp():
+        os.killpg(process.pid, sig)
+    else:
+        os.kill(process.pid, sig)
 
 
 SPARE_MODULE = "engine.train.spare"
@@ -344,8 +375,7 @@ class Spare:
         started as `python -P -m engine.train.trainer ...` in the same directory, with the same
         environment but for the entries that vary; never a command."""
         trainer = [sys.executable, "-P", "-m", "engine.train.trainer"]
-        return (not launch.is_command and not launch.distributed and launch.argv[:4] == trainer
-                and launch.cwd == self.cwd
+        return (launch.argv[:4] == trainer and launch.cwd == self.cwd
                 and {k: v for k, v in launch.env.items() if k not in self.varying} == self.env)
 
     def take(self, launch: Launch, log_path: str | os.PathLike) -> subprocess.Popen | None:

@@ -27,7 +27,7 @@ from engine.record.identity import ProcessId
 from engine.record.rundir import RunDir, summarize
 from engine.runconfig import RunConfig
 
-# "ended", "released": an adopted run's (engine.run.adopted), once its process has ended
+# "ended", "released": an adopted run's (engine.run.launchers.adopted), once its process has ended
 RESUMABLE = ("stopped", "failed", "interrupted", "lost", "created", "ended", "released")
 
 

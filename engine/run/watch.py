@@ -19,7 +19,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 
-from engine.run.crashes import AttemptEnd, Verdict, classify, last_line, torchrun_root_cause
+from engine.run.crashes import AttemptEnd, Subject, Verdict, classify, last_line
 from engine.run.fallback import Rung
 from engine.run.launch import Launch
 from engine.text import strip_ansi
@@ -116,22 +116,15 @@ class AttemptResult:
         return self.verdict.kind
 
 
-def judge(watch: AttemptWatch, launch: Launch, code: int | None, tail: str, *,
+def judge(watch: AttemptWatch, launch: Launch, code: int | None, tail: str, *, subject: Subject,
           hung_for: float | None, unstarted: OSError | None, stop_requested: bool,
           memory_percent: float | None, injected_crash: bool) -> tuple[Verdict, int | None, str | None]:
     """How the attempt ended, from its exit status `code` (None: never started), the log's
-    `tail` and what was learnt of it: the verdict, its exit code and the signal that killed it
-    (one of the two is None)."""
-    if launch.distributed and code is not None and code > 0 \
-            and (cause := torchrun_root_cause(tail)) is not None:
-        # How the first failing rank ended, not torchrun's own exit 1; the other ranks'
-        # errors are consequences of it.
-        rank, code = cause
-        watch.exception = watch.exceptions.get(rank)
-        watch.numerical = watch.numericals.get(rank)
+    `tail` and what was learnt of it, in its launcher's words (`subject`): the verdict, its exit
+    code and the signal that killed it (one of the two is None)."""
     sig = signal.Signals(-code).name if code is not None and code < 0 else None
     if unstarted is not None:
-        return Verdict("config", f"The command could not be started: {unstarted.strerror}.",
+        return Verdict("config", f"{subject.name} could not be started: {unstarted.strerror}.",
                        {"message": last_line(tail)}), code, sig
     return classify(AttemptEnd(
         exit_code=None if sig else code, signal=sig, tail=tail, exception=watch.exception,
@@ -140,5 +133,5 @@ def judge(watch: AttemptWatch, launch: Launch, code: int | None, tail: str, *,
         hung_for_s=None if watch.compiling else hung_for,
         compiling_hung_for_s=hung_for if watch.compiling else None,
         memory_percent=memory_percent, device=watch.device, slowdown=watch.slowdown,
-        command=launch.is_command, resumed_from=(launch.resume or {}).get("path"),
+        subject=subject, resumed_from=(launch.resume or {}).get("path"),
         injected_crash=injected_crash)), None if sig else code, sig

@@ -1,8 +1,8 @@
 """Several processes, one run: torch.distributed's own launcher (torchrun) and DDP.
 
 The supervisor launches an attempt through `python -m torch.distributed.run` when the device
-preset asks for more than one process; every worker runs engine.train.trainer, which finds its
-rank here. Rank 0 writes the run's events and checkpoints; the other ranks write heartbeats.
+preset asks for more than one process (engine.run.launchers.torchrun); every worker runs
+engine.train.trainer, which finds its rank here. Rank 0 writes the run's events and checkpoints; the other ranks write heartbeats.
 A step's global group of samples is split across ranks so that the averaged gradient is the
 one a single process would compute over the same samples: a resume, or a fallback to one
 process, continues at the same sample with the same effective batch.
@@ -13,23 +13,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from typing import Any
-
-
-def launch_prefix(nproc_per_node: int, nnodes: int, rdzv_endpoint: str, run_id: str,
-                  python: str) -> list[str]:
-    """The torchrun command in front of `-m engine.train.trainer ...`; [] for one process."""
-    if nproc_per_node * nnodes == 1:
-        return []
-    command = [python, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}",
-               # The supervisor owns retries (with a changed preset); torchrun restarting
-               # identical workers would hide the crash from it.
-               "--max-restarts=0"]
-    if nnodes == 1:
-        command.append("--standalone")
-    else:
-        command += [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}",
-                    f"--rdzv-id={run_id}"]
-    return command
 
 
 @dataclass

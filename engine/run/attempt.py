@@ -1,0 +1,297 @@
+"""One attempt: its process from start to end, and everything learnt of it on the way.
+
+    start its process (or take the spare, or find the process already running), tell the lifeline
+    until it exits: forward stop requests, read its events and output, sample its health,
+        rehearse faults, end it if it hangs
+    judge how it ended (its launcher's words), and record it: crash, attempt_ended
+
+The supervisor (engine.run.supervisor) keeps the run: the ladder, the rules, the fallback, the
+spare, the lifeline; an Attempt keeps what one attempt has (its launch and process, its watch,
+health, output, published step and rehearsal) and asks its launcher (engine.run.launchers) and
+the run's kind (engine.run.kinds: how its progress and checkpoints are read) whatever differs
+between the ways a process starts; it never asks which.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from engine.preset_types import DevicePreset
+from engine.record import reached
+from engine.record.attempt_log import OutputFollower, log_tail
+from engine.event_types import WarningFields
+from engine.record.events import EventWriter
+from engine.record.rundir import RunDir
+from engine.run.fallback import Rung
+from engine.run.health import AttemptHealth
+from engine.run.kinds import TrainerKind
+from engine.run.launch import Launch
+from engine.run.launchers import Launcher
+from engine.run.lifeline import Lifeline
+from engine.run.process import AttemptProcess, Spare
+from engine.run.rehearsal import Rehearsal
+from engine.run.watch import AttemptResult, AttemptWatch
+from engine.runconfig import RunConfig
+from engine.schema import to_table
+
+# The supervisor's own events about an attempt: not signs of its life.
+SUPERVISORS = frozenset({"memory", "warning", "attempt_started", "attempt_process", "crash",
+                         "attempt_ended", "stop_requested"})
+
+
+@dataclass
+class Pace:
+    """What the run has learnt of its attempts' pace, kept from one attempt to the next."""
+
+    slowest_gap: float = 0.0   # the longest quiet interval seen in a healthy attempt
+
+
+@dataclass(frozen=True)
+class Context:
+    """What an attempt has of its run."""
+
+    run: RunDir
+    config: RunConfig
+    events: EventWriter
+    kind: TrainerKind                 # how the run's progress and checkpoints are read
+    pace: Pace
+    stop_requests: Callable[[], int]  # how many stops the user asked for so far
+    pump: Callable[[], None]          # read the run's new events (this attempt's among them)
+    poll_s: float = 0.1
+    wake_on_exit: bool = True         # the loop wakes as the process exits (else at its poll)
+
+
+class Attempt:
+    def __init__(self, number: int, name: str, preset: DevicePreset, launcher: Launcher,
+                 context: Context, resume: dict | None = None):
+        self.number, self.name, self.preset, self.resume = number, name, preset, resume
+        self.launcher, self.context = launcher, context
+        self.events, self.kind = context.events, context.kind
+        self.log_path = context.run.attempt_log(number)
+        self.launch: Launch = launcher.launch(number, name, preset, resume)
+        self.watch = AttemptWatch(number)
+        self.rehearsal = Rehearsal(self.launch, self.watch, self.events)
+        self.process: AttemptProcess | None = None
+        self.health: AttemptHealth | None = None     # memory, slowdown (engine.run.health)
+        self.memory_percent: float | None = None      # system memory in use at the last sample
+        self.hung_for: float | None = None
+        self.released = False                         # no longer followed, left running (adopted)
+        self._output: OutputFollower | None = None    # attempt-N.log as it is written
+        self._reached = reached.Reader(reached.path_of(context.run.path, number))
+
+    # ------------------------------------------------------------ its life
+
+    def run(self, lifeline: Lifeline | None, spare: Spare | None = None,
+            on_ready: Callable[[], None] = lambda: None) -> AttemptResult:
+        """Start it (in `spare` where it can run), follow it to its end and judge it;
+        `on_ready` is called at each poll once it trains."""
+        self.events.emit("attempt_started", attempt=self.number, preset=self.name,
+                         config=to_table(self.preset), log=self.log_path.name,
+                         **self.launcher.describe(self.launch))
+        self._output = OutputFollower(self.log_path, self.kind.parser(self.launch))
+        self.kind.begin(self.launch, self.watch, self.name, self.preset, self.rehearsal, self._stop_at_once)
+        try:
+            process = self._start(spare)
+        except OSError as e:  # the program went away since the run was checked
+            with open(self.log_path, "ab") as log:
+                log.write(f"cockpit: cannot start {self.launch.argv[0]!r}: {e.strerror}\n".encode())
+            return self._end(None, unstarted=e)
+        self._tell_lifeline(lifeline)  # first: from here on, the attempt must not outlive us
+        self.rehearsal.process = process
+        self.health = AttemptHealth(process.pid, self.launch.env, self.context.config.workload, self.preset)
+        if self.launcher.found:
+            self._catch_up()
+        try:
+            self._follow(process, on_ready)
+        except BaseException:
+            # The supervisor itself failed (a bug, or KeyboardInterrupt in a thread's host):
+            # the attempt must not train on unsupervised.
+            process.kill()
+            raise
+        self.launcher.exited(process)   # what it left behind (a command's DataLoader workers)
+        if lifeline is not None:
+            lifeline.attempt_ended()
+        return self._end(process.returncode)
+
+    def _start(self, spare: Spare | None) -> AttemptProcess:
+        """Its own session: a Ctrl-C in the terminal reaches only the supervisor, which forwards
+        exactly one stop request."""
+        if spare is not None and (process := self.launcher.hand(spare, self.launch, self.log_path)):
+            self.process = process
+            return process
+        with open(self.log_path, "ab") as log:
+            self.process = self.launcher.start(self.launch, log, self.events)
+        return self.process
+
+    def _follow(self, process: AttemptProcess, on_ready: Callable[[], None]) -> None:
+        watch, context = self.watch, self.context
+        while process.alive() and not self.released:
+            self._forward_stop()
+            context.pump()
+            self._read_output()
+            self._read_reached()
+            self.kind.look_for_checkpoints()   # after the output: the steps read before it
+            self._sample_health()
+            self.rehearsal.tick()
+            if self.hung_for is None and (quiet := time.monotonic() - watch.last_progress) > \
+                    watch.hang_timeout(self.preset, context.pace.slowest_gap):
+                self.hung_for = quiet
+                self.launcher.hung(process, self.preset, context.poll_s)
+            if watch.ready:
+                on_ready()
+            if context.wake_on_exit:
+                process.wait(context.poll_s)   # at once if it dies
+            else:
+                time.sleep(context.poll_s)
+
+    def _tell_lifeline(self, lifeline: Lifeline | None) -> None:
+        """Its identity and how it is stopped gracefully, for the lifeline (should the supervisor
+        die) and in the events (should the lifeline die too: `runs stop` then)."""
+        plan = self.launcher.lifeline_plan(self.launch, self.context.pace.slowest_gap)
+        if lifeline is None or plan is None or self.process is None:
+            return
+        signals, grace, group = plan
+        stop = lifeline.attempt(self.number, self.process.pid, signals, grace, group=group)
+        if stop is not None:
+            self.events.emit("attempt_process", attempt=self.number, **stop)
+
+    def _end(self, code: int | None, unstarted: OSError | None = None) -> AttemptResult:
+        self._read_output(final=True)
+        self._read_reached()   # the step it died at, not the last one it reported
+        self.kind.look_for_checkpoints(final=True)   # one written as it went down
+        self.context.pump()
+        watch, launcher = self.watch, self.launcher
+        tail = log_tail(self.log_path, lines=launcher.tail_lines)
+        verdict, code, sig = launcher.judge(watch, self.launch, code, tail, hung_for=self.hung_for,
+                                            unstarted=unstarted, released=self.released,
+                                            total=self.kind.total_known,
+                                            stop_requested=bool(self.context.stop_requests()),
+                                            memory_percent=self.memory_percent,
+                                            injected_crash=self.rehearsal.abort_escalated)
+        self.rehearsal.unfired(verdict.kind == "finished", self.kind.reported_steps)
+        result = AttemptResult(self.number, Rung(self.name, self.preset), verdict, code, sig, tail, watch)
+        if verdict.crashed:
+            self.events.emit("crash", attempt=self.number, preset=self.name, kind=verdict.kind,
+                             sentence=verdict.sentence, evidence=verdict.evidence,
+                             exception=watch.exception.get("traceback") if watch.exception else None)
+        self.events.emit("attempt_ended", attempt=self.number, preset=self.name, outcome=verdict.kind,
+                         exit_code=result.exit_code, signal=sig,
+                         exit=launcher.exit_text(code, sig, self.process),
+                         last_step=watch.last_step, samples_seen=watch.last_samples, tail=tail)
+        self.context.pump()
+        return result
+
+    # ------------------------------------------------------------ signs of life
+
+    def _catch_up(self) -> None:
+        """What the log of a process found running held before cockpit came, read at once: its
+        facts (total, units), its evals and its steps, said as a sighting with no rate. One
+        read is one moment to the tracker: an hour's steps in it measure nothing, and its first
+        window opens at the last of them, now (engine.command.tracker)."""
+        assert self._output is not None  # run() made it
+        while self.launcher.collect():
+            pass
+        observations: list = []
+        while True:
+            wrote, found = self._output.observe()
+            observations += found
+            if not wrote:
+                break
+        self.kind.progress(observations, False)
+        self.kind.progress([], True)   # the sighting: where it is, before any window
+        self.context.pump()
+
+    def see(self, event: dict, now: float) -> None:
+        """One of its events, the supervisor's own aside: a sign of life, how far it got."""
+        if event["type"] in SUPERVISORS:
+            return
+        was_ready = self.watch.ready
+        gap = self.watch.see(event, now)
+        if was_ready:  # start-up (a compile's first step too) is not a step interval
+            self.context.pace.slowest_gap = max(self.context.pace.slowest_gap, gap)
+        if self.health is not None:
+            self._on_warning(self.health.saw(event))
+        self.kind.see(event)
+
+    def _read_output(self, final: bool = False) -> None:
+        """New output since the last poll: a sign of life, and progress where the kind reads it
+        there (a command). At the end of an attempt (`final`) it reads to the end of the log."""
+        assert self._output is not None  # run() made it
+        self.launcher.collect(final)
+        wrote, observations = self._output.observe(to_end=final)
+        if wrote and self.running:
+            gap = self.watch.touch(time.monotonic())
+            if self.watch.ready:
+                self.context.pace.slowest_gap = max(self.context.pace.slowest_gap, gap)
+        self.kind.progress(observations, final)
+
+    def _read_reached(self) -> None:
+        """The step the attempt published, every step: where it was, exactly, should it die
+        between two reports; a step done is a sign of life."""
+        self.watch.reach(self._reached.read(), time.monotonic())
+
+    # ------------------------------------------------------------ health
+
+    def _sample_health(self) -> None:
+        """A `memory` event about once a second, sampled from outside so that it goes on when
+        the attempt is stuck (engine.run.health), and what it warns of."""
+        if self.health is None or (sample := self.health.sample()) is None:
+            return
+        self.memory_percent = 100.0 * sample["system_used"] / sample["system_total"]
+        if sample["rss"] is None:
+            return  # the attempt exited since it was last seen alive: nothing of it to measure
+        self.events.emit("memory", attempt=self.number, **sample)
+        for warning in self.health.warnings(sample):
+            self._on_warning(warning)
+
+    def _on_warning(self, warning: WarningFields | None) -> None:
+        if warning is None:
+            return
+        warning = self.launcher.warning(warning)
+        self.events.emit("warning", attempt=self.number, **warning)
+        if warning["fallback"] and self.watch.slowdown is None and not self.context.stop_requests():
+            # The preset asks to fall back: a graceful stop (checkpoint first), then the
+            # rule for 'slowdown' picks the next attempt.
+            self.watch.slowdown = dict(warning)
+            if self.running and self.process is not None and not self.process.stops_sent:
+                self._escalate_stop()
+
+    # ------------------------------------------------------------ stopping
+
+    def release(self) -> None:
+        """Stop following it, leaving it running (an adopted process: Ctrl-C on `cockpit adopt`)."""
+        self.released = True
+
+    @property
+    def running(self) -> bool:
+        """Its process is started and not seen to have ended."""
+        return self.process is not None and self.process.running
+
+    def _forward_stop(self) -> None:
+        # The trainer: first request, stop after a checkpoint; second, stop now; third, it is
+        # wedged and answers no signal it can handle. A command moves on by itself too, after
+        # its grace period: SIGINT, SIGTERM, SIGKILL.
+        process = self.process
+        if process is None or not process.running:
+            return
+        signals = process.stop_signals
+        while process.stops_sent < min(self.context.stop_requests(), len(signals)):
+            self.events.emit("stop_requested", attempt=self.number, request=process.stops_sent + 1,
+                             signal=signals[process.stops_sent].name)
+            self._escalate_stop()
+        if process.stop_overdue():
+            self._escalate_stop()
+
+    def _escalate_stop(self, skip_graceful: bool = False) -> None:
+        assert self.process is not None  # called while it runs
+        self.rehearsal.release()  # the `slow` fault's pauses end: it must run to obey
+        self.process.send_stop(skip_graceful=skip_graceful)
+
+    def _stop_at_once(self) -> None:
+        """Without the graceful stop: a command's loss went non-finite (a script that saves on
+        Ctrl-C would save the garbage)."""
+        if self.running:
+            self.launcher.non_finite(lambda: self._escalate_stop(skip_graceful=True))
+
