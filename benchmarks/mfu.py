@@ -99,13 +99,14 @@ def main() -> int:
     import torch
 
     from engine.monitor import device as devices
+    from engine.train import optim
 
     trainer = build_trainer(args.workload, args.device, args.set)
     p = trainer.preset
     flops = trainer.workload.flops_per_sample
     print(f"{args.workload} on {trainer.device} ({torch.cuda.get_device_name(trainer.device) if trainer.device.type == 'cuda' else 'CPU'}), "
           f"torch {torch.__version__}: batch {p.batch_size} x {p.accumulation}, {trainer.resolved.precision}, "
-          f"compile {p.compile}, {trainer._optimizer_text()}")
+          f"compile {p.compile}, {optim.describe(trainer.optimizer, trainer.scheduler, trainer.train, trainer.workload)}")
     start = time.perf_counter()
     trainer.train_step()
     devices.synchronize(trainer.device)

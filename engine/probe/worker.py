@@ -50,7 +50,8 @@ from engine.record.events import EventWriter
 from engine.probe import MAX_TIMINGS, TIMING_S, TRIAL_MIN_STEPS, TRIAL_S, WARMUP_SHARE
 from engine.probe.timings import Timing, estimate
 from engine.record.rundir import RunDir
-from engine.train.trainer import NonFiniteLoss, StopRequest, Trainer, report_failure
+from engine.train.failures import NonFiniteLoss, report_failure
+from engine.train.trainer import StopRequest, Trainer
 
 
 def _synced_step(trainer: Trainer) -> float:

@@ -104,6 +104,10 @@ class Injector:
         self._step_s = 0.0
         self._step = 0            # the step under way, for a timed fault's event
 
+    def due(self, step: int) -> bool:
+        """Whether a step fault fires as `step` begins (before_step fires those up to it)."""
+        return any(f.step is not None and f.step <= step for f in self.faults)
+
     def before_step(self, step: int) -> None:
         """Fire every fault due at `step` (the optimizer step about to run; 0 = start-up)."""
         now = time.monotonic()

@@ -161,6 +161,22 @@ def from_workload(workload: Any, name: str, model: torch.nn.Module,
     return optimizer, scheduler
 
 
+def describe(optimizer: torch.optim.Optimizer, scheduler: Any, train: TrainSettings, workload: Any) -> str:
+    """'AdamW (fused), cosine from 0.0006 to 6e-05 after 100 warmup steps', or the workload's."""
+    o, t = optimizer, train
+    name = type(o).__name__ + (" (fused)" if o.defaults.get("fused") else "")
+    if hasattr(workload, "configure_optimizers"):
+        name += " from configure_optimizers"
+    if scheduler is not None:
+        return f"{name} and its {type(scheduler).__name__}"
+    peak = "its lr" if hasattr(workload, "configure_optimizers") else f"{t.lr:g}"
+    curve = f"constant at {peak}" if t.schedule == "constant" else \
+        f"{t.schedule} from {peak} to {t.min_lr / t.lr if t.lr else 0:g}x" \
+        if peak == "its lr" else f"{t.schedule} from {peak} to {t.min_lr:g}"
+    warm = f" after {t.warmup_steps} warmup steps" if t.warmup_steps else ""
+    return f"{name}, {curve}{warm}"
+
+
 def _kind(value: Any) -> str:
     if isinstance(value, tuple):
         return f"a tuple of {len(value)} ({', '.join(type(v).__name__ for v in value)})"

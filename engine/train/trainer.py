@@ -15,6 +15,11 @@ signal and, through faulthandler, the Python stack it happened in.
 
 Exit codes: 0 finished, 1 failed, 2 bad configuration, 3 stopped on request, 4 numerical,
 5 wrong numbers in the parity check (the preset's parity_check, engine.train.parity).
+
+The loop is here: set up, train a step, evaluate, prepare an epoch, report, checkpoint. Beside
+it: the reporting window and the time that is not training (engine.train.window), when to
+checkpoint (engine.train.cadence), resuming from the newest checkpoint that loads
+(engine.train.restore), what went wrong and its exit code (engine.train.failures).
 """
 
 from __future__ import annotations
@@ -29,39 +34,30 @@ import os
 import signal
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any, Callable, cast
 
 import torch
 from torch import nn
 
-from engine import presets, runconfig, workloads
+from engine import presets, workloads
+from engine.emit import Emit
+from engine.event_types import StepFields, TrainerReadyFields
 from engine.monitor import device as devices
-from engine.record import checkpoint, interval, reached
-from engine.train import checkpointer, optim, parity, peaks
-from engine.vocabulary import (CLEAN, EXIT_CONFIG, EXIT_FAILED, EXIT_FINISHED, EXIT_NUMERICAL,
-                               EXIT_PARITY, EXIT_STOPPED)
-from engine.train.data import SampleOrder
-from engine.train.distributed import World
-from engine.errors import ConfigError, ProtocolError
-from engine.record.event_types import Emit, StepFields, TrainerReadyFields
-from engine.record.events import EventWriter
-from engine.monitor.throughput import RateMeter
-from engine.train.faults import Injector
 from engine.presets import DevicePreset
+from engine.record import reached
+from engine.record.events import EventWriter
 from engine.record.rundir import RunDir
 from engine.schema import to_table
-
-
-# checkpoint_every_steps = 'auto': the first checkpoint after this much training measures a save
-AUTO_FIRST_S = 30.0
-
-
-class NonFiniteLoss(Exception):
-    def __init__(self, step: int, what: str):
-        self.step = step
-        super().__init__(f"{what} at step {step}")
+from engine.train import cadence, checkpointer, optim, parity, peaks, restore
+from engine.train.cadence import Cadence
+from engine.train.data import SampleOrder
+from engine.train.distributed import World
+from engine.train.failures import (NonFiniteLoss, all_finite, checked_loss,
+                                   refuse_unreachable_faults, report_failure, step_set_by)
+from engine.train.faults import Injector
+from engine.train.window import Window
+from engine.vocabulary import EXIT_FINISHED, EXIT_STOPPED
 
 
 class StopRequest:
@@ -81,10 +77,6 @@ class StopRequest:
 
 
 class Trainer:
-    # the window's losses, kept on the device until a report sums them (_new_window)
-    _losses: list[torch.Tensor]
-    _loss_counts: list[int]
-
     def __init__(self, run: RunDir, events: EventWriter, preset_name: str, preset: DevicePreset,
                  stop: StopRequest | None = None):
         config = run.config()
@@ -113,7 +105,7 @@ class Trainer:
         devices.seed_everything(self.train.seed)
         self.name = config.workload.workload
         self.workload = workloads.build(self.name, config.workload.params, self.train.seed)
-        workloads.check_batch(preset, self.workload.num_samples, *_step_set_by(config.overrides, preset, preset_name))
+        workloads.check_batch(preset, self.workload.num_samples, *step_set_by(config.overrides, preset, preset_name))
         self.model = self.workload.build_model(grad_checkpointing=preset.grad_checkpointing).to(self.device)
         self.ddp = None
         if self.world.size > 1:
@@ -146,35 +138,28 @@ class Trainer:
         self.total_steps = self.step + math.ceil(
             max(0, self.total_samples - self.samples_seen) / self.global_batch)
         if events.attempt == 1 and not self.resumed_from:
-            self._refuse_unreachable_faults(config, preset_name)
+            refuse_unreachable_faults(config, preset_name, self.faults, self.workload.num_samples)
         # Warmup counts steps of the first attempt's global batch too: the curve is one of samples.
         self.schedule = optim.Schedule.of(self.train, self.first_global_batch, self.total_samples)
         self._saved_step = self.step if self.resumed_from else None  # the step on disk (or being written)
         # Checkpoints are written by a thread of their own from a host copy of the state, one at
-        # a time (engine.train.checkpointer); each is told once complete on disk.
+        # a time (engine.train.checkpointer); each is told once complete on disk. When: the
+        # preset's interval, or with 'auto' the one chosen from the saves measured and the
+        # crash rate on this device (engine.train.cadence).
         self.checkpoints = checkpointer.Writer(self.run.checkpoints, keep=self.train.keep_checkpoints)
-        # checkpoint_every_steps = 'auto': the saves' stalls and writes measured, and the crash
-        # rate on this device, choose the interval (engine.record.interval)
-        self._save_stalls: list[float] = []
-        self._write_s = 0.0
-        self._interval: interval.Interval | None = None
-        self._crash_history = self._crash_history_now() if self.train.checkpoint_every_steps == "auto" \
-            else (0, 0.0)
-
+        self.cadence = Cadence(self.train, cadence.crash_history(self.run, self.device.type)
+                               if self.train.checkpoint_every_steps == "auto" else (0, 0.0))
         self._last_checkpoint_t = time.monotonic()
         self._prepared_epoch = -1
         # Rates over training time only: evals, epoch preparation and checkpoints move the
         # window's start past themselves, and are added to the ETA as costs of their own.
-        self._meter = RateMeter(full_window_s=self.train.report_every_s)
+        self.window = Window(self.device, self.train.report_every_s, time.monotonic())
         self.peak = peaks.device_peak(self.device, self.resolved.precision)  # (TFLOP/s, GPU) for MFU
-        self._eval_s, self._evals = 0.0, 0          # time spent evaluating, for the ETA
         self._last_heartbeat = time.monotonic()
         # called with (done, of) after each micro-batch (the probe)
         self.micro_batch_hook: Callable[[int, int], None] | None = None
-        self._epoch_cost_s: float | None = None     # the last epoch preparation's (mining)
         self._first_step_s: float | None = None     # this attempt's first step, timed
         self._compile_told = not preset.compile     # its compile time said in a step event
-        self._new_window()
 
     # ------------------------------------------------------------ the loop
 
@@ -184,7 +169,7 @@ class Trainer:
         self.faults.before_step(0)
         if self.preset.parity_check:
             self.check_parity()
-        self._window_start = time.monotonic()   # training starts here: start-up ends
+        self.window.start = time.monotonic()   # training starts here: start-up ends
         while self.should_continue():
             started = time.monotonic() if self._first_step_s is None else None
             self.train_step()
@@ -212,7 +197,7 @@ class Trainer:
     def train_step(self) -> None:
         """One optimizer step over the global group of samples: `accumulation` micro-batches
         on each rank (fewer at the very end)."""
-        if self.checkpoints.in_flight and _fault_due(self.faults, self.step + 1):
+        if self.checkpoints.in_flight and self.faults.due(self.step + 1):
             # A rehearsed crash (`kind@step`) fires with the checkpoints before it on disk, as
             # when they were written in the loop, whatever the machine's speed: the same
             # resume, the same steps lost. (A real crash mid-write loses the write in flight.)
@@ -243,7 +228,7 @@ class Trainer:
                 # (DDP averages over ranks, hence the world size).
                 self.scaler.scale(loss * (n / group * self.world.size)).backward()
             if n:
-                self._keep_loss(loss.detach(), n)
+                self.window.keep_loss(loss.detach(), n)
             self.after_micro_batch(m + 1, micro_batches)
         if self.faults.wrong_grad:
             parity.perturb_gradients(self.model)
@@ -261,26 +246,7 @@ class Trainer:
         self.samples_seen += group
         if self.reached is not None:
             self.reached.publish(self.step, self.samples_seen)
-        self._window_samples += group
-        self._window_steps += 1
-
-    def _refuse_unreachable_faults(self, config, preset_name: str) -> None:
-        """A step fault past the run's last step would never fire, and the rehearsal would pass
-        in silence. engine.runconfig.check_faults refuses it before the run where a workload
-        tells its size without building its data; for the others (trm) only the trainer knows
-        the run's length, so its first attempt refuses it, with the same line."""
-        # counted as runconfig counts, on the ladder's smallest step (a fault may be meant for a
-        # fallback's attempt), with the data set's size this process has built
-        known = runconfig.last_step(config, [config.device, *config.ladder.values()],
-                                    samples=self.workload.num_samples)
-        if known is None:  # not for a workload that says its size: it just did
-            return
-        last, why = known
-        for fault in self.faults.faults:  # step faults (timed ones are in .timed)
-            if fault.step is not None and fault.step > last:
-                raise ConfigError(*runconfig.fault_from(fault.spec, [preset_name], preset_name,
-                                                        f"device preset {preset_name!r}", config.overrides),
-                                  runconfig.past_last_step(fault, last, why))
+        self.window.count(group)
 
     def after_micro_batch(self, done: int, of: int) -> None:
         """A long accumulation group is still a sign of life: the supervisor's hang watch sees a
@@ -340,36 +306,32 @@ class Trainer:
             # the model itself: per rank, outside DDP's collectives, and eagerly (see evaluate)
             prepare(self.model, epoch, self.device, emit)
         self.model.train()
-        spent = time.monotonic() - started
-        # The next epochs are expected to cost what this one did: a schedule that starts
-        # mining at epoch 6 moves the ETA once, at epoch 6, not a little at every epoch after.
-        self._epoch_cost_s = max(0.0, spent - once)
-        self._window_start += spent  # not training throughput
+        # not training throughput; the next epochs are expected to cost what this one did
+        self.window.prepared(time.monotonic() - started, once)
 
     def maybe_report(self) -> None:
-        if time.monotonic() - self._window_start >= self.train.report_every_s:
+        if time.monotonic() - self.window.start >= self.train.report_every_s:
             self.report()
 
     def report(self) -> None:
         """Emit a step event for the window: the loop's one host-device sync."""
-        if not self._window_steps:
+        w = self.window
+        if not w.steps:
             return
-        self._fold_losses()
-        loss = float(self._window_loss) / max(1, self._window_loss_samples)  # the sync point
+        loss = w.loss()  # the sync point
         if not math.isfinite(loss):
-            raise NonFiniteLoss(self.step, f"loss {loss} over the last {self._window_steps} steps")
-        elapsed = max(time.monotonic() - self._window_start, 1e-9)
-        steps_per_s = self._window_steps / elapsed
-        samples_per_s = self._window_samples / elapsed
-        self._meter.add(self._window_steps, self._window_samples, elapsed)
+            raise NonFiniteLoss(self.step, f"loss {loss} over the last {w.steps} steps")
+        elapsed = w.measure(time.monotonic())
+        steps_per_s = w.steps / elapsed
+        samples_per_s = w.samples / elapsed
         event = StepFields(
             step=self.step, total=self.total_steps, samples_seen=self.samples_seen,
             total_samples=self.total_samples, epoch=self.order.epoch_of(max(0, self.samples_seen - 1)),
             loss=loss, lr=self.lr,
             samples_per_s=round(samples_per_s, 3), steps_per_s=round(steps_per_s, 4),
             window_s=round(elapsed, 4), eta_s=round(self.eta_s(), 1),
-            smoothed_samples_per_s=round(self._meter.samples_per_s or 0.0, 3),
-            best_samples_per_s=round(self._meter.best_samples_per_s or 0.0, 3),
+            smoothed_samples_per_s=round(w.meter.samples_per_s or 0.0, 3),
+            best_samples_per_s=round(w.meter.best_samples_per_s or 0.0, 3),
             device_memory=devices.memory(self.device),
         )
         if self.workload.flops_per_sample:
@@ -380,7 +342,7 @@ class Trainer:
             # What compiling cost: the first step's time beyond a step's (the window's others);
             # the window's rates keep it, the run's goodput moves it to its compile bucket.
             self._compile_told = True
-            others = (elapsed - self._first_step_s) / (self._window_steps - 1) if self._window_steps > 1 else 0.0
+            others = (elapsed - self._first_step_s) / (w.steps - 1) if w.steps > 1 else 0.0
             event["compile_s"] = round(max(0.0, self._first_step_s - others), 3)
         if elapsed < self.train.report_every_s:
             # Cut short by a checkpoint or the end: a few steps' rate, too noisy to show or to
@@ -390,24 +352,19 @@ class Trainer:
             self.events.emit("step", **event)
         else:
             self.events.emit("heartbeat", rank=self.world.rank, step=self.step, pid=os.getpid())
-        self._new_window()
+        w.restart(time.monotonic())
 
     def eta_s(self) -> float:
         """Remaining steps at the smoothed rate of training time (engine.monitor.throughput),
         plus the evals still to come at their average cost so far and the epoch preparations
         (mining) at the last one's. The rate is measured between reports, whose loss read is a
         sync point, so it holds on a GPU with no per-step sync."""
-        remaining = self._meter.seconds_for(self.total_steps - self.step) or 0.0
         every = self.train.eval_every_steps
         evals_left = 1 if not every else (self.total_steps // every - self.step // every
                                           + (1 if self.total_steps % every else 0))
-        if self._evals:
-            remaining += evals_left * self._eval_s / self._evals
-        if self._epoch_cost_s:
-            last_epoch = self.order.epoch_of(self.total_samples - 1)
-            epochs_left = max(0, last_epoch - self._prepared_epoch)  # each is prepared once
-            remaining += epochs_left * self._epoch_cost_s
-        return remaining
+        last_epoch = self.order.epoch_of(self.total_samples - 1)
+        epochs_left = max(0, last_epoch - self._prepared_epoch)  # each is prepared once
+        return self.window.seconds_left(self.total_steps - self.step, evals_left, epochs_left)
 
     def maybe_eval(self) -> None:
         every = self.train.eval_every_steps
@@ -426,60 +383,16 @@ class Trainer:
             metrics = self.workload.evaluate(self.model, self.device) if self.world.is_main else {}
         self.model.train()
         spent = time.monotonic() - started
-        self._eval_s, self._evals = self._eval_s + spent, self._evals + 1
         if metrics:
             self.emit("eval", step=self.step, metrics=metrics, eval_s=round(spent, 3))
-        self._window_start += spent  # eval time is not training throughput
+        self.window.evaluated(spent)  # not training throughput; the ETA counts the evals to come
 
     def maybe_checkpoint(self) -> None:
         self._tell_checkpoints(self.checkpoints.poll())   # a background write that has finished
-        every_steps, every_s = self._checkpoint_every()
-        # 'auto' counts from the last save (its interval may change); a fixed one at multiples
-        since = self.step - (self._saved_step or 0) if self._interval is not None else self.step
-        if (every_steps and since % every_steps == 0 and since) or \
-                (every_s and time.monotonic() - self._last_checkpoint_t >= every_s):
+        if self.cadence.due(self.step, self._saved_step, time.monotonic() - self._last_checkpoint_t):
             self.save_checkpoint()
 
-    # ------------------------------------------------------------ state
-
-    def _checkpoint_every(self) -> tuple[int, float]:
-        """(steps, seconds) between checkpoints: the preset's, or with checkpoint_every_steps =
-        'auto' the interval chosen at the last save (_choose_interval); until one is chosen, a
-        save after AUTO_FIRST_S of training (or checkpoint_every_minutes, if sooner) measures one."""
-        if self.train.checkpoint_every_steps != "auto":
-            return int(self.train.checkpoint_every_steps), self.train.checkpoint_every_minutes * 60
-        if self._interval is None:
-            minutes = self.train.checkpoint_every_minutes * 60
-            return 0, min(AUTO_FIRST_S, minutes) if minutes else AUTO_FIRST_S
-        return self._interval.steps, 0.0
-
-    def _choose_interval(self) -> None:
-        """'auto': the interval that loses least (engine.record.interval) for the save stalls
-        measured so far, the step time and the crash rate on this device, never under a write's
-        time (no two in flight); said in an event when it moves by more than a tenth."""
-        if self.train.checkpoint_every_steps != "auto" or not self._meter.samples_per_s:
-            return
-        stalls = sorted(self._save_stalls)
-        chosen = interval.choose(stalls[len(stalls) // 2], self.global_batch / self._meter.samples_per_s,
-                                 *self._crash_history, floor_s=self._write_s)
-        if self._interval is None or abs(chosen.steps - self._interval.steps) > 0.1 * self._interval.steps:
-            self._interval = chosen
-            self.emit("checkpoint_interval", steps=chosen.steps, seconds=round(chosen.seconds, 2),
-                      cost_s=round(chosen.cost_s, 4), mtbf_s=round(chosen.mtbf_s, 1),
-                      crashes=chosen.crashes, observed_s=round(chosen.observed_s, 1),
-                      reason=chosen.reason)
-
-    def _crash_history_now(self) -> tuple[int, float]:
-        """(crashes, seconds trained) on this device: this run's attempts so far and the
-        earlier runs' (engine.record.interval.device_history)."""
-        from engine.record import stats   # the run's own events, read once at the start
-
-        fold = stats.fold(self.run.events())
-        g = fold.goodput()
-        crashes = sum(1 for a in fold.attempts if a.outcome is not None and a.outcome not in CLEAN)
-        trained = g.productive_s + (g.buckets.get("lost") or 0.0)
-        before, seen = interval.device_history(self.device.type, self.run.path.parent, exclude=self.run.id)
-        return crashes + before, trained + seen
+    # ------------------------------------------------------------ checkpoints
 
     def save_checkpoint(self) -> None:
         if self.step == self._saved_step:
@@ -488,7 +401,7 @@ class Trainer:
         # (one sync per checkpoint), so a resume always starts from good weights.
         self.report()
         started = time.monotonic()   # the loop's stall: the check, a wait, the copy to the host
-        if not _all_finite(list(self.model.parameters())):
+        if not all_finite(list(self.model.parameters())):
             raise NonFiniteLoss(self.step, "non-finite weights")
         self._saved_step = self.step
         if not self.world.is_main:
@@ -507,7 +420,7 @@ class Trainer:
         }, stall_from=started)
         self._last_checkpoint_t = time.monotonic()
         # Only the stall leaves the window: a background write runs alongside training.
-        self._window_start += self._last_checkpoint_t - started
+        self.window.exclude(self._last_checkpoint_t - started)
         self._tell_checkpoints(*done)
 
     def finish_checkpoints(self) -> None:
@@ -515,7 +428,7 @@ class Trainer:
         The wait is in its save_s, and out of the reporting window."""
         started = time.monotonic()
         written = self.checkpoints.wait()
-        self._window_start += time.monotonic() - started
+        self.window.exclude(time.monotonic() - started)
         self._tell_checkpoints(written)
 
     def _tell_checkpoints(self, *written: checkpointer.Written | None) -> None:
@@ -525,83 +438,30 @@ class Trainer:
         for w in written:
             if w is None:
                 continue
-            self._save_stalls.append(w.stall_s)
-            self._write_s = w.write_s
             self.events.emit("checkpoint", step=w.step, samples_seen=w.samples_seen,
                              path=str(w.path.relative_to(self.run.path)), save_s=round(w.stall_s, 3),
                              write_s=round(w.write_s, 3), wait_s=round(w.wait_s, 3))
-            self._choose_interval()
+            rate = self.window.meter.samples_per_s
+            chosen = self.cadence.written(w.stall_s, w.write_s, self.global_batch / rate if rate else None)
+            if chosen is not None:   # 'auto' chose anew: said when it moves by more than a tenth
+                self.emit("checkpoint_interval", steps=chosen.steps, seconds=round(chosen.seconds, 2),
+                          cost_s=round(chosen.cost_s, 4), mtbf_s=round(chosen.mtbf_s, 1),
+                          crashes=chosen.crashes, observed_s=round(chosen.observed_s, 1),
+                          reason=chosen.reason)
 
     def _resume(self) -> dict | None:
-        """Continue from the newest checkpoint that loads. One that does not (a torn write, bit
-        rot) is reported, set aside and the one before it tried; if none loads, the attempt
-        starts from the beginning, with a warning."""
-        files = checkpoint.checkpoint_files(self.run.checkpoints)
-        if not files:
+        """Continue from the newest checkpoint that loads (engine.train.restore): where, and
+        from which step and sample; None for a start from the beginning."""
+        restored = restore.newest(self.run, model=self.model, optimizer=self.optimizer,
+                                  scheduler=self.scheduler, scaler=self.scaler,
+                                  first_global_batch=self.first_global_batch, emit=self.emit,
+                                  set_aside=self.world.is_main)
+        if restored is None:
             return None
-        # What a fresh start needs back should a half-restored checkpoint fail (the model is
-        # restored last, once everything else has loaded, so it never needs putting back).
-        fresh = self.optimizer.state_dict(), self.scaler.state_dict(), devices.rng_state(), \
-            self.scheduler.state_dict() if self.scheduler is not None else None
-        started = time.monotonic()
-        for path in reversed(files):
-            name = str(path.relative_to(self.run.path))
-            try:
-                self._restore(path, checkpoint.load(path))
-            except checkpoint.Unreadable as e:
-                aside = checkpoint.set_aside(path) if self.world.is_main else None
-                self.emit("warning", kind="checkpoint-unreadable", path=name, error=e.problem,
-                          message=f"checkpoint {name} cannot be loaded ({e.problem}); "
-                                  + (f"set aside as {aside.name}, " if aside else "")
-                                  + "trying the one before it", advice=[], fallback=False)
-                continue
-            return {"path": name, "step": self.step, "samples_seen": self.samples_seen,
-                    "load_s": round(time.monotonic() - started, 3)}
-        self.optimizer.load_state_dict(fresh[0])
-        self.scaler.load_state_dict(fresh[1])
-        devices.set_rng_state(fresh[2])
-        if fresh[3] is not None:
-            self.scheduler.load_state_dict(fresh[3])
-        self.emit("warning", kind="checkpoint-unreadable", path=None, error="none loads",
-                  message=f"none of the run's {len(files)} checkpoints loads; training starts from "
-                          "the beginning", advice=[], fallback=False)
-        return None
-
-    def _restore(self, path, state: dict) -> None:
-        """Put a loaded checkpoint's state in place; Unreadable if it does not fit this run."""
-        try:
-            mine = self.model.state_dict()
-            theirs = state["model"]
-            misfits = [k for k in mine.keys() | theirs.keys()
-                       if k not in mine or k not in theirs or mine[k].shape != theirs[k].shape]
-            if misfits:
-                raise checkpoint.Unreadable(path, "does not fit this run's model ("
-                                            + ", ".join(sorted(misfits)[:3]) + ")")
-            self.optimizer.load_state_dict(optim.loadable(self.optimizer, state["optimizer"], self.model))
-            if self.scheduler is not None and "scheduler" in state:
-                self.scheduler.load_state_dict(state["scheduler"])
-            self.scaler.load_state_dict(state["scaler"])  # a no-op when the scaler is disabled
-            devices.set_rng_state(state["rng"])
-            step, samples_seen = int(state["step"]), int(state["samples_seen"])
-            first = int(state.get("first_global_batch", self.first_global_batch))
-            self.model.load_state_dict(theirs, strict=True)
-        except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as e:
-            raise checkpoint.Unreadable(path, f"{type(e).__name__}: {e}") from None
-        self.step, self.samples_seen, self.first_global_batch = step, samples_seen, first
-
-    def _keep_loss(self, loss: torch.Tensor, n: int) -> None:
-        # Keeping the device tensor costs no kernel launch; they are summed in batches.
-        self._losses.append(loss)
-        self._loss_counts.append(n)
-        self._window_loss_samples += n
-        if len(self._losses) >= 1024:
-            self._fold_losses()
-
-    def _fold_losses(self) -> None:
-        if self._losses:
-            weights = torch.tensor(self._loss_counts, dtype=torch.float32).to(self.device, non_blocking=True)
-            self._window_loss += (torch.stack(self._losses).float() * weights).sum()
-            self._losses, self._loss_counts = [], []
+        self.step, self.samples_seen = restored.step, restored.samples_seen
+        self.first_global_batch = restored.first_global_batch
+        return {"path": restored.path, "step": self.step, "samples_seen": self.samples_seen,
+                "load_s": restored.load_s}
 
     # ------------------------------------------------------------ for the probe (engine.probe.worker)
 
@@ -609,22 +469,12 @@ class Trainer:
         """Start a fresh reporting window of this length (the probe's timed windows begin
         after its warm-up, whose losses and time are not the measurement's)."""
         self.train = dataclasses.replace(self.train, report_every_s=report_every_s)
-        self._meter.full_window_s = report_every_s
-        self._new_window()
+        self.window.resize(report_every_s, time.monotonic())
 
     def use_micro_batch(self, batch_size: int) -> None:
         """Train on with this micro-batch and no accumulation (the batch finder's trials)."""
         self.preset = dataclasses.replace(self.preset, batch_size=batch_size, accumulation=1)
         self.global_batch = batch_size * self.world.size
-
-    def _new_window(self) -> None:
-        self._window_start = time.monotonic()
-        self._window_loss = torch.zeros((), device=self.device)
-        self._losses = []
-        self._loss_counts = []
-        self._window_samples = 0        # global samples trained in the window (throughput)
-        self._window_loss_samples = 0   # this rank's samples behind the window's loss
-        self._window_steps = 0
 
     def describe(self) -> TrainerReadyFields:
         return TrainerReadyFields(
@@ -636,122 +486,10 @@ class Trainer:
             parameters=sum(p.numel() for p in self.model.parameters()),
             trainable=sum(p.numel() for p in self.model.parameters() if p.requires_grad),
             pid=os.getpid(), torch=torch.__version__, world_size=self.world.size,
-            global_batch=self.global_batch, optimizer=self._optimizer_text(),
+            global_batch=self.global_batch,
+            optimizer=optim.describe(self.optimizer, self.scheduler, self.train, self.workload),
             peak_tflops=self.peak[0] if self.peak else None,
         )
-
-    def _optimizer_text(self) -> str:
-        """'AdamW (fused), cosine from 0.0006 to 6e-05 after 100 warmup steps', or the workload's."""
-        o, t = self.optimizer, self.train
-        name = type(o).__name__ + (" (fused)" if o.defaults.get("fused") else "")
-        if hasattr(self.workload, "configure_optimizers"):
-            name += " from configure_optimizers"
-        if self.scheduler is not None:
-            return f"{name} and its {type(self.scheduler).__name__}"
-        peak = "its lr" if hasattr(self.workload, "configure_optimizers") else f"{t.lr:g}"
-        curve = f"constant at {peak}" if t.schedule == "constant" else \
-            f"{t.schedule} from {peak} to {t.min_lr / t.lr if t.lr else 0:g}x" \
-            if peak == "its lr" else f"{t.schedule} from {peak} to {t.min_lr:g}"
-        warm = f" after {t.warmup_steps} warmup steps" if t.warmup_steps else ""
-        return f"{name}, {curve}{warm}"
-
-
-def checked_loss(loss, name: str, workload) -> torch.Tensor:
-    """The loss, if it is what the protocol asks for: a scalar floating-point tensor with a
-    gradient. Anything else is the workload's bug, named as such (ProtocolError), not a
-    confusing error from the trainer's line that first trips over it. Metadata only: no sync."""
-    if isinstance(loss, torch.Tensor) and loss.dim() == 0 and loss.is_floating_point() \
-            and loss.requires_grad:
-        return loss
-    if isinstance(loss, tuple):
-        got = (f"a tuple of {len(loss)} ({', '.join(type(v).__name__ for v in loss)}); return the "
-               "loss alone (report other figures from evaluate())")
-    elif type(loss).__module__.partition(".")[0] == "numpy":
-        got = (f"a numpy {type(loss).__name__}, which has no gradient; return the torch tensor "
-               "(no .numpy() or .item())")
-    elif isinstance(loss, (int, float)) and not isinstance(loss, bool):
-        got = f"a Python {type(loss).__name__} ({loss:g}), which has no gradient; return the tensor, " \
-              "not .item()"
-    elif loss is None:
-        got = "None; return the loss (a missing `return`?)"
-    elif isinstance(loss, dict):
-        got = (f"a dict ({', '.join(map(str, loss))}); return the loss tensor alone (report "
-               "other figures from evaluate())")
-    elif not isinstance(loss, torch.Tensor):
-        got = f"{_article(type(loss).__name__)} {type(loss).__name__}"
-    elif loss.dim() != 0:
-        got = (f"a tensor of shape {tuple(loss.shape)}; return the mean over the batch "
-               "(.mean()), one number")
-    elif not loss.is_floating_point():
-        got = f"a tensor of dtype {loss.dtype}; expected a floating-point loss"
-    else:
-        got = ("a tensor that does not require grad (computed under torch.no_grad(), or "
-               "detached): nothing to train")
-    raise ProtocolError(name, "loss", f"loss() must return a scalar tensor, got {got}",
-                        getattr(workload, "loss", None))
-
-
-def _fault_due(faults: Injector, step: int) -> bool:
-    """Whether a step fault fires as `step` begins (Injector.before_step fires those up to it)."""
-    return any(f.step is not None and f.step <= step for f in faults.faults)
-
-
-def _all_finite(tensors: list[torch.Tensor]) -> bool:
-    """Whether every element is finite: one host-device sync per device, not per tensor."""
-    by_device: dict[torch.device, list[torch.Tensor]] = {}
-    for t in tensors:
-        by_device.setdefault(t.device, []).append(torch.isfinite(t.detach()).all())
-    return all(bool(torch.stack(flags).all()) for flags in by_device.values())
-
-
-def _article(word: str) -> str:
-    return "an" if word[:1].lower() in "aeiou" else "a"
-
-
-def _step_set_by(overrides, preset: DevicePreset, preset_name: str) -> tuple[str, str]:
-    """(where, key) to blame for an optimizer step larger than the data set: the --set that sized
-    the step (carried to every preset of the ladder), else the preset. engine.runconfig blames
-    before the run where the data set's size is known without building it; trm's is not."""
-    factors = ("batch_size", "accumulation", "nproc_per_node", "nnodes")
-    keys = {k.strip(): v.strip() for k, _, v in (item.partition("=") for item in overrides)}
-    # a --set whose value this attempt runs (a fallback may have halved it since); of several,
-    # the largest factor of the step
-    set_here = [k for k in factors if str(getattr(preset, k)) in (keys.get(k), keys.get(f"device.{k}"))]
-    if set_here:
-        return "--set", "device." + max(set_here, key=lambda k: getattr(preset, k))
-    return f"device preset {preset_name!r}", "batch_size"
-
-
-def _rank() -> int:
-    return int(os.environ.get("RANK", "0"))
-
-
-def report_failure(events: EventWriter, error: Exception, step: int | None) -> int:
-    """Say why this process is failing, the way engine.run.crashes classifies it (an event and the
-    log), and return its exit code. Shared by the trainer and the probe's worker."""
-    if isinstance(error, ConfigError):
-        print(error.line(), file=sys.stderr, flush=True)
-        events.emit("config_error", message=error.line())
-        return EXIT_CONFIG
-    if isinstance(error, ProtocolError):  # the workload's bug, told without the trainer's frames
-        text = f"ProtocolError: {error}" + (f"\n  {error.method}() is at {error.where}" if error.where else "")
-        events.emit("exception", error="ProtocolError", message=str(error), where=error.where,
-                    step=step, rank=_rank(), traceback=text)
-        print(text, file=sys.stderr, flush=True)
-        return EXIT_FAILED
-    if isinstance(error, parity.ParityFailure):  # the parity event, written already, has the figures
-        print(f"parity: {error}", file=sys.stderr, flush=True)
-        return EXIT_PARITY
-    if isinstance(error, NonFiniteLoss):
-        events.emit("numerical", step=error.step, message=str(error), rank=_rank())
-        print(f"numerical: {error}", file=sys.stderr, flush=True)
-        return EXIT_NUMERICAL
-    frames = traceback.extract_tb(error.__traceback__)
-    events.emit("exception", error=type(error).__name__, message=str(error)[:2000],
-                where=f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None,
-                step=step, rank=_rank(), traceback=traceback.format_exc()[-8000:])
-    traceback.print_exc()
-    return EXIT_FAILED
 
 
 def main(argv: list[str] | None = None) -> int:
