@@ -12,6 +12,7 @@ from cockpit.commands import presets as presets_cmd, probe as probe_cmd, runs as
 from cockpit.commands import sample as sample_cmd, train
 from engine import __version__
 from engine.errors import ConfigError
+from engine.vocabulary import FAULT_KINDS, REPORTED_KINDS, SIGNAL_KINDS
 
 EXIT_BAD_INPUT = 2
 
@@ -49,6 +50,11 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _either(kinds) -> str:
+    """'a, b or c': the fault kinds as the help says them (engine.vocabulary holds them)."""
+    return ", ".join(kinds[:-1]) + " or " + kinds[-1]
+
+
 def add_output_arguments(parser: argparse.ArgumentParser) -> None:
     """How a headless run talks: log lines and alerts (cockpit --no-ui, run, runs resume)."""
     parser.add_argument("--log-every", type=_seconds, default=30.0, metavar="S",
@@ -80,8 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="override a setting: batch_size=16, train.epochs=2, params.n=128 (repeatable)")
     parser.add_argument("--inject", action="append", default=[], metavar="KIND@STEP",
                         help="make the trainer fail for real, to try the fallback rules: "
-                             "native-crash, oom, backend, openmp, nan, hang, user-code, slow, "
-                             "wrong-grad or compile-error, at the start of an optimizer step "
+                             f"{_either(FAULT_KINDS)}, at the start of an optimizer step "
                              "(native-crash@117) or a time after the attempt starts (hang@30s, "
                              "oom@1.5s); once per run, whatever preset, or with + in every attempt "
                              "(oom@120+); repeatable")
@@ -172,8 +177,8 @@ def _add_run_parser(sub) -> None:
     q.add_argument("--inject", action="append", default=[], metavar="KIND@STEP",
                    help="a real fault at a step the supervisor reads or the script reports "
                         "(native-crash@117), or a time after the attempt starts (hang@30s): "
-                        "native-crash, hang, slow (signals from the supervisor); oom, backend, "
-                        "openmp, nan, user-code (raised by cockpit.report.step in the script); "
+                        f"{', '.join(SIGNAL_KINDS)} (signals from the supervisor); "
+                        f"{', '.join(REPORTED_KINDS)} (raised by cockpit.report.step in the script); "
                         "once per run, or with + in every attempt")
     q.add_argument("--json", action="store_true", help="print every event as a JSON line")
     q.add_argument("--detach", action="store_true", help="start in the background, print the run id")
