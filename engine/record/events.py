@@ -6,13 +6,22 @@ Two processes append to the same file; each event is one write() to an O_APPEND
 descriptor, so lines never interleave. A reader stops before a torn last line (a writer
 that died mid-write) and picks it up once it is complete.
 
-Types: run_started (run_resumed when a run is continued), attempt_started, attempt_process,
-trainer_ready, parity (the device's check against the CPU, engine.train.parity), step (with
-`"partial": true` when a checkpoint or the end cut its window short), eval_started, eval,
-mining_started, mining, checkpoint, memory (with the hardware: CPU, other processes, GPUs),
-warning, fault_injected, stop_requested, crash, fallback, attempt_ended, run_finished; and
-from the lifeline (engine.run.lifeline), supervisor_lost and run_interrupted. Each type's
-fields are a TypedDict in engine.event_types, and mypy checks every emit against it.
+Types, by who writes them (each type's fields are a TypedDict in engine.event_types, and mypy
+checks every emit against it; tests/test_architecture.py checks this list is theirs):
+- the supervisor (engine.run): `run_started` (`run_resumed` when a run is continued),
+  `attempt_started`, `attempt_process`, `memory` (with the hardware: CPU, other processes,
+  GPUs), `warning`, `fault_injected`, `stop_requested`, `crash`, `fallback`, `attempt_ended`,
+  `run_finished`, `run_failed` (a crash ended the run); and from the lifeline
+  (engine.run.lifeline), `supervisor_lost` and `run_interrupted`;
+- the trainer (engine.train): `trainer_ready`, `parity` (the device's check against the CPU,
+  engine.train.parity), `step` (with `"partial": true` when a checkpoint or the end cut its
+  window short), `heartbeat` (a rank alive in a long accumulation group, or a rank other
+  than 0 at a report), `eval_started`, `eval`, `mining_started`, `mining`, `checkpoint`,
+  `checkpoint_interval` (the interval 'auto' chose), warnings and rehearsed faults too, and
+  how it failed: `config_error`, `exception`, `numerical`;
+- a user's script, through cockpit.report: `progress` (the supervisor makes steps of it);
+- the probe's worker (engine.probe.worker): `worker_started`, `probe_warmup`,
+  `probe_timing`, `batch_trial`, `probe_done`.
 """
 
 from __future__ import annotations
