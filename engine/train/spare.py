@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch  # noqa: F401  (the point: imported before the attempt needs it)
     import torch._dynamo  # noqa: F401  (every optimizer's constructor imports it: a second more)
 
-    from engine.train import trainer
+    from engine.train import trainer  # the trainer and its imports, ahead: the point as well
 
     for name in warm:   # the workload's modules: a failure is the attempt's to report, not ours
         try:
