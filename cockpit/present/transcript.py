@@ -9,16 +9,19 @@ step at all) the progress says so instead of only "no step". Before an attempt's
 model loading, a first step compiling for minutes) it says how long it has been waiting:
 'attempt 2: no step yet (1m30s)'.
 
-The headless printer writes a transcript to its stream; the TUI's log view shows one.
+The figures are the run's read model's (engine.record.state: the newest memory sample, the
+attempt's step windows, the pass or eval under way, the main metric), folded with each event;
+a transcript keeps only what it has shown. The headless printer writes a transcript to its
+stream; the TUI's log view shows one.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from cockpit.present.lines import Main, human_line, status_line, step_line
+from cockpit.present.lines import human_line, status_line, step_line
 from cockpit.present.words import activity_text, duration
-from engine.record.metrics import choose_main_metric
+from engine.record.state import MainMetric, RunState
 
 LOG_EVERY_S = 30.0
 
@@ -39,37 +42,44 @@ class Transcript:
     def __init__(self, *, live: bool = False, log_every_s: float = LOG_EVERY_S,
                  width: Callable[[], int] = lambda: 80, main_metric: str = ""):
         self.live = live
-        self.main_metric = main_metric
-        self.reported: dict[str, float] = {}  # each metric's newest value, from steps and evals
+        self.state = RunState(main_metric=main_metric)   # the run as its events tell it
         self.log_every_s = log_every_s
         self.width = width
-        self.memory: dict | None = None  # the latest memory event, shown with the step
-        self.step: dict | None = None    # the attempt's latest step event
-        self.windows = 0                 # its step windows so far (the ETA settles)
-        self.activity: dict | None = None  # the mining_started or eval_started under way
+        self.step: dict | None = None        # the attempt's newest step event, until its end is shown
         self.started: dict | None = None     # the attempt's attempt_started (its wait for a first step)
-        self.group: dict | None = None       # the last heartbeat inside a long accumulation group
         self.logged_t: float | None = None   # the event time of the last progress line written
         self.logged: dict | None = None      # the step it showed
 
+    @property
+    def memory(self) -> dict | None:
+        """The newest memory sample, shown with the step."""
+        return self.state.memory
+
+    @property
+    def windows(self) -> int:
+        """The attempt's step windows so far (its ETA settles)."""
+        return self.state.windows
+
+    @property
+    def activity(self) -> dict | None:
+        """The mining_started or eval_started under way."""
+        return self.state.activity
+
+    @property
+    def group(self) -> dict | None:
+        """The newest heartbeat inside a long accumulation group."""
+        return self.state.group
+
     def see(self, e: dict) -> list[str]:
         kind = e["type"]
+        self.state.add(e)
         if kind == "memory":
-            self.memory = e
             return self._progress(e["t"], stalled=True) if not self.live else []
-        if kind in ("step", "eval"):
-            self._report(e)
         if kind == "step":
-            self.step, self.windows, self.activity, self.group = e, self.windows + 1, None, None
+            self.step = e
             return self._progress(e["t"]) if not self.live else []
-        if kind == "heartbeat":
-            self.group = e if e.get("micro_batches") is not None else self.group
+        if kind in ("heartbeat", "mining_started", "eval_started"):
             return []
-        if kind in ("mining_started", "eval_started"):
-            self.activity = e
-            return []
-        if kind in ("mining", "eval", "crash", "attempt_ended"):
-            self.activity = None
         lines = []
         if kind in ("crash", "attempt_started", "attempt_ended", "run_finished"):
             lines += self._end_attempt()
@@ -78,15 +88,9 @@ class Transcript:
         line = human_line(e, self.memory)
         return lines + ([line] if line is not None else [])
 
-    def _report(self, e: dict) -> None:
-        for name, value in (e.get("metrics") or {}).items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                self.reported[name] = value
-
-    def main(self) -> Main | None:
-        """(the main metric, its newest value), or None where there is none (yet)."""
-        name = choose_main_metric(self.reported, self.main_metric)
-        return None if name is None else (name, self.reported.get(name))
+    def main(self) -> MainMetric | None:
+        """The main metric and its newest value, or None where there is none (yet)."""
+        return self.state.main
 
     def _progress(self, t: float, stalled: bool = False) -> list[str]:
         """Not live: the attempt's first step, then one line per log_every_s of event time;
@@ -132,8 +136,7 @@ class Transcript:
         step = self.step
         line = None if step is None else self.status() if self.live else \
             None if step is self.logged else step_line(step, self.memory, self.windows, self.main())
-        self.step, self.windows, self.logged_t, self.logged = None, 0, None, None
-        self.started = self.group = None
+        self.step, self.logged_t, self.logged, self.started = None, None, None, None
         return [line] if line else []
 
     def status(self) -> str:

@@ -25,9 +25,10 @@ from engine import files, presets, runconfig
 from engine.errors import ConfigError
 from engine.record.identity import ProcessId
 from engine.record.rundir import RunDir, summarize
+from engine.record.state import RunState
 from engine.runconfig import RunConfig
 
-# "ended", "released": an adopted run's (engine.run.launchers.adopted), once its process has ended
+# "ended", "released": an adopted run's (engine.run.adopted), once its process has ended
 RESUMABLE = ("stopped", "failed", "interrupted", "lost", "created", "ended", "released")
 
 
@@ -39,7 +40,8 @@ def literal(args) -> list[str]:
 
 @dataclass
 class History:
-    """What the run's earlier supervisors recorded."""
+    """What the run's earlier supervisors recorded: the part of its read model
+    (engine.record.state) a continuation needs."""
 
     attempts: int = 0                   # the last attempt's number
     started: float | None = None        # when the run first started
@@ -53,27 +55,14 @@ class History:
 
     @classmethod
     def of(cls, events: list[dict]) -> "History":
-        history, preset_of = cls(), {}
-        for e in events:
-            kind = e.get("type")
-            if kind == "run_started" and history.started is None:
-                history.started = e.get("t")
-                history.adopted = e.get("adopted") if isinstance(e.get("adopted"), dict) else None
-            elif kind == "attempt_started":
-                history.attempts = max(history.attempts, e.get("attempt") or 0)
-                preset_of[e.get("attempt")] = e.get("preset")
-                history.last = e
-            elif kind == "attempt_process":
-                history.process = e
-            elif kind == "fault_injected":
-                history.fired.add((preset_of.get(e.get("attempt")), e.get("spec")))
-            elif kind == "step" and e.get("epoch_base") is not None:
-                history.epoch_base = e["epoch_base"]
-            elif kind == "checkpoint" and e.get("path"):
-                history.checkpoints[e["path"]] = e
-            elif kind == "warning" and e.get("kind") == "checkpoint-unreadable" and e.get("path"):
-                history.unreadable.add(e["path"])
-        return history
+        return cls.of_state(RunState.of(events))
+
+    @classmethod
+    def of_state(cls, state: RunState) -> "History":
+        return cls(attempts=max((a.attempt or 0 for a in state.attempts), default=0), started=state.started_t,
+                   fired=set(state.fired), checkpoints={e["path"]: e for e in state.checkpoints if e.get("path")},
+                   unreadable=set(state.unreadable), process=state.process, last=state.last_started,
+                   epoch_base=state.epoch_base, adopted=state.adopted)
 
     def orphan(self) -> ProcessId | None:
         """The last attempt's process if it is still running (its supervisor gone); None
