@@ -18,7 +18,8 @@ from engine.record.rundir import RunDir
 from engine.run import launchers
 from engine.run.launch import Launch
 from engine.run.launchers.trainer import SPARE_VARYING, trainer_launch
-from engine.run.process import AttemptProcess, ExitWait, Spare, spawn
+from engine.run.process import AttemptProcess, ExitWait, spawn
+from engine.run.spare import Spare
 from engine.run.supervisor import Supervisor
 from engine.train.faults import STARTED_ENV
 

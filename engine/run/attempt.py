@@ -30,7 +30,8 @@ from engine.run.kinds import TrainerKind
 from engine.run.launch import Launch
 from engine.run.launchers import Launcher
 from engine.run.lifeline import Lifeline
-from engine.run.process import AttemptProcess, Spare
+from engine.run.process import AttemptProcess
+from engine.run.spare import Spare
 from engine.run.rehearsal import Rehearsal
 from engine.run.watch import AttemptResult, AttemptWatch
 from engine.runconfig import RunConfig

@@ -48,7 +48,7 @@ from engine.run.attempt import Attempt, Context, Pace
 from engine.run.fallback import Decision, Ladder, Rung
 from engine.run.launchers import Launcher
 from engine.run.lifeline import Lifeline
-from engine.run.process import Spare
+from engine.run.spare import Spare
 from engine.run.resume import History
 from engine.record.rundir import RunDir
 from engine.run.watch import AttemptResult

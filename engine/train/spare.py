@@ -4,7 +4,7 @@
 
 Most of a built-in attempt's start is the interpreter's and torch's imports, seconds of a
 recovery on a small machine. So while an attempt runs, the supervisor may start a spare
-(engine.run.process.Spare) with the environment the next attempt would have: it imports torch,
+(engine.run.spare.Spare) with the environment the next attempt would have: it imports torch,
 the trainer and the MODULEs named (the workload's), then blocks on one JSON line from its stdin:
 
     {"argv": [trainer arguments], "env": {the attempt's environment}, "log": "attempt-N.log"}

@@ -29,7 +29,8 @@ from engine.run.crashes import TRAINER, Subject, Verdict
 from engine.run.kinds import TrainerKind
 from engine.run.launch import Launch, child_env
 from engine.run.lifeline import Lifeline
-from engine.run.process import AttemptProcess, Spare, to_process
+from engine.run.process import AttemptProcess, to_process
+from engine.run.spare import Spare
 from engine.run.watch import HANG_GAP_FACTOR, AttemptWatch, judge
 from engine.runconfig import RunConfig
 
@@ -74,11 +75,17 @@ class Launcher:
         return AttemptProcess.start(launch, log, self.deliver)
 
     def hand(self, spare: Spare, launch: Launch, log_path: Path) -> AttemptProcess | None:
-        """The spare as this attempt's process, if it can run it (else None: it is discarded)."""
-        return AttemptProcess.handed(spare, launch, log_path, self.deliver)
+        """The spare as this attempt's process: it runs the launch's argv in the process started
+        for it, its output into `log_path`. None if it cannot (it died, or this launch is not one
+        it was started for): discarded, and the attempt is started as usual."""
+        popen = spare.take(launch, log_path)
+        if popen is None:
+            return None
+        return AttemptProcess(popen, stop_signals=launch.stop_signals, grace_s=launch.stop_grace_s,
+                              deliver=self.deliver)
 
     def spare(self, attempt: int, name: str, preset: DevicePreset) -> dict | None:
-        """How to start a spare for the next attempt on this preset (engine.run.process.Spare's
+        """How to start a spare for the next attempt on this preset (engine.run.spare.Spare's
         keywords), or None where none can serve."""
         return None
 
