@@ -218,6 +218,24 @@ def test_ctrl_c_on_a_foreground_adopt_stops_following_and_leaves_it_running(home
     s.end()
 
 
+@linux_only
+def test_a_silent_adopted_process_is_told_as_hung_and_left_running(home, script):
+    """The hang watch a started command has, for a process cockpit did not start: a warning,
+    never a signal (SIGSTOP makes it silent, whatever the machine's speed)."""
+    s = script()
+    run = find_run(cockpit("adopt", str(s.proc.pid), "--detach", "--set", "hang_timeout_s=2").stdout.strip())
+    wait_until(lambda: events(run, "step"), "its steps")
+    os.kill(s.proc.pid, signal.SIGSTOP)
+    try:
+        hung = wait_until(lambda: [w for w in events(run, "warning") if w["kind"] == "hang"], "the hang warning")
+    finally:
+        os.kill(s.proc.pid, signal.SIGCONT)
+    assert "no output for" in hung[0]["message"] and hung[0]["fallback"] is False
+    assert events(run, "stop_requested") == [] and s.proc.poll() is None   # never signalled
+    s.end()
+    assert s.proc.returncode == 0 and finished(run)["status"] == "ended"
+
+
 # ---------------------------------------------------------------- bad input
 
 

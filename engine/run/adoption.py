@@ -33,6 +33,8 @@ RECORD = "adopted.json"            # what was adopted, beside run.toml
 # Not carried into a relaunch: cockpit's own (a launch sets those it means) and the terminal's
 # size (a log file is no terminal: a bar drawn 80 wide would wrap its loss away).
 _NOT_CARRIED = ("_", "COLUMNS", "LINES")
+# The device preset's settings that say how it is followed (its hang watch), not how it runs.
+FOLLOWING = ("hang_timeout_s",)
 
 
 @dataclass(frozen=True)
@@ -142,10 +144,12 @@ def config_for(adoption: Adoption, name: str, overrides: list[str] | None = None
                                         "env": adoption.env}, "adopt")
     if overrides:
         for item in overrides:
-            if not item.partition("=")[0].strip().startswith("command."):
-                raise ConfigError("--set", item, "an adopted run takes command.* settings only "
-                                                 "(total_steps, progress_regex, samples_per_step, "
-                                                 "stop_grace_s...); expected command.KEY=VALUE")
+            key = item.partition("=")[0].strip()
+            if not key.startswith("command.") and key not in FOLLOWING:
+                raise ConfigError("--set", item, "an adopted run takes command.* settings (total_steps, "
+                                                 "progress_regex, samples_per_step, stop_grace_s...) "
+                                                 f"and {', '.join(FOLLOWING)} only; expected "
+                                                 "command.KEY=VALUE")
         workload, device = apply_overrides(workload, device, overrides)
     return RunConfig(workload_preset=name, device_preset=PRESET, workload=workload, device=device,
                      ladder={}, overrides=tuple(overrides or ()))
