@@ -7,10 +7,9 @@ from __future__ import annotations
 import bisect
 import dataclasses
 
-from cockpit.present import words
-from cockpit.present.words import badput_parts, duration
+from cockpit.present.words import average_rate, badput_parts, duration
 from engine.errors import ConfigError
-from engine.numbers import count, rate
+from engine.numbers import count, metric, rate
 from engine.files import read_toml
 from engine.record.curves import RunCurves
 from engine.record.digest import RunDigest
@@ -118,13 +117,14 @@ def table(runs: list[Compared]) -> list[Row]:
         return [f(r) for r in runs]
 
     rows = [Row("status", each(lambda r: r.summary.status)),
-            Row("final loss", each(lambda r: _number(r.averages.final_loss)))]
-    rows += [Row(m, each(lambda r, m=m: _number(r.averages.final_metrics.get(m)))) for m in metrics(runs)]
-    rows.append(Row("samples/s avg", each(_samples_rate)))
+            Row("final loss", each(lambda r: metric(r.averages.final_loss)))]
+    rows += [Row(m, each(lambda r, m=m: metric(r.averages.final_metrics.get(m)))) for m in metrics(runs)]
+    # samples/s, or steps/s where a command's samples per step are not known (never a guessed count)
+    rows.append(Row("samples/s avg", each(lambda r: average_rate(r.averages, steps="steps/s"))))
     if any(r.averages.tokens_per_s for r in runs):   # only where tokens per step are known
-        rows.append(Row("tokens/s avg", each(lambda r: _rate(r.averages.tokens_per_s))))
+        rows.append(Row("tokens/s avg", each(lambda r: rate(r.averages.tokens_per_s))))
     if any(r.averages.gflop_s for r in runs):   # only workloads that count their FLOPs say it
-        rows.append(Row("GFLOP/s avg", each(lambda r: _rate(r.averages.gflop_s))))
+        rows.append(Row("GFLOP/s avg", each(lambda r: rate(r.averages.gflop_s))))
     rows.append(Row("duration", each(lambda r: duration(r.summary.duration_s))))
     differ = differing(runs)
     if differ:
@@ -139,7 +139,7 @@ def table(runs: list[Compared]) -> list[Row]:
         Row("steps", each(lambda r: f"{r.summary.step}/{r.summary.total_steps}" if r.summary.step else "no steps")),
         Row("steps lost", each(lambda r: str(r.averages.steps_lost))),
         Row("goodput", each(lambda r: goodput_cell(r.summary.goodput))),
-        Row("steps/s avg", each(lambda r: _rate(r.averages.steps_per_s))),
+        Row("steps/s avg", each(lambda r: rate(r.averages.steps_per_s))),
         Row("training", each(lambda r: duration(r.averages.train_s) if r.averages.train_s else "-")),
         Row("id", each(lambda r: r.run.id)),
     ]
@@ -159,10 +159,10 @@ def loss_rows(runs: list[Compared], points: int = 4) -> list[Row]:
     shared = sorted(set.intersection(*(set(c.loss.steps) for c in curves)))
     if len(shared) >= points:
         steps = [shared[round((len(shared) - 1) * (i + 1) / points)] for i in range(points)]
-        return [Row(f"loss @ step {s}", [_number(_at(r.curves, s)) for r in runs])
+        return [Row(f"loss @ step {s}", [metric(_at(r.curves, s)) for r in runs])
                 for s in sorted(set(steps))]
     steps = sorted({max(1, round(common * (i + 1) / points)) for i in range(points)})
-    return [Row(f"loss ~ step {s}", [_number(_at(r.curves, s)) for r in runs]) for s in steps]
+    return [Row(f"loss ~ step {s}", [metric(_at(r.curves, s)) for r in runs]) for s in steps]
 
 
 def _at(curves: RunCurves | None, step: int) -> float | None:
@@ -203,24 +203,6 @@ def _curves_json(curves: RunCurves | None) -> dict:
         return {"step": c.steps, "samples": c.samples, "seconds": c.seconds, "value": c.values}
 
     return {"loss": one(curves.loss), "evals": {name: one(c) for name, c in curves.evals.items()}}
-
-
-def _samples_rate(r: Compared) -> str:
-    """The run's samples/s, or its steps/s where a command's samples per step are not known
-    (never a guessed sample count)."""
-    a = r.averages
-    found = words.average_rate(a.samples_per_s, a.steps_per_s, a.samples_known)
-    if found is not None and found[1] == "steps":
-        return f"{rate(found[0])} steps/s"
-    return _rate(a.samples_per_s)
-
-
-def _rate(value: float | None) -> str:
-    return rate(value) if value else "-"
-
-
-def _number(value) -> str:
-    return f"{value:.4g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
 
 
 def goodput_cell(g: dict | None) -> str:

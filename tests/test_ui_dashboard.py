@@ -16,7 +16,8 @@ import time
 import pytest
 
 from cockpit.app import make_app
-from cockpit.ui.dashboard import DashboardScreen, metric_text
+from cockpit.ui.dashboard import DashboardScreen
+from engine.numbers import metric
 from cockpit.ui.model import LOG_LINES, MAX_POINTS, rate_text
 from cockpit.ui.widgets.attempts import AttemptsPanel
 from cockpit.ui.widgets.plots import CRASH_STYLE, LogTicks, PlotCard
@@ -170,7 +171,7 @@ def test_whole_at_every_size(home, size):
         async with app.run_test(size=size) as pilot:
             dash = await _open(pilot, app, path)
             _assert_whole(dash)
-            r2 = metric_text(dash.model.metrics["r2"])
+            r2 = metric(dash.model.metrics["r2"])
             assert on_screen(app, f"r2 {r2}") and on_screen(app, "took")
             # the footer composes its keys after a refresh (call_after_refresh), not with the screen
             keys = ("? Help", "^p palette", "Logs", "Window")
@@ -561,7 +562,8 @@ def test_noise_is_said_in_words(home):
             assert "threads  " not in screen
 
     run(drive())
-    assert metric_text(1.0) == "1.000" and metric_text(0.91696) == "0.9170" and metric_text(12345.6) == "12,346"
+    # one format for a metric everywhere (engine.numbers.metric): the compare table's and the lines'
+    assert metric(1.0) == "1" and metric(0.91696) == "0.917" and metric(12345.6) == "12,346"
 
 
 def test_mining_is_said_while_it_runs(home):

@@ -11,18 +11,13 @@ import textwrap
 
 from cockpit.commands import train
 from cockpit.commands.train import follow as follow_run
-from cockpit.present import words
-from cockpit.present.words import badput_parts, checkpoint_step, duration, goodput_line, metric_value
+from cockpit.present.words import average_rate, badput_parts, checkpoint_step, duration, goodput_line
 from engine import command, paths, settings
 from engine.errors import ConfigError
 from engine.run import detached, lifeline, resume as resumption
-from engine.numbers import count, rate
+from engine.numbers import count, metric, rate
 from engine.record import interval
 from engine.record.rundir import RunSummary, continue_hint, find_run, list_runs, summarize
-
-
-def _rate(value: float | None) -> str:
-    return f"{rate(value)}/s" if value is not None else "-"
 
 
 def list_(args: argparse.Namespace) -> int:
@@ -44,19 +39,9 @@ def list_(args: argparse.Namespace) -> int:
             continue
         progress = f"{s.step}/{s.total_steps or '?'}"
         print(f"{s.id:<{ids}} {s.status:<11} {progress:>13} "
-              f"{average_rate(s):>11} {duration(s.duration_s):>7} {s.steps_lost or '-':>10}"
+              f"{average_rate(s, per='/s'):>11} {duration(s.duration_s):>7} {s.steps_lost or '-':>10}"
               + ("  adopted" if s.adopted is not None else ""))
     return 0
-
-
-def average_rate(s: RunSummary) -> str:
-    """The 'avg samples' column: '317/s', or '4.95 st/s' where the samples per step are not
-    known (steps, never a guessed sample count), '-' with no rate."""
-    found = words.average_rate(s.samples_per_s, s.steps_per_s, s.samples_known)
-    if found is None:
-        return "-"
-    value, unit = found
-    return _rate(value) if unit == "samples" else f"{rate(value)} st/s"
 
 
 def show(args: argparse.Namespace) -> int:
@@ -77,7 +62,7 @@ def show(args: argparse.Namespace) -> int:
     for line in figures_lines(s):
         print(line)
     if s.loss is not None:
-        print(f"loss      {s.loss:.4g}")
+        print(f"loss      {metric(s.loss)}")
     if (main := main_metric_text(s)) is not None:
         print(f"main      {main}")
     print(f"speed     {speed_text(s)}")
@@ -85,7 +70,7 @@ def show(args: argparse.Namespace) -> int:
     if s.gflop_s is not None:
         print(f"compute   {rate(s.gflop_s)} GFLOP/s on average")
     for k, v in s.metrics.items():   # its losses first, timings left out (shown_metrics)
-        print(f"eval      {k} {metric_value(v)}")
+        print(f"eval      {k} {metric(v)}")
     if (saved := checkpoints_text(s)) is not None:
         print(f"saved     {saved}")
         if s.command is not None and (advice := interval.command_advice(
@@ -196,7 +181,7 @@ def main_metric_text(s: RunSummary) -> str | None:
     if s.main_metric_value is None:
         return f"{s.main_metric}: not reported ({why})"
     at = f" at step {s.main_metric_step}" if s.main_metric_step is not None else ""
-    return f"{s.main_metric} {metric_value(s.main_metric_value)}{at} ({why})"
+    return f"{s.main_metric} {metric(s.main_metric_value)}{at} ({why})"
 
 
 def speed_text(s: RunSummary) -> str:

@@ -7,7 +7,8 @@ import argparse
 import sys
 
 from cockpit.headless import LOG_EVERY_S, HeadlessPrinter
-from cockpit.present.words import duration, goodput_text, metric_value, throughput_parts
+from cockpit.present.words import duration, goodput_text, throughput_parts
+from engine.numbers import metric
 from engine import command, presets, runconfig, settings
 from engine.errors import ConfigError
 from engine.run.alerts import Terminal
@@ -124,9 +125,9 @@ def exit_code(status: str, summary: RunSummary) -> int:
 def _print_summary(s: RunSummary) -> None:
     """'finished: step 400/400, loss 0.41, reward 0.62, eval_loss 0.5, in 3m10s, 317 samples/s
     on average': steps/s where the samples per step are not known, tokens/s where those are."""
-    metrics = "  ".join(f"{k} {v:.4g}" for k, v in s.metrics.items() if isinstance(v, (int, float)))
-    loss = f"loss {s.loss:.4g}" if s.loss is not None else "no loss reported"
-    main = (f", {s.main_metric} {metric_value(s.main_metric_value)}"
+    metrics = "  ".join(f"{k} {metric(v)}" for k, v in s.metrics.items() if isinstance(v, (int, float)))
+    loss = f"loss {metric(s.loss)}" if s.loss is not None else "no loss reported"
+    main = (f", {s.main_metric} {metric(s.main_metric_value)}"
             if s.main_metric is not None and s.main_metric_value is not None and s.main_metric not in s.metrics
             else "")
     speed = throughput_parts(s.samples_per_s, s.steps_per_s, s.tokens_per_s)

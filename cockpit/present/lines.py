@@ -5,10 +5,12 @@ warning...). The headless printer writes them; the TUI's log and events show the
 
 from __future__ import annotations
 
-from cockpit.present.words import (checkpoint_step, duration, eta_text, memory_text, metric_value, resume_text,
+from cockpit.present.words import (checkpoint_step, duration, eta_text, memory_text, resume_text,
                                    shown_per_sample, shown_rates, summary_text)
+from engine.numbers import metric
 from engine.text import strip_ansi
 from engine.record.metrics import shown_metrics
+from engine.record.state import MainMetric
 from engine.record.rundir import interrupted_next
 from engine.run.fallback import describe_change
 
@@ -17,28 +19,25 @@ BAR = 12
 
 def _metrics(metrics: dict) -> str:
     """An eval's metrics: its loss first, timings left out (engine.record.metrics.shown_metrics)."""
-    return "  ".join(f"{k} {metric_value(v)}" for k, v in shown_metrics(metrics).items())
+    return "  ".join(f"{k} {metric(v)}" for k, v in shown_metrics(metrics).items())
 
 
-# The run's main metric as a line shows it: (name, value), the value None until reported.
-Main = tuple[str, float | None]
-
-
-def _main_text(main: Main | None) -> str | None:
-    if main is None or main[1] is None:
+def _main_text(main: MainMetric | None) -> str | None:
+    """The run's main metric as a line shows it, once it is reported."""
+    if main is None or main.value is None:
         return None
-    return f"{main[0]} {metric_value(main[1])}"
+    return f"{main.name} {metric(main.value)}"
 
 
 def step_line(e: dict, memory: dict | None = None, windows: int | None = None,
-              main: Main | None = None) -> str:
+              main: MainMetric | None = None) -> str:
     """'step 40/400 (10%)  loss 0.41  reward 0.62  1,234 samples/s  52,100 tokens/s  ETA 2m10s
     | rss 0.3 GB, ...': steps/s in place of samples/s where the samples per step are not known."""
     line = f"step {e['step']}"
     if e.get("total"):
         line += f"/{e['total']} ({100 * e['step'] / e['total']:.0f}%)"
     if e.get("loss") is not None:
-        line += f"  loss {e['loss']:.4g}"
+        line += f"  loss {metric(e['loss'])}"
     if (said := _main_text(main)) is not None:
         line += f"  {said}"
     for part in shown_rates(e):
@@ -60,7 +59,7 @@ def _done(e: dict) -> bool:
 
 
 def status_line(e: dict, memory: dict | None, windows: int, quiet_s: float | None = None,
-                width: int = 80, activity: str | None = None, main: Main | None = None) -> str:
+                width: int = 80, activity: str | None = None, main: MainMetric | None = None) -> str:
     """The live line, what fits in `width` in this order of importance:
     '[=====>     ]  35%  step 140/400  ETA 2m10s  loss 0.41  reward 0.62  1,234 samples/s
     52,100 tokens/s  pressure normal' (steps/s where the samples per step are not known).
@@ -85,7 +84,7 @@ def status_line(e: dict, memory: dict | None, windows: int, quiet_s: float | Non
     if not _done(e) and (eta := eta_text(e.get("eta_s"), windows)) is not None:
         parts.append(eta)
     if e.get("loss") is not None:
-        parts.append(f"loss {e['loss']:.4g}")
+        parts.append(f"loss {metric(e['loss'])}")
     if (said := _main_text(main)) is not None:
         parts.append(said)
     parts += shown_rates(e)

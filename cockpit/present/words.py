@@ -5,7 +5,7 @@ and no terminal here (the headless printer and the TUI both import this).
 
 from __future__ import annotations
 
-from engine.numbers import count, duration, rate
+from engine.numbers import count, duration, metric, rate
 
 SETTLE_WINDOWS = 5   # an attempt's first step windows measure warm-up: its ETA says "settling"
 
@@ -73,26 +73,21 @@ def throughput_parts(samples_per_s: float | None, steps_per_s: float | None,
     return parts
 
 
-def average_rate(samples_per_s: float | None, steps_per_s: float | None,
-                 samples_known: bool) -> tuple[float, str] | None:
-    """A run's average rate for a column: (samples/s, "samples"), or (steps/s, "steps") where
-    its samples per step are not known (never a guessed sample count); None with no rate."""
-    if samples_per_s is not None:
-        return samples_per_s, "samples"
-    if steps_per_s is not None and not samples_known:
-        return steps_per_s, "steps"
-    return None
+def average_rate(figures, per: str = "", steps: str = "st/s") -> str:
+    """A run's average rate in a column (`figures`: its Averages or RunSummary, or None):
+    '317' (samples/s; with `per` '317/s'), or its steps/s where its samples per step are not
+    known ('4.95 st/s', `steps` naming the unit), '-' with no rate."""
+    found = None if figures is None else figures.rate
+    if found is None:
+        return "-"
+    value, unit = found
+    return f"{rate(value)}{per}" if unit == "samples" else f"{rate(value)} {steps}"
 
 
 def shown_rates(e: dict) -> list[str]:
     """A step event's throughput as shown: the smoothed samples/s (and tokens/s at the same
     rate), or the window's steps/s where its samples per step are not known."""
     return throughput_parts(shown_rate(e), e.get("steps_per_s"), shown_per_sample(e, "tokens_per_s"))
-
-
-def metric_value(value) -> str:
-    """A metric's value: four significant figures for a float, as it is otherwise."""
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def shown_per_sample(e: dict, key: str) -> float | None:

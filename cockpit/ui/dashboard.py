@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 import textwrap
 import time
 from collections import deque
@@ -44,6 +43,7 @@ from cockpit.ui.widgets.hardware import HardwarePanel
 from cockpit.ui.widgets.memory import MemoryPanel
 from cockpit.ui.widgets.plot_grid import WINDOWS, PlotGrid
 from cockpit.ui.widgets.plots import fit
+from engine.numbers import metric
 from engine.run import detached
 from engine.record.rundir import RunDir
 
@@ -361,15 +361,15 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         elif (eta := eta_text(m.eta_s, m.attempts[-1].windows if m.attempts else None)) is not None:
             parts.append(Text(eta))
         if m.loss is not None:
-            parts.append(Text(f"loss {m.loss:.4g}"))
+            parts.append(Text(f"loss {metric(m.loss)}"))
         main = m.main
         if main is not None and main[1] is not None:   # a reward, a recall: what the run is judged by
-            parts.append(Text(f"{main[0]} {metric_text(main[1])}", style="bold"))
+            parts.append(Text(f"{main.name} {metric(main.value)}", style="bold"))
         if (bar := goodput_bar(m.stats.goodput().as_dict())) is not None:
             parts.append(bar)
         # the eval's loss first, timings left out (RunModel.metrics is shown_metrics')
         for k, v in [(k, v) for k, v in m.metrics.items() if main is None or k != main[0]][:3]:
-            parts.append(Text(f"{k} {metric_text(v)}"))
+            parts.append(Text(f"{k} {metric(v)}"))
         return parts
 
     # ------------------------------------------------------------ plots
@@ -488,15 +488,6 @@ def progress_bar(fraction: float, *, cells: int = BAR_CELLS, finished: bool = Fa
         bar.append("━" * rest, style=BAR_EMPTY_STYLE)
     bar.append(f" {100 * fraction:3.0f}%  ")
     return bar
-
-
-def metric_text(value) -> str:
-    """An eval metric as a number that reads as one: 0.9170, 1.000 ('r2 1' read as a label)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:#.4g}"
 
 
 def wrap_hanging(line: str, width: int) -> list[str]:

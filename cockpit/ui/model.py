@@ -214,16 +214,6 @@ def _clock(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m:2d}:{s:02d}"
 
 
-def bytes_text(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return "-"
-
-
 def warning_text(e: dict) -> str:
     advice = e.get("advice") or []
     lines = [f"warning ({e.get('kind', '?')}): {e.get('message', '')}"]
@@ -343,4 +333,4 @@ def rate_text(value: float | None, unit: str) -> str:
     return f"- {unit}" if value is None else f"{rate(value)} {unit}"
 
 
-__all__ = ["RunModel", "Change", "Attempt", "Series", "bytes_text", "rate_text", "warning_text"]
+__all__ = ["RunModel", "Change", "Attempt", "Series", "rate_text", "warning_text"]

@@ -25,13 +25,12 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from cockpit.comparison import devices
-from cockpit.present import words
-from cockpit.present.words import STATUS_STYLE, duration, metric_value, throughput_parts
+from cockpit.present.words import STATUS_STYLE, average_rate, duration, throughput_parts
 from cockpit.ui.compare import CompareScreen
 from engine.run import adoption, detached, resume as resumption
 from engine.run.launchers import adopted
 from engine.errors import ConfigError
-from engine.numbers import count, rate
+from engine.numbers import count, metric, rate
 from engine.record.digest import RunDigest, RunDigests
 from engine.record.rundir import RunDir, RunSummary, list_runs
 from engine.record.stats import Averages
@@ -72,16 +71,6 @@ def when(s: RunSummary) -> str:
     if len(stamp) == 15 and stamp[8] == "-" and stamp.replace("-", "").isdigit():
         return f"{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]}"
     return run_id[:11]
-
-
-def average_rate(a: Averages | None) -> str:
-    """The samples/s column: the run's average, or its steps/s ('4.95 st/s') where a command's
-    samples per step are not known (never a guessed sample count), as `cockpit runs list`."""
-    found = None if a is None else words.average_rate(a.samples_per_s, a.steps_per_s, a.samples_known)
-    if found is None:
-        return "-"
-    value, unit = found
-    return rate(value) if unit == "samples" else f"{rate(value)} st/s"
 
 
 def id_tails(run_id: str) -> list[str]:
@@ -303,12 +292,12 @@ follows it, marked "adopted" in the device column.
         run, s = self.rows[row]
         crash = next((a for a in s.attempts if a.crash), None)
         a = self.averages.get(run.id)
-        main = (f"  {s.main_metric} {metric_value(s.main_metric_value)}"
+        main = (f"  {s.main_metric} {metric(s.main_metric_value)}"
                 if s.main_metric is not None and s.main_metric_value is not None and s.main_metric not in s.metrics
                 else "")
         speed = throughput_parts(a.samples_per_s, a.steps_per_s, a.tokens_per_s) if a is not None and a.train_s else []
-        lines = [f"{run.id}  step {s.step}/{s.total_steps}" + (f"  loss {s.loss:.4g}" if s.loss is not None else "")
-                 + main + "".join(f"  {k} {v:.4g}" for k, v in s.metrics.items() if isinstance(v, float))
+        lines = [f"{run.id}  step {s.step}/{s.total_steps}" + (f"  loss {metric(s.loss)}" if s.loss is not None else "")
+                 + main + "".join(f"  {k} {metric(v)}" for k, v in s.metrics.items() if isinstance(v, float))
                  + "".join(f"  {part} avg" for part in speed)
                  + (f"  {rate(a.gflop_s)} GFLOP/s" if a is not None and a.gflop_s else "")
                  + (f"  {count(a.steps_lost, 'step')} lost" if a is not None and a.steps_lost else "")]

@@ -28,7 +28,7 @@ from engine.errors import ConfigError
 from engine.record.events import read_events
 from engine.record.identity import ProcessId
 from engine.record.state import RunState
-from engine.record.stats import samples_known
+from engine.record.stats import average_rate, samples_known
 from engine.runconfig import RunConfig
 
 
@@ -293,6 +293,11 @@ class RunSummary:
     @property
     def samples_known(self) -> bool:
         return samples_known(self.units)
+
+    @property
+    def rate(self) -> tuple[float, str] | None:
+        """Its average throughput as a column shows it (engine.record.stats.average_rate)."""
+        return average_rate(self.samples_per_s, self.steps_per_s, self.samples_known)
 
 
 # What reading a run dir that is not as cockpit writes it raises: summarize() and the digest

@@ -63,6 +63,22 @@ class Averages:
     def samples_known(self) -> bool:
         return samples_known(self.units)
 
+    @property
+    def rate(self) -> tuple[float, str] | None:
+        return average_rate(self.samples_per_s, self.steps_per_s, self.samples_known)
+
+
+def average_rate(samples_per_s: float | None, steps_per_s: float | None,
+                 known: bool) -> tuple[float, str] | None:
+    """The one figure a run's average throughput is shown as: (samples/s, "samples"), or (steps/s,
+    "steps") where its samples per step are not known (never a guessed sample count); None with
+    no rate."""
+    if samples_per_s is not None:
+        return samples_per_s, "samples"
+    if steps_per_s is not None and not known:
+        return steps_per_s, "steps"
+    return None
+
 
 @dataclass(slots=True)
 class AttemptAccount:

@@ -23,6 +23,7 @@ from collections import deque
 from typing import Any, Mapping
 
 from engine import command
+from engine.numbers import per_s, rate
 from engine.preset_types import DevicePreset
 from engine.event_types import Advice, WarningFields
 from engine.schema import fields
@@ -111,14 +112,6 @@ def _takes(ctx: Context, settings: list[str]) -> bool:
     keys = {item.partition("=")[0].removeprefix("device.") for item in settings}
     return all(k in takes for k in keys if k in ("batch_size", "accumulation", "precision",
                                                  "grad_checkpointing", "compile"))
-
-
-def _rate(n: float) -> str:
-    return f"{n / 1e6:.0f} MB/s" if n >= 1e6 else f"{n / 1e3:.0f} kB/s"
-
-
-def _num(x: float) -> str:
-    return f"{x:.3g}" if x < 100 else f"{x:,.0f}"
 
 
 class SlowdownDetector:
@@ -213,14 +206,14 @@ class SlowdownDetector:
     def _warning(self, swap_in: float | None, pressure: str | None) -> WarningFields:
         because = []
         if swap_in is not None:
-            because.append(f"swap-in is {_rate(swap_in)}")
+            because.append(f"swap-in is {per_s(swap_in)}")
         if pressure:
             because.append(f"memory pressure is {pressure}")
         smoothed, best = self.smoothed, self.best
         assert smoothed is not None and best is not None  # _check warns only after slow windows
         percent = round(100 * smoothed / best)
-        message = (f"throughput {_num(smoothed)} samples/s is {percent}% of its best "
-                   f"{_num(best)} while " + " and ".join(because)
+        message = (f"throughput {rate(smoothed)} samples/s is {percent}% of its best "
+                   f"{rate(best)} while " + " and ".join(because)
                    + ": memory is too full for this configuration")
         preset = self.context.preset
         return {

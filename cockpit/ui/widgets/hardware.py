@@ -14,8 +14,8 @@ from rich.text import Text
 from textual.events import Resize
 from textual.widgets import Static
 
-from cockpit.ui.model import RunModel, bytes_text
-from engine.numbers import count
+from cockpit.ui.model import RunModel
+from engine.numbers import count, size as bytes_text
 
 WIDE = 100            # content columns from which GPUs are named and bars are labelled
 MID = 48              # content columns from which figures get a short bar

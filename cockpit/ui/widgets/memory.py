@@ -11,13 +11,10 @@ from rich.text import Text
 from textual.widgets import Static
 
 from cockpit.present.words import rss_label
-from cockpit.ui.model import RunModel, bytes_text
+from cockpit.ui.model import RunModel
+from engine.numbers import per_s, size as bytes_text
 
 LEVEL_STYLE = {"normal": "bold green", "warn": "bold yellow", "critical": "bold white on red"}
-
-
-def _rate(value) -> str:
-    return "-" if value is None else bytes_text(value) + "/s"
 
 
 def _pressure_figure(pressure: dict) -> str:
@@ -58,7 +55,7 @@ def memory_text(m: RunModel, width: int = 28) -> Text:
         figure = _pressure_figure(pressure)
         if figure:
             text.append(f"  {figure}", style="dim")
-        swap_in, swap_out = _rate(e.get("swap_in_per_s")), _rate(e.get("swap_out_per_s"))
+        swap_in, swap_out = per_s(e.get("swap_in_per_s")), per_s(e.get("swap_out_per_s"))
         one_line = f"swap     {swap_in} in, {swap_out} out"
         if len(one_line) <= width:  # at 80x24 the panel has six lines: swap at rest takes one
             text.append(f"\n{one_line}")
