@@ -1,5 +1,5 @@
-"""The house's shape, measured: import circles, imports that point up the layers, local imports
-and the longest modules.
+"""The house's shape, measured: import circles, imports that point up the layers, local imports,
+the longest modules and the folds of the event stream.
 
     python benchmarks/layers.py            # this checkout
     python benchmarks/layers.py --root DIR # another checkout (say, a worktree of an older commit)
@@ -11,7 +11,10 @@ two layers marked independent (`a | b`). Circles and upward imports are counted 
 time (imports made only for type checking left out: they cost nothing when the code runs) and
 at type level (those included: the words a module names for mypy must not come from above
 either). The contract's own `ignore_imports` are counted and listed too, as the exceptions
-they are. Prints figures; asserts nothing.
+they are. A fold of the event stream is a function that branches on four or more event types
+(an event's "type" compared with their names) or a table of handlers keyed by them; those of the
+run's read model (engine.record.state and the accounting it folds with) are the one fold, the
+rest are counted and listed. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -134,6 +137,94 @@ def local_imports(root: Path) -> tuple[list[str], list[str]]:
     return found, unexplained
 
 
+# The run's read model: engine.record.state, and the accounting and curves it is folded with.
+READ_MODEL = ("engine/record/state.py", "engine/record/stats.py", "engine/record/goodput.py",
+              "engine/record/curves.py")
+
+
+def event_types(root: Path) -> set[str]:
+    """The event types EVENT_FIELDS names (engine/event_types.py, or where it was before)."""
+    for rel in ("engine/event_types.py", "engine/record/event_types.py"):
+        path = root / rel
+        for node in ast.walk(ast.parse(path.read_text())) if path.exists() else ():
+            target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+            if isinstance(target, ast.Name) and target.id == "EVENT_FIELDS" and isinstance(node.value, ast.Dict):
+                return {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+    return set()
+
+
+def _reads_type(node: ast.AST, names: set[str]) -> bool:
+    """e["type"], e.get("type"), or a name bound to one of them."""
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and node.slice.value == "type"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+        return bool(node.args) and isinstance(node.args[0], ast.Constant) and node.args[0].value == "type"
+    return isinstance(node, ast.Name) and node.id in names
+
+
+def _strings(node: ast.AST) -> set[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+    return set()
+
+
+def _type_names(func: ast.AST) -> set[str]:
+    """The names a function binds to an event's type: kind = e["type"]; t, kind = ..., e.get("type")."""
+    names = set()
+    for n in ast.walk(func):
+        if not isinstance(n, ast.Assign):
+            continue
+        for target in n.targets:
+            pairs = zip(target.elts, n.value.elts) if isinstance(target, ast.Tuple) and isinstance(
+                n.value, ast.Tuple) else [(target, n.value)]
+            names |= {t.id for t, v in pairs if isinstance(t, ast.Name) and _reads_type(v, set())}
+    return names
+
+
+def _keeps(func: ast.AST) -> bool:
+    """Whether a function keeps what it reads from one event for the next: it loops over
+    events, or it is a method that sets its object's attributes (not a formatter of one event)."""
+    return any(isinstance(n, (ast.For, ast.While)) and any(isinstance(c, ast.Compare) for c in ast.walk(n))
+               for n in ast.walk(func)) or any(
+        isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+        for n in ast.walk(func) if isinstance(n, (ast.Assign, ast.AugAssign))
+        for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
+
+
+def folds(root: Path, least: int = 4) -> tuple[list[str], list[str]]:
+    """Where the event stream is folded, each 'path:line name (n event types)': in the read
+    model, and elsewhere."""
+    types = event_types(root)
+    inside, outside = [], []
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            rel = str(path.relative_to(root))
+            if path.name in ("event_types.py", "emit.py"):   # the vocabulary itself
+                continue
+            tree = ast.parse(path.read_text())
+            found = []
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Dict) and node.keys:   # a table of handlers, one per event type
+                    keys = set().union(*(_strings(k) for k in node.keys if k is not None))
+                    if len(keys & types) >= least and keys <= types and all(
+                            isinstance(v, (ast.Name, ast.Lambda, ast.Call, ast.Attribute)) for v in node.values):
+                        found.append((node.lineno, "handlers", len(keys)))
+                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not _keeps(node):
+                    continue
+                names, seen = _type_names(node), set()
+                for n in ast.walk(node):
+                    if isinstance(n, ast.Compare) and _reads_type(n.left, names):
+                        for c in n.comparators:
+                            seen |= _strings(c) & types
+                if len(seen) >= least:
+                    found.append((node.lineno, node.name, len(seen)))
+            for line, name, n in found:
+                (inside if rel in READ_MODEL else outside).append(f"{rel}:{line} {name} ({n} event types)")
+    return inside, outside
+
+
 def longest(root: Path, count: int = 10) -> list[tuple[int, str]]:
     sizes = [(len(p.read_text().splitlines()), str(p.relative_to(root)))
              for package in PACKAGES for p in (root / package).rglob("*.py")]
@@ -175,6 +266,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"function-local imports of engine/cockpit: {len(everywhere)}, "
           f"{len(unexplained)} with no comment saying why")
     for where in unexplained:
+        print("   ", where)
+
+    inside, outside = folds(root)
+    print(f"folds of the event stream: {len(inside)} in the read model, {len(outside)} elsewhere")
+    for where in outside:
         print("   ", where)
 
     print("longest modules:")
