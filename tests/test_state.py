@@ -66,6 +66,15 @@ def test_what_a_resume_needs_is_read_from_the_same_fold():
     assert s.last_started["preset"] == "cpu" and s.current.batch == "32 x 1"
 
 
+def test_stop_requests_count_for_the_attempt_they_were_asked_of():
+    stop = {"type": "stop_requested", "t": 1.0, "attempt": 1, "signal": "SIGINT", "request": 1}
+    s = RunState.of(_run(stop, {**stop, "request": 2}))
+    assert s.current.stops == 2
+    s.add({"type": "attempt_started", "t": 2.0, "attempt": 2, "preset": "cpu", "config": {}})
+    s.add({**stop, "t": 3.0})   # a late word about attempt 1
+    assert s.current.stops == 0 and s.attempt(1).stops == 2
+
+
 def test_a_summary_cannot_do_without_what_it_requires():
     with pytest.raises(KeyError, match="'t'"):
         require({"type": "run_started", "run": "r"})

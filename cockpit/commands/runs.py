@@ -18,6 +18,7 @@ from engine.run import detached, lifeline, resume as resumption
 from engine.numbers import count, metric, rate
 from engine.record import interval
 from engine.record.rundir import RunSummary, continue_hint, find_run, list_runs, summarize
+from engine.record.state import RunState
 
 
 def list_(args: argparse.Namespace) -> int:
@@ -223,9 +224,10 @@ def follow(args: argparse.Namespace) -> int:
 
 def stop(args: argparse.Namespace) -> int:
     run = find_run(args.run)
-    stopping = _stopping(run)
+    state = RunState.of(run.events())
+    stopping = state.current.stops if state.current is not None else 0   # asked already
     if not detached.request_stop(run):
-        history = resumption.History.of(run.events())
+        history = resumption.History.of_state(state)
         if history.orphan() is not None:
             lock = run.try_lock()
             if lock is None:
@@ -252,17 +254,6 @@ def stop(args: argparse.Namespace) -> int:
                            "stops it at once, without a checkpoint)")
     print(f"asked run {run.id} to stop; {how}")
     return 0
-
-
-def _stopping(run) -> int:
-    """How many stop requests the run's current attempt has had already."""
-    attempt, asked = None, 0
-    for e in run.events():
-        if e.get("type") == "attempt_started":
-            attempt, asked = e.get("attempt"), 0
-        elif e.get("type") == "stop_requested" and e.get("attempt") == attempt:
-            asked += 1
-    return asked
 
 
 def resume(args: argparse.Namespace) -> int:

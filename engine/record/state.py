@@ -89,6 +89,7 @@ class AttemptState:
     exit: str = ""                    # "exit 3", "SIGABRT"
     last_step: int | None = None      # its newest step, or where its end says it got
     windows: int = 0                  # step windows seen: its ETA settles after a few
+    stops: int = 0                    # stop requests it has had (a second one stops it at once)
     resumed_from: dict | None = None  # {step, samples_seen, path} when it resumed from a checkpoint
     started: dict | None = None       # its attempt_started event (its preset's table as it ran)
     crash: dict | None = None         # its crash event
@@ -366,6 +367,11 @@ def _attempt_ended(s: RunState, e: dict) -> None:
         s.step = max(s.step, last)
 
 
+def _stop_requested(s: RunState, e: dict) -> None:
+    if (a := s.attempt(e.get("attempt"))) is not None and a is s.current:
+        a.stops += 1
+
+
 def _fallback(s: RunState, e: dict) -> None:
     s.fallbacks.append(e)
     if (a := s.attempt(e.get("attempt"))) is not None:
@@ -384,7 +390,7 @@ _FOLD: dict[str, Callable[[RunState, dict], None]] = {
     "eval_started": _eval_started, "eval": _eval, "mining_started": _mining_started, "mining": _mining,
     "heartbeat": _heartbeat, "memory": _memory, "checkpoint": _checkpoint, "warning": _warning,
     "fault_injected": _fault_injected, "crash": _crash, "attempt_ended": _attempt_ended,
-    "fallback": _fallback, "run_failed": _run_failed,
+    "fallback": _fallback, "run_failed": _run_failed, "stop_requested": _stop_requested,
 }
 
 __all__ = ["RunState", "AttemptState", "Rates", "MainMetric", "require", "REQUIRED", "ENDED"]
