@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -119,3 +122,48 @@ def no_process_left_by_the_test():
 @pytest.fixture(autouse=True, scope="module")
 def no_process_left_by_the_module():
     yield from _guard("this module's fixtures")
+
+
+# ---------------------------------------------------------------- a one-node SLURM cluster
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    """A cluster of tools/slurm_cluster.py: its directory, and what a client (sbatch, srun,
+    squeue, scontrol, scancel) needs in its environment: `env={**os.environ, **cluster.env}`."""
+    dir: Path
+    env: dict[str, str]
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """The cluster $COCKPIT_SLURM_CONF names (.ci/run starts one), or the one $SLURM_CONF names
+    when tools/slurm_cluster.py made it; else one started for the session and stopped at its end
+    (the script scrubs the daemons' environment of MARK: they outlive every test). Where none can
+    be started here (not Linux, not root, no apt-get: the script's exit 2) the tests are skipped
+    with its reason, and fail instead under CI=true."""
+    named = os.environ.get("COCKPIT_SLURM_CONF")
+    if not named and (conf := os.environ.get("SLURM_CONF")) and (Path(conf).parent / "cluster.json").exists():
+        named = conf  # one the script made; a real cluster's is not for the tests
+    if named:
+        root = Path(named).resolve().parent
+        env_file = root / "env.json"
+        yield SlurmCluster(root, json.loads(env_file.read_text()) if env_file.exists()
+                           else {"SLURM_CONF": str(Path(named).resolve())})
+        return
+    script = [sys.executable, str(ROOT / "tools" / "slurm_cluster.py")]
+    plain = {k: v for k, v in os.environ.items() if k != MARK}
+    started = subprocess.run([*script, "start"], env=plain, stdin=subprocess.DEVNULL,
+                             capture_output=True, text=True, timeout=900)
+    if started.returncode != 0:
+        why = started.stderr.strip() or f"exit {started.returncode}"
+        if started.returncode == 2 and os.environ.get("CI", "").lower() not in ("true", "1"):
+            pytest.skip(f"no SLURM cluster can be started here: {why}")
+        pytest.fail(f"tools/slurm_cluster.py start failed: {why}", pytrace=False)
+    conf = next(line.split("=", 1)[1] for line in started.stdout.splitlines()
+                if line.startswith("export SLURM_CONF="))
+    root = Path(conf).parent
+    try:
+        yield SlurmCluster(root, json.loads((root / "env.json").read_text()))
+    finally:
+        subprocess.run([*script, "stop", "--dir", str(root)], env=plain, stdin=subprocess.DEVNULL,
+                       capture_output=True, timeout=120)
