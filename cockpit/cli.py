@@ -9,7 +9,7 @@ import sys
 
 from cockpit.commands import adopt as adopt_cmd, check as check_cmd, compare as compare_cmd, log as log_cmd
 from cockpit.commands import presets as presets_cmd, probe as probe_cmd, runs as runs_cmd
-from cockpit.commands import sample as sample_cmd, train
+from cockpit.commands import sample as sample_cmd, submit as submit_cmd, train
 from engine import __version__
 from engine.errors import ConfigError
 from engine.vocabulary import FAULT_KINDS, REPORTED_KINDS, SIGNAL_KINDS
@@ -29,6 +29,7 @@ examples:
   cockpit runs log last --traceback                 the crashed attempt's traceback, whole
   cockpit runs resume last                          continue a stopped, failed or interrupted run
   cockpit adopt 4242 --log train.log                follow a training process cockpit did not start
+  cockpit submit -w trm-tiny -d cuda --time 2:00:00 a SLURM job that survives its limit and preemption
   cockpit presets list
   cockpit probe -w trm-tiny                         which device (and CPU thread count) is fastest here
   cockpit probe -w clip-m1 -d mps --find-batch --save mps-clip   largest batch that keeps memory calm
@@ -96,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_output_arguments(parser)
     parser.add_argument("--runs-dir", metavar="DIR", help="where runs live (default: COCKPIT_RUNS_DIR "
                                                           "or the user data dir)")
-    sub = parser.add_subparsers(dest="command", metavar="{run,adopt,presets,runs,probe,check,sample}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{run,adopt,submit,presets,runs,probe,check,sample}", parser_class=_Parser)
 
     p = sub.add_parser("presets", help="list, show and locate presets")
     psub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -142,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     log_cmd.add_parser(rsub)
     _add_run_parser(sub)
     adopt_cmd.add_parser(sub, add_output_arguments)
+    submit_cmd.add_parser(sub)
     probe_cmd.add_parser(sub)
     check_cmd.add_parser(sub)
     sample_cmd.add_parser(sub)

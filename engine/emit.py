@@ -69,6 +69,10 @@ class Emit(Protocol):
                  **fields: Unpack[event_types.StopRequestedFields]) -> object: ...
 
     @overload
+    def __call__(self, type: Literal["slurm_job"], attempt: int | None = None,
+                 **fields: Unpack[event_types.SlurmJobFields]) -> object: ...
+
+    @overload
     def __call__(self, type: Literal["memory"], attempt: int | None = None,
                  **fields: Unpack[event_types.MemoryFields]) -> object: ...
 

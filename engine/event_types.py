@@ -153,6 +153,16 @@ class FallbackFields(_FallbackFrom):
 class StopRequestedFields(TypedDict):
     request: int                    # 1 for the first Ctrl-C/stop, 2 for the next, ...
     signal: str                     # what was sent for it
+    why: NotRequired[str]           # a preemption's: SIGUSR1 (SLURM's warning), SIGTERM, a rehearsal
+
+
+class SlurmJobFields(TypedDict):
+    """The SLURM job a supervisor runs in (engine.run.slurm), each time it starts or restarts."""
+
+    job_id: str
+    restarts: int                   # SLURM_RESTART_COUNT: 0, then one more per requeue
+    node: str                       # where this start runs (SLURMD_NODENAME)
+    nodes: int
 
 
 class MemoryFields(TypedDict):
@@ -443,6 +453,7 @@ EVENT_FIELDS: dict[str, type] = {
     "crash": CrashFields,
     "fallback": FallbackFields,
     "stop_requested": StopRequestedFields,
+    "slurm_job": SlurmJobFields,
     "memory": MemoryFields,
     "warning": WarningFields,
     "fault_injected": FaultInjectedFields,

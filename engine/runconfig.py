@@ -290,6 +290,9 @@ def check_faults(config: RunConfig, start_where: str) -> None:
     for spec, names in _faults_of(devices).items():
         fault = vocabulary.parse(spec)
         blame = fault_from(spec, names, config.device_preset, start_where, config.overrides)
+        if fault.kind in vocabulary.SUPERVISOR_KINDS and fault.timed:
+            raise ConfigError(*blame, f"{fault.kind} fires at a step the supervisor sees (the "
+                                      f"warning a cluster sends); expected {fault.kind}@STEP")
         last = None if fault.timed else last_step(config, [devices[n] for n in names])
         if last is not None and fault.step is not None and fault.step > last[0]:
             raise ConfigError(*blame, past_last_step(fault, *last))

@@ -83,6 +83,7 @@ class FaultKind(StrEnum):
     SLOW = "slow"
     WRONG_GRAD = "wrong-grad"
     COMPILE_ERROR = "compile-error"
+    PREEMPT = "preempt"
 
 
 FAULT_KINDS: tuple[FaultKind, ...] = tuple(FaultKind)
@@ -94,6 +95,9 @@ SIGNAL_KINDS = (FaultKind.NATIVE_CRASH, FaultKind.HANG, FaultKind.SLOW)
 # script's own abort at its step, else the supervisor's SIGABRT at the step it reads.
 IN_SCRIPT_KINDS = (FaultKind.NATIVE_CRASH, FaultKind.OOM, FaultKind.BACKEND, FaultKind.OPENMP,
                    FaultKind.NAN, FaultKind.USER_CODE)
+# What the supervisor itself does at a step, whatever launches the attempt: preempt, the warning
+# a cluster sends before a job's time ends (engine.run.supervisor.Supervisor.preempt).
+SUPERVISOR_KINDS = (FaultKind.PREEMPT,)
 # Raised inside a command by cockpit.report alone: native-crash, hang and slow need no report.
 REPORTED_KINDS = tuple(k for k in IN_SCRIPT_KINDS if k not in SIGNAL_KINDS)
 

@@ -86,6 +86,27 @@ def test_a_stopped_run_resumes_at_its_checkpoint_as_the_next_attempt(home):
     assert result.returncode == 2 and "finished; there is nothing to resume" in result.stderr
 
 
+def test_a_preempted_run_checkpoints_where_it_stopped_and_a_resume_loses_no_step(home):
+    """`--inject preempt@N`: the warning a cluster sends before a job's time ends, outside SLURM
+    too. The attempt stops as a first stop request stops it (a checkpoint at the step it reached),
+    the run ends "preempted" (exit 130, resumable), and a resume goes on from that checkpoint."""
+    done = cockpit("--no-ui", "-w", "matmul", "-d", "cpu", *[a for s in STOPPABLE for a in ("--set", s)],
+                   "--inject", "preempt@6")
+    assert done.returncode == 130, done.stderr[-2000:]
+    run = find_run("last")
+    assert summarize(run).status == "preempted"
+    stopped = of_type(run, "attempt_ended")[0]
+    assert stopped["outcome"] == "stopped" and stopped["last_step"] >= 6
+    assert max(e["step"] for e in of_type(run, "checkpoint")) == stopped["last_step"]
+    assert [e["why"] for e in of_type(run, "stop_requested")] == ["preempt@6 (rehearsed)"]
+    resumed = cockpit("runs", "resume", "last")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    s = summarize(run)
+    assert s.status == "finished" and s.step == s.total_steps and not s.steps_lost
+    assert of_type(run, "trainer_ready")[1]["resumed_from"]["step"] == stopped["last_step"]
+    assert len(of_type(run, "fault_injected")) == 1   # once a run: the resume is not preempted again
+
+
 def test_a_failed_run_resumes_without_firing_its_recorded_fault_again(home):
     run = RunDir.create(runconfig.resolve("matmul", "cpu", LONG + ["inject=['user-code@10']"]))
     assert Supervisor(run, poll_s=0.05).supervise() == "failed"

@@ -14,7 +14,7 @@ from cockpit.commands.train import follow as follow_run
 from cockpit.present.words import average_rate, badput_parts, checkpoint_step, duration, goodput_line
 from engine import command, paths, settings
 from engine.errors import ConfigError
-from engine.run import detached, lifeline, resume as resumption
+from engine.run import detached, lifeline, resume as resumption, slurm
 from engine.numbers import count, metric, rate
 from engine.record import interval
 from engine.record.rundir import RunSummary, continue_hint, find_run, list_runs, summarize
@@ -22,9 +22,13 @@ from engine.record.state import RunState
 
 
 def list_(args: argparse.Namespace) -> int:
-    summaries = [summarize(r) for r in list_runs()]
+    runs = list_runs()
+    summaries = [summarize(r) for r in runs]
+    # a SLURM job's state, as SLURM says it now (pending, running, requeued, preempted...)
+    jobs = {r.id: slurm.state_of(r) for r in runs}
     if args.json:
-        print(json.dumps([dataclasses.asdict(s) for s in summaries], indent=2))
+        print(json.dumps([{**dataclasses.asdict(s), **({"slurm": jobs[s.id]} if jobs[s.id] else {})}
+                          for s in summaries], indent=2))
         return 0
     if not summaries:
         print("no runs yet; start one with: cockpit --no-ui")
@@ -41,15 +45,17 @@ def list_(args: argparse.Namespace) -> int:
         progress = f"{s.step}/{s.total_steps or '?'}"
         print(f"{s.id:<{ids}} {s.status:<11} {progress:>13} "
               f"{average_rate(s, per='/s'):>11} {duration(s.duration_s):>7} {s.steps_lost or '-':>10}"
-              + ("  adopted" if s.adopted is not None else ""))
+              + ("  adopted" if s.adopted is not None else "")
+              + (f"  slurm {job['job_id']} {job['state']}" if (job := jobs[s.id]) else ""))
     return 0
 
 
 def show(args: argparse.Namespace) -> int:
     run = find_run(args.run)
     s = summarize(run)
+    job = slurm.state_of(run)
     if args.json:
-        print(json.dumps(dataclasses.asdict(s), indent=2))
+        print(json.dumps({**dataclasses.asdict(s), **({"slurm": job} if job else {})}, indent=2))
         return 0
     if s.error:
         raise ConfigError(f"run {s.id}", None, f"is broken: {s.error}")
@@ -59,6 +65,9 @@ def show(args: argparse.Namespace) -> int:
         print(f"command   {command.display(s.command)}")
     for line in adopted_lines(s):
         print(line)
+    if job:
+        restarts = f", requeued {count(job['restarts'], 'time')}" if job["restarts"] else ""
+        print(f"slurm     job {job['job_id']}: {job['state']}{restarts}")
     print(f"progress  {progress_text(s)}")
     for line in figures_lines(s):
         print(line)

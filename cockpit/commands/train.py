@@ -17,7 +17,7 @@ from engine.record.rundir import RunDir, RunSummary, summarize
 
 # an adopted run (cockpit adopt): "ended" is its process's end with no error in its log (its exit
 # status is not ours to read); "released", cockpit stopped following it, as a Ctrl-C
-EXIT_BY_STATUS = {"finished": 0, "stopped": 130, "ended": 0, "released": 130}
+EXIT_BY_STATUS = {"finished": 0, "stopped": 130, "ended": 0, "released": 130, "preempted": 130}
 EXIT_BAD_INPUT = 2
 
 

@@ -15,7 +15,9 @@ STATUS_STYLE = {"running": "bold cyan", "resuming": "bold cyan", "finished": "gr
                 "failed": "bold red", "lost": "red", "interrupted": "yellow", "created": "dim", "broken": "bold red",
                 # an adopted run's (cockpit adopt): its process ended, exit status unknown; or
                 # cockpit stopped following it
-                "ended": "green", "released": "yellow"}
+                "ended": "green", "released": "yellow",
+                # its time on a machine ended (a SLURM job's warning or preemption): requeued
+                "preempted": "yellow"}
 
 
 def rss_label(m: dict) -> str:

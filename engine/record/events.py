@@ -11,7 +11,8 @@ checks every emit against it; tests/test_architecture.py checks this list is the
 - the supervisor (engine.run): `run_started` (`run_resumed` when a run is continued),
   `attempt_started`, `attempt_process`, `memory` (with the hardware: CPU, other processes,
   GPUs), `warning`, `fault_injected`, `stop_requested`, `crash`, `fallback`, `attempt_ended`,
-  `run_finished`, `run_failed` (a crash ended the run); and from the lifeline
+  `run_finished`, `run_failed` (a crash ended the run), `slurm_job` (the SLURM job it runs
+  in, at each start and requeue: engine.run.slurm); and from the lifeline
   (engine.run.lifeline), `supervisor_lost` and `run_interrupted`;
 - the trainer (engine.train): `trainer_ready`, `parity` (the device's check against the CPU,
   engine.train.parity), `step` (with `"partial": true` when a checkpoint or the end cut its
@@ -93,6 +94,10 @@ class EventWriter:
     @overload
     def emit(self, type: Literal["stop_requested"], attempt: int | None = None,
              **fields: Unpack[event_types.StopRequestedFields]) -> dict[str, Any]: ...
+
+    @overload
+    def emit(self, type: Literal["slurm_job"], attempt: int | None = None,
+             **fields: Unpack[event_types.SlurmJobFields]) -> dict[str, Any]: ...
 
     @overload
     def emit(self, type: Literal["memory"], attempt: int | None = None,

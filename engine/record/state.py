@@ -43,8 +43,9 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "run_finished": ("status", "t"), "run_interrupted": ("t",)}
 
 # A run's statuses once it has ended (engine.record.rundir.RunSummary's): an adopted run's
-# 'ended' and 'released' too, and 'lost' (its supervisor died and nothing has said so)
-ENDED = ("finished", "failed", "stopped", "interrupted", "lost", "ended", "released")
+# 'ended' and 'released' too, 'lost' (its supervisor died and nothing has said so) and
+# 'preempted' (its time on a machine ended: a SLURM job's, requeued to go on from its checkpoint)
+ENDED = ("finished", "failed", "stopped", "interrupted", "lost", "ended", "released", "preempted")
 
 
 def require(e: dict) -> dict:

@@ -60,6 +60,7 @@ class Context:
     pace: Pace
     stop_requests: Callable[[], int]  # how many stops the user asked for so far
     pump: Callable[[], None]          # read the run's new events (this attempt's among them)
+    preempted: Callable[[], str | None] = lambda: None   # why, where the stops are a preemption
     poll_s: float = 0.1
     wake_on_exit: bool = True         # the loop wakes as the process exits (else at its poll)
 
@@ -279,8 +280,9 @@ class Attempt:
             return
         signals = process.stop_signals
         while process.stops_sent < min(self.context.stop_requests(), len(signals)):
+            why = self.context.preempted()
             self.events.emit("stop_requested", attempt=self.number, request=process.stops_sent + 1,
-                             signal=signals[process.stops_sent].name)
+                             signal=signals[process.stops_sent].name, **({"why": why} if why else {}))
             self._escalate_stop()
         if process.stop_overdue():
             self._escalate_stop()

@@ -28,8 +28,8 @@ from engine.record.rundir import RunDir, summarize
 from engine.record.state import RunState
 from engine.runconfig import RunConfig
 
-# "ended", "released": an adopted run's (engine.run.adopted), once its process has ended
-RESUMABLE = ("stopped", "failed", "interrupted", "lost", "created", "ended", "released")
+# "ended", "released": an adopted run's (engine.run.launchers.adopted), once its process has ended
+RESUMABLE = ("stopped", "failed", "interrupted", "lost", "created", "ended", "released", "preempted")
 
 
 def literal(args) -> list[str]:

@@ -41,6 +41,7 @@ import time
 from typing import Any, Callable
 
 from engine.record import events as event_log, stats
+from engine import vocabulary
 from engine.run import alerts, fallback, launchers
 from engine.event_types import FallbackFields, RunStartedFields
 from engine.record.events import EventFollower, EventWriter
@@ -74,11 +75,13 @@ class Supervisor:
         self.events = EventWriter(run.events_path, attempt=0)
         self.stop_requests = 0
         self.released = False         # stopped following, its process left running (adopted)
+        self.preempted: str | None = None   # why the run's time here ended (preempt)
         self._launcher = launcher
         first = self.launcher_for(self.config.device)
         self.kind = first.reads(run, self.config, self.events)   # the trainer's events, a command's output
         self.context = Context(run=run, config=self.config, events=self.events, kind=self.kind,
                                 pace=Pace(), stop_requests=lambda: self.stop_requests,
+                                preempted=lambda: self.preempted,
                                 pump=self._pump, poll_s=poll_s, wake_on_exit=wake_on_exit)
         self._attempt: Attempt | None = None   # the one running (engine.run.attempt)
         self._lifeline: Lifeline | None = None
@@ -177,10 +180,10 @@ class Supervisor:
             results.append(result)
             fired.update(result.watch.fired)
             verdict = result.verdict
-            if not verdict.crashed:
-                return launcher.status(verdict), results
-            if self.stop_requests:
-                return "stopped", results
+            if not verdict.crashed or self.stop_requests:
+                status = launcher.status(verdict) if not verdict.crashed else "stopped"
+                # stopped for a preemption: continued where it checkpointed when it starts again
+                return "preempted" if self.preempted and status == "stopped" else status, results
             if not launcher.relaunches:
                 return "failed", results
             if verdict.kind == "checkpoint" and resume:
@@ -254,6 +257,15 @@ class Supervisor:
         """Ask the run to stop (thread-safe; signal handlers call this too)."""
         self.stop_requests += 1
 
+    def preempt(self, why: str) -> None:
+        """The run's time on this machine is ending (SLURM's warning signal, a preemption's
+        SIGTERM, `--inject preempt@N`): its attempt is stopped gracefully, as a first stop
+        request is (the trainer checkpoints at once), and the run ends "preempted", to be
+        continued from that checkpoint (engine.run.slurm requeues its job)."""
+        if self.preempted is None:
+            self.preempted = why
+            self.request_stop()
+
     def release(self) -> None:
         """Stop following an adopted process and leave it running (Ctrl-C on a foreground
         `cockpit adopt`)."""
@@ -277,12 +289,26 @@ class Supervisor:
         for e in events:
             if attempt is not None and e.get("attempt") == attempt.number:
                 attempt.see(e, now)
+                if e["type"] == "step":
+                    self._rehearse_preemption(attempt, e["step"])
             if e["type"] == "checkpoint":
                 self.kind.checkpoints[e["path"]] = e
         if events and self.on_events:
             self.on_events(events)
         if self._alerts is not None:
             self._alerts.see(events)
+
+
+    def _rehearse_preemption(self, attempt: Attempt, step: int) -> None:
+        """`--inject preempt@N`: the warning a cluster sends before a job's time ends, at step N,
+        once a run (the supervisor's own fault, whatever launches the attempt)."""
+        for fault in map(vocabulary.parse, attempt.preset.inject):
+            if fault.kind in vocabulary.SUPERVISOR_KINDS and fault.step is not None \
+                    and fault.step <= step and fault.spec not in self._fired and not self.preempted:
+                self._fired.add(fault.spec)
+                self.events.emit("fault_injected", attempt=attempt.number, spec=fault.spec,
+                                 kind=fault.kind, step=step, by="supervisor")
+                self.preempt(f"{fault.spec} (rehearsed)")
 
 
 def run_summary(run: RunDir) -> dict:

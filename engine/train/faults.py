@@ -28,7 +28,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from engine.vocabulary import Fault, parse
+from engine.vocabulary import SUPERVISOR_KINDS, Fault, parse
 
 if TYPE_CHECKING:
     from engine.record.event_types import Emit
@@ -90,7 +90,8 @@ class Injector:
     first check after their time (each step's start, and after each micro-batch)."""
 
     def __init__(self, specs: tuple[str, ...], device_type: str, emit: Emit):
-        parsed = [parse(s) for s in specs]
+        # the supervisor's own (preempt) are not the trainer's to fire
+        parsed = [f for f in map(parse, specs) if f.kind not in SUPERVISOR_KINDS]
         self.faults = [f for f in parsed if not f.timed]
         self.timed = sorted((f for f in parsed if f.timed), key=lambda f: f.after_s or 0.0)
         # Outside a supervisor's launch (the probe, a test) the attempt starts now.

@@ -1,0 +1,82 @@
+"""`cockpit submit`: a run as a SLURM job (engine.run.slurm), from a login node.
+
+    cockpit submit -w W -d D [--time 2:00:00 --partition P --account A] [--set K=V] [--inject ...]
+    cockpit submit -d cuda [...] -- python train.py --bs {batch_size}
+
+The run directory is made here, under the runs directory the compute nodes share (a cluster's
+home or scratch: --runs-dir or COCKPIT_RUNS_DIR); the job's batch script runs cockpit's
+supervisor there. It prints the run id and the job id; `cockpit runs show RUN` says the job's
+state as SLURM has it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+
+from engine import command, presets, runconfig, settings
+from engine.errors import ConfigError
+from engine.record.rundir import RunDir
+from engine.run import slurm
+
+_TIME = re.compile(r"(\d+-)?\d+(:\d+){0,2}")   # sbatch --time: minutes, h:m:s, d-h[:m[:s]]
+
+
+def add_parser(sub) -> None:
+    q = sub.add_parser("submit", help="run a workload, or your command after --, as a SLURM job "
+                                      "that survives its time limit and preemption",
+                       description="Submit a run as a SLURM batch job: sbatch --requeue with a "
+                                   "warning signal before the time limit. On the warning (or a "
+                                   "preemption's SIGTERM) the attempt checkpoints and the job is "
+                                   "requeued; it continues from that checkpoint, one cockpit run "
+                                   "across requeues.")
+    q.add_argument("--workload", "-w", default="matmul", metavar="W", help="workload preset (default: matmul)")
+    q.add_argument("--device", "-d", default="auto", metavar="D", help="device preset (default: auto)")
+    q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting (repeatable)")
+    q.add_argument("--inject", action="append", default=[], metavar="KIND@STEP",
+                   help="rehearse a fault, as cockpit --no-ui does; preempt@N: SLURM's warning at "
+                        "step N (the job checkpoints, is requeued and resumes)")
+    q.add_argument("--name", metavar="N", help="a command's run name (default: the script's name)")
+    q.add_argument("--time", default="", metavar="T", help="the job's time limit (sbatch --time: 90, 2:00:00, 1-12)")
+    q.add_argument("--partition", "-p", default="", metavar="P", help="sbatch --partition")
+    q.add_argument("--account", "-A", default="", metavar="A", help="sbatch --account")
+    q.add_argument("--gpus-per-node", type=int, default=0, metavar="N", help="sbatch --gpus-per-node")
+    q.add_argument("--warning", type=int, default=slurm.WARNING_S, metavar="S",
+                   help=f"seconds before the time limit that SLURM warns the job (default: {slurm.WARNING_S})")
+    q.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...",
+                   help="your command and its arguments, after --")
+    q.set_defaults(handler=submit)
+
+
+def submit(args: argparse.Namespace) -> int:
+    settings.load()
+    if args.time and not _TIME.fullmatch(args.time):
+        raise ConfigError("--time", args.time, "expected a SLURM time limit: minutes, h:m:s or d-h:m:s")
+    if args.warning < 1:
+        raise ConfigError("--warning", str(args.warning), "expected seconds >= 1")
+    if args.gpus_per_node < 0:
+        raise ConfigError("--gpus-per-node", str(args.gpus_per_node), "expected 0 or more")
+    overrides = list(args.set) + ([runconfig.inject_override(args.inject)] if args.inject else [])
+    argv = args.cmd[1:] if args.cmd[:1] == ["--"] else list(args.cmd)
+    if argv:
+        name = args.name or command.name_for(argv)
+        if not presets.NAME_PATTERN.match(name):
+            raise ConfigError("--name", None, f"got {name!r}; expected letters, digits, '.', '_', '-'")
+        config = runconfig.resolve_command(argv, name, args.device, overrides)
+    else:
+        config = runconfig.resolve(args.workload, args.device, overrides)
+    spec = slurm.JobSpec(time=args.time, partition=args.partition, account=args.account,
+                         nodes=config.device.nnodes, gpus_per_node=args.gpus_per_node,
+                         warning_s=args.warning)
+    run = RunDir.create(config)
+    try:
+        job_id = slurm.submit(run, spec)
+    except ConfigError:
+        shutil.rmtree(run.path, ignore_errors=True)   # nothing was submitted: no run to list
+        raise
+    print(run.id, flush=True)
+    print(f"submitted job {job_id}; follow it: cockpit runs follow {run.id}   its state: "
+          f"cockpit runs show {run.id}", file=sys.stderr)
+    return 0

@@ -1,0 +1,198 @@
+"""A run as a SLURM job: submitted once, one cockpit run across its requeues.
+
+    cockpit submit -w W -d D [--time T --partition P --account A --gpus-per-node N] [-- CMD...]
+        the run directory (on storage the compute node shares, as a cluster's home is), then
+        RUN/slurm/job.sh, submitted with sbatch --requeue and a warning signal before the limit
+    on the node, the batch shell runs `python -m engine.run.slurm RUN_DIR`:
+        the supervisor, as `cockpit --no-ui` has it, continuing the run if it has begun
+        the warning signal (USR1, `--signal=B:USR1@120`) or SIGTERM (preemption, scancel):
+            the attempt is stopped gracefully (the trainer checkpoints at once), the run is
+            "preempted", and the job is requeued (scontrol requeue: the same job id, its
+            SLURM_RESTART_COUNT one more); the next start resumes from that checkpoint
+
+SLURM's own tools are the boundary: sbatch, scontrol and squeue, as a cluster user types them;
+cockpit writes the job script a person can read and resubmit by hand. submitit (which pickles a
+Python callable and installs its own USR1 handler) was not used: the supervisor must own the
+job's signals, and its job is a command, not a callable. Sources: sbatch(1) --signal and
+--requeue; scontrol(1) requeue; slurm.schedmd.com/preempt.html (SIGTERM, then SIGKILL after
+KillWait).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.errors import ConfigError
+from engine.record.rundir import RunDir
+from engine.run.launch import child_env
+from engine.run.supervisor import Supervisor
+
+WARNING_S = 120      # the warning signal's lead on the time limit (Lightning's and submitit's 90-120)
+RECORD = "slurm.json"   # the job, beside run.toml: what `cockpit runs` asks SLURM about
+JOB_STATES = {"PD": "pending", "R": "running", "CG": "completing", "CD": "completed", "F": "failed",
+              "CA": "cancelled", "TO": "timed out", "PR": "preempted", "NF": "node failed",
+              "RQ": "requeued", "RH": "requeued", "S": "suspended", "OOM": "out of memory"}
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What the job asks SLURM for (`cockpit submit`'s flags)."""
+
+    time: str = ""                # --time, e.g. 2:00:00 ('' : the partition's default)
+    partition: str = ""
+    account: str = ""
+    nodes: int = 1
+    gpus_per_node: int = 0
+    warning_s: int = WARNING_S    # --signal=B:USR1@warning_s
+
+
+def script(run: RunDir, spec: JobSpec) -> str:
+    """The batch script: SLURM's directives, then the supervisor, exec'd so that the batch
+    shell's signals (the warning, a preemption's SIGTERM) reach it."""
+    slurm_dir = run.path.resolve() / "slurm"
+    lines = ["#!/bin/bash", f"#SBATCH --job-name=cockpit-{run.id}"[:200],
+             f"#SBATCH --output={slurm_dir}/job-%j.out", "#SBATCH --requeue",
+             f"#SBATCH --signal=B:USR1@{spec.warning_s}", f"#SBATCH --nodes={spec.nodes}",
+             "#SBATCH --ntasks-per-node=1"]
+    lines += [f"#SBATCH --{key}={value}" for key, value in
+              (("time", spec.time), ("partition", spec.partition), ("account", spec.account))
+              if value]
+    if spec.gpus_per_node:
+        lines.append(f"#SBATCH --gpus-per-node={spec.gpus_per_node}")
+    env = child_env({})
+    lines += ["", "# cockpit's supervisor: it continues the run after a requeue",
+              f"export PYTHONPATH={shlex.quote(env['PYTHONPATH'])}",
+              f"exec {shlex.quote(sys.executable)} -P -m engine.run.slurm {shlex.quote(str(run.path.resolve()))}", ""]
+    return "\n".join(lines)
+
+
+def submit(run: RunDir, spec: JobSpec) -> str:
+    """Write the job script and submit it; returns the job id. ConfigError (one line) when
+    sbatch is missing or refuses (an unknown partition, munge down...)."""
+    sbatch = shutil.which("sbatch")
+    if sbatch is None:
+        raise ConfigError("sbatch", None, "not found on PATH: cockpit submit needs a SLURM client "
+                                          "(run it on the cluster's login node)")
+    slurm_dir = run.path / "slurm"
+    slurm_dir.mkdir(exist_ok=True)
+    job = slurm_dir / "job.sh"
+    job.write_text(script(run, spec))
+    job.chmod(0o755)
+    done = subprocess.run([sbatch, "--parsable", str(job)], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise ConfigError("sbatch", None, f"refused the job: {said[-1] if said else f'exit {done.returncode}'}")
+    job_id = done.stdout.strip().split(";")[0]
+    (run.path / RECORD).write_text(json.dumps({"job_id": job_id, "script": str(job),
+                                               "submitted": time.time()}) + "\n")
+    return job_id
+
+
+def record_of(run: RunDir) -> dict | None:
+    """slurm.json: the run's job, or None for a run that is not a SLURM job."""
+    try:
+        found = json.loads((run.path / RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def state_of(run: RunDir) -> dict | None:
+    """A SLURM run's job as SLURM says it now: {"job_id", "state", "restarts", "reason"}; None
+    for a run that is not a SLURM job. Restarts are the run's own count where SLURM has
+    forgotten the job."""
+    job = record_of(run)
+    if job is None:
+        return None
+    found = job_state(str(job.get("job_id")))
+    if found["restarts"] is None:   # forgotten by SLURM: the starts the run recorded
+        found["restarts"] = max([e.get("restarts", 0) for e in run.events() if e["type"] == "slurm_job"],
+                                default=0)
+    return {"job_id": str(job.get("job_id")), **found}
+
+
+def job_state(job_id: str) -> dict:
+    """What SLURM says of the job now: {"state", "restarts", "reason"}; state "unknown" once
+    SLURM has forgotten it (MinJobAge) or cannot be asked."""
+    scontrol = shutil.which("scontrol")
+    if scontrol is None:
+        return {"state": "unknown", "restarts": None, "reason": "no scontrol on PATH"}
+    try:
+        done = subprocess.run([scontrol, "-o", "show", "job", job_id], capture_output=True,
+                              text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return {"state": "unknown", "restarts": None, "reason": str(e)}
+    fields = dict(item.partition("=")[::2] for item in done.stdout.split() if "=" in item)
+    if done.returncode != 0 or "JobState" not in fields:
+        return {"state": "unknown", "restarts": None, "reason": (done.stderr or "").strip()}
+    state = fields["JobState"].lower().replace("_", " ")
+    return {"state": state, "restarts": int(fields.get("Restarts", "0") or 0),
+            "reason": fields.get("Reason", "None")}
+
+
+# ---------------------------------------------------------------- on the node
+
+
+class JobRun:
+    """The supervisor of a run inside its SLURM job: SIGUSR1 (the warning) and SIGTERM
+    (preemption, scancel) stop the attempt gracefully and requeue the job."""
+
+    def __init__(self, run: RunDir):
+        self.run = run
+        self.job_id = os.environ.get("SLURM_JOB_ID", "")
+        self.restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
+        self.supervisor = Supervisor(run)
+
+    def supervise(self) -> str:
+        self.supervisor.events.emit("slurm_job", job_id=self.job_id, restarts=self.restarts,
+                                    node=os.environ.get("SLURMD_NODENAME", ""),
+                                    nodes=int(os.environ.get("SLURM_JOB_NUM_NODES", "1") or 1))
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGUSR1, signal.SIGTERM):
+                signal.signal(sig, lambda signum, _: self.preempt(signal.Signals(signum).name))
+        status = self.supervisor.supervise()
+        if status == "preempted":
+            self._requeue()
+        return status
+
+    def preempt(self, why: str) -> None:
+        """The job's time here is ending: the attempt stops gracefully (it checkpoints), and the
+        job is requeued once the supervisor is done."""
+        self.supervisor.preempt(why)
+
+    def _requeue(self) -> None:
+        """The same job again, SLURM_RESTART_COUNT one more; a SIGTERM's preemption requeues
+        itself where the cluster requeues preempted jobs (then scontrol says so, harmlessly)."""
+        done = subprocess.run(["scontrol", "requeue", self.job_id], capture_output=True, text=True)
+        said = (done.stderr or done.stdout).strip()
+        with open(self.run.supervisor_log, "a") as log:
+            print(f"cockpit: scontrol requeue {self.job_id}: "
+                  f"{'ok' if done.returncode == 0 else said}", file=log, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m engine.run.slurm RUN_DIR  (the batch script cockpit submit wrote)",
+              file=sys.stderr)
+        return 2
+    try:
+        status = JobRun(RunDir(Path(args[0]))).supervise()
+    except ConfigError as e:
+        print(f"cockpit: {e.line()}", file=sys.stderr)
+        return 2
+    return {"finished": 0, "preempted": 0, "stopped": 130}.get(status, 1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""`cockpit submit` against a real one-node SLURM cluster (tools/slurm_cluster.py, the
+`slurm_cluster` fixture): a run as a job that is warned, checkpoints, is requeued by SLURM and
+finishes, one cockpit run across the requeue; its state as SLURM says it in `cockpit runs`; and
+bad input said in one line with nothing left behind. Every wait is on a condition, with a
+generous timeout: a requeued job waits its BeginTime (about 12 s here) and a loaded machine's
+queue its turn."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import TINY, child_env, cockpit_cmd
+from engine.record.rundir import RunDir, find_run
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SLURM runs on Linux")
+TIMEOUT = 300.0
+# 320 steps of the tiny matmul, a checkpoint every 4
+RUN = [arg for pair in (("--set", s) for s in TINY + ["train.epochs=40", "train.checkpoint_every_steps=4"])
+       for arg in pair]
+
+
+def cockpit(cluster, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(cockpit_cmd(*args), capture_output=True, text=True, timeout=120,
+                          env={**child_env(), **cluster.env, **(env or {})})
+
+
+def shown(cluster, run_id: str) -> dict:
+    done = cockpit(cluster, "runs", "show", run_id, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def wait_until(condition, what: str, timeout: float = TIMEOUT):
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.5)
+    return value
+
+
+def slurm(cluster, *argv: str) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **cluster.env}).stdout
+
+
+def of_type(run: RunDir, kind: str) -> list[dict]:
+    return [e for e in run.events() if e["type"] == kind]
+
+
+@pytest.fixture
+def jobs(slurm_cluster):
+    """The jobs a test submits, cancelled at its end whatever happened (their processes carry
+    the test's mark: nothing may be left running)."""
+    submitted: list[str] = []
+    yield submitted
+    for job in submitted:
+        slurm(slurm_cluster, "scancel", job)
+    wait_until(lambda: not any(job in slurm(slurm_cluster, "squeue", "-h", "-o", "%i").split()
+                               for job in submitted), "the test's jobs to leave the queue", 120)
+
+
+def submit(cluster, jobs: list[str], *args: str) -> tuple[RunDir, str]:
+    done = cockpit(cluster, "submit", "-w", "matmul", "-d", "cpu", *RUN, *args)
+    assert done.returncode == 0, done.stderr
+    run = find_run(done.stdout.strip())
+    job = json.loads((run.path / "slurm.json").read_text())["job_id"]
+    jobs.append(job)
+    assert f"submitted job {job}" in done.stderr
+    return run, job
+
+
+def finished(cluster, run: RunDir) -> dict:
+    return wait_until(lambda: (s := shown(cluster, run.id))["status"] in ("finished", "failed")
+                      and s["slurm"]["state"] == "completed" and s, "the job to complete")
+
+
+def assert_resumed_where_it_checkpointed(run: RunDir) -> None:
+    """Attempt 1 checkpointed the step it stopped at, and attempt 2 began there: no step lost."""
+    ended = {e["attempt"]: e for e in of_type(run, "attempt_ended")}
+    assert ended[1]["outcome"] == "stopped" and ended[2]["outcome"] == "finished"
+    saved = max(e["step"] for e in of_type(run, "checkpoint") if e["attempt"] == 1)
+    assert saved == ended[1]["last_step"]
+    resumed = next(e for e in of_type(run, "trainer_ready") if e["attempt"] == 2)["resumed_from"]
+    assert resumed["step"] == saved
+
+
+@linux_only
+def test_a_rehearsed_preemption_checkpoints_is_requeued_and_finishes_with_no_step_lost(home, slurm_cluster, jobs):
+    run, job = submit(slurm_cluster, jobs, "--inject", "preempt@6")
+    script = (run.path / "slurm" / "job.sh").read_text()
+    assert "#SBATCH --requeue" in script and "#SBATCH --signal=B:USR1@120" in script
+    s = finished(slurm_cluster, run)
+    assert s["status"] == "finished" and s["step"] == s["total_steps"] == 320
+    assert s["slurm"] == {**s["slurm"], "job_id": job, "restarts": 1}
+    assert not s["steps_lost"]
+    assert [(e["job_id"], e["restarts"]) for e in of_type(run, "slurm_job")] == [(job, 0), (job, 1)]
+    assert [e["why"] for e in of_type(run, "stop_requested")] == ["preempt@6 (rehearsed)"]
+    assert [e["status"] for e in of_type(run, "run_finished")] == ["preempted", "finished"]
+    assert_resumed_where_it_checkpointed(run)
+
+
+@linux_only
+def test_slurms_own_warning_signal_reaches_the_supervisor_and_the_run_goes_on(home, slurm_cluster, jobs):
+    """The warning as SLURM delivers it (`scancel -b -s USR1`, what --signal=B:USR1@120 sends
+    before the limit), to the batch shell, which is cockpit's supervisor."""
+    run, job = submit(slurm_cluster, jobs, "--inject", "slow@1")   # seconds of training to land in
+    wait_until(lambda: of_type(run, "step"), "the first step")
+    slurm(slurm_cluster, "scancel", "-b", "-s", "USR1", job)
+    s = finished(slurm_cluster, run)
+    assert s["status"] == "finished" and s["slurm"]["restarts"] == 1 and not s["steps_lost"]
+    assert [e["why"] for e in of_type(run, "stop_requested")] == ["SIGUSR1"]
+    assert_resumed_where_it_checkpointed(run)
+    listed = cockpit(slurm_cluster, "runs", "list")
+    assert f"slurm {job} completed" in listed.stdout
+
+
+@linux_only
+def test_bad_submissions_are_one_line_exit_2_and_leave_no_run(home, slurm_cluster, tmp_path):
+    no_sbatch = cockpit(slurm_cluster, "submit", "-w", "matmul", "-d", "cpu",
+                        env={"PATH": str(tmp_path)})
+    unknown = cockpit(slurm_cluster, "submit", "-w", "matmul", "-d", "cpu", "--partition", "no-such-partition")
+    bad_time = cockpit(slurm_cluster, "submit", "-w", "matmul", "-d", "cpu", "--time", "an hour")
+    for done, words in ((no_sbatch, "sbatch: not found on PATH"),
+                        (unknown, "sbatch: refused the job: "),
+                        (bad_time, "--time: an hour: expected a SLURM time limit")):
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and words in done.stderr and "Traceback" not in done.stderr
+    assert "partition" in unknown.stderr.lower()
+    assert not list((home / "runs").glob("*"))   # nothing written for bad input
