@@ -14,7 +14,9 @@ either). The contract's own `ignore_imports` are counted and listed too, as the 
 they are. A fold of the event stream is a function that branches on four or more event types
 (an event's "type" compared with their names) or a table of handlers keyed by them; those of the
 run's read model (engine.record.state and the accounting it folds with) are the one fold, the
-rest are counted and listed. Prints figures; asserts nothing.
+rest are counted and listed. A flag branch is a test of how an attempt's process started --
+a launch's is_command, distributed or group, an attempt end's command -- outside the launchers
+(engine/run/launchers/), which are where those differences live. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -225,6 +227,33 @@ def folds(root: Path, least: int = 4) -> tuple[list[str], list[str]]:
     return inside, outside
 
 
+# What a launcher decides, as the flags that once said it (engine.run.launch.Launch's and
+# engine.run.crashes.AttemptEnd's), on whatever holds a launch or an attempt's end.
+FLAGS = {"is_command", "distributed", "group", "command"}
+
+
+def flag_branches(root: Path) -> list[str]:
+    """Tests (if, elif, a conditional expression, and/or) of a launch's or an attempt end's
+    flags outside engine/run/launchers/: 'file:line expression'."""
+    found = []
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            if rel.startswith("engine/run/launchers/"):
+                continue
+            tree = ast.parse(path.read_text())
+            for node in ast.walk(tree):
+                tests = [node.test] if isinstance(node, (ast.If, ast.IfExp, ast.While)) else \
+                    node.values if isinstance(node, ast.BoolOp) else []
+                for test in tests:
+                    for sub in ast.walk(test):
+                        if isinstance(sub, ast.Attribute) and sub.attr in FLAGS:
+                            holder = ast.unparse(sub.value)
+                            if holder.split(".")[-1] in ("launch", "end", "_launch", "self._launch"):
+                                found.append(f"{rel}:{sub.lineno} {ast.unparse(sub)}")
+    return sorted(set(found))
+
+
 def longest(root: Path, count: int = 10) -> list[tuple[int, str]]:
     sizes = [(len(p.read_text().splitlines()), str(p.relative_to(root)))
              for package in PACKAGES for p in (root / package).rglob("*.py")]
@@ -271,6 +300,11 @@ def main(argv: list[str] | None = None) -> int:
     inside, outside = folds(root)
     print(f"folds of the event stream: {len(inside)} in the read model, {len(outside)} elsewhere")
     for where in outside:
+        print("   ", where)
+
+    branches = flag_branches(root)
+    print(f"flag branches outside the launchers: {len(branches)}")
+    for where in branches:
         print("   ", where)
 
     print("longest modules:")
