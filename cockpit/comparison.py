@@ -42,13 +42,13 @@ class Row:
 
 def compared(digest: RunDigest) -> Compared:
     """The digest's run as of its last refresh()."""
-    return Compared(run=digest.run, summary=digest.summary, averages=digest.averages,
+    return Compared(run=digest.run, summary=digest.summarized, averages=digest.averages,
                     curves=digest.curves, settings=settings(digest.run))
 
 
 def devices(s: RunSummary) -> str:
     """The presets the run went through, each with the device it resolved to: auto(cpu)→cpu."""
-    parts = []
+    parts: list[str] = []
     for a in s.attempts:
         part = a.preset if a.device in ("?", a.preset, None) else f"{a.preset}({a.device})"
         if not parts or parts[-1] != part:

@@ -140,7 +140,7 @@ def _read_resumed() -> tuple[int, int] | None:
 def _parse_inject(text: str) -> list[tuple[str, str, int | None, float | None]]:
     """The in-process faults of 'kind@step[+],kind@30s[+],...', as engine.vocabulary.parse reads
     them (parsed here by hand: importing this module must not import engine)."""
-    pending = []
+    pending: list[tuple[str, str, int | None, float | None]] = []
     for spec in (s.strip() for s in text.split(",")):
         kind, at, when = spec.rstrip("+").partition("@")
         # '+' (every attempt) is the supervisor's business: it decides what each attempt gets.
@@ -280,7 +280,7 @@ def _fire(step: int) -> None:
     from engine.train import faults
 
     elapsed = time.time() - _started
-    due = [p for p in _pending if (p[2] <= step if p[3] is None else p[3] <= elapsed)]
+    due = [p for p in _pending if (p[3] <= elapsed if p[3] is not None else p[2] is not None and p[2] <= step)]
     for spec, kind, at, after_s in due:
         _pending.remove((spec, kind, at, after_s))
         if kind == "openmp" and faults.openmp_duplicate_allowed():
@@ -317,7 +317,7 @@ def _fire(step: int) -> None:
 def injected(error: BaseException) -> BaseException:
     """A fault raised on purpose: the real exception type and text, marked so that code which
     must not let cockpit's own failures escape (the framework callbacks) lets it through."""
-    error.cockpit_injected = True
+    setattr(error, "cockpit_injected", True)   # an attribute no exception type declares
     return error
 
 

@@ -282,7 +282,7 @@ def test_n_and_n_say_the_only_match_and_going_round(home):
                            what="N to say so too")
 
             await pilot.press("slash", *"BATCH", "enter")
-            await wait_for(pilot, lambda: output.query == "BATCH" and output.match is not None,
+            await wait_for(pilot, lambda: output.search_query == "BATCH" and output.match is not None,
                            what="the new search")
             assert output.match == 0 and "match 1 of 10" in output.border_subtitle
             await pilot.press("N")                           # before the first: round to the last

@@ -34,8 +34,8 @@ def run(args: argparse.Namespace) -> int:
     digests = [RunDigest(r, curves=True) for r in runs]
     for d in digests:
         d.refresh()
-        if d.summary.error:
-            raise ConfigError(f"run {d.run.id}", None, f"is broken, nothing to compare: {d.summary.error}")
+        if d.summarized.error:
+            raise ConfigError(f"run {d.run.id}", None, f"is broken, nothing to compare: {d.summarized.error}")
     shown = [compared(d) for d in digests]
     if args.json:
         print(json.dumps(as_json(shown, with_curves=args.curves), indent=2))

@@ -237,14 +237,14 @@ def stop(args: argparse.Namespace) -> int:
     stopping = state.current.stops if state.current is not None else 0   # asked already
     if not detached.request_stop(run):
         history = resumption.History.of_state(state)
-        if history.orphan() is not None:
+        if (orphan := history.orphan()) is not None:
             lock = run.try_lock()
             if lock is None:
                 print(f"run {run.id} lost its supervisor; its lifeline is stopping the attempt "
-                      f"(pid {history.process['pid']}) already")
+                      f"(pid {orphan.pid}) already")
                 return 0
             try:  # its supervisor and lifeline both died: stop the attempt as they would have
-                print(f"run {run.id} has no supervisor; stopping its attempt (pid {history.process['pid']})")
+                print(f"run {run.id} has no supervisor; stopping its attempt (pid {orphan.pid})")
                 lifeline.stop_orphan(run.path, history.process, by="cockpit runs stop")
             finally:
                 os.close(lock)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from typing import Any
 
 from cockpit import report
 from cockpit.integrations._common import (Owners, Throttle, guarded, needs_framework,
@@ -59,7 +60,11 @@ _LOSS_NAMES = ("train_loss", "loss", "train/loss", "train_loss_step", "loss_step
 _owners = Owners()
 
 
-class CockpitCallback(_callback_base()):
+# Whichever package's Callback the script imported: a class known only when this module runs.
+_Callback: Any = _callback_base()
+
+
+class CockpitCallback(_Callback):
     """Reports a Lightning run's steps, validations and checkpoints to cockpit; a no-op outside
     it, on every process but the first, and in a second copy given to the same trainer."""
 
@@ -89,7 +94,7 @@ class CockpitCallback(_callback_base()):
             save(filepath, *args, **kwargs)
             self._saved(trainer, filepath, *args, **kwargs)
 
-        save_checkpoint._cockpit = True
+        setattr(save_checkpoint, "_cockpit", True)   # the mark read above: a function's own attribute
         trainer.save_checkpoint = save_checkpoint
 
     @guarded

@@ -98,7 +98,7 @@ class Transcript:
         step = self.step
         if step is None:
             return self._waiting(t) if stalled else []
-        if self.logged is not None and t - self.logged_t < self.log_every_s:
+        if self.logged is not None and self.logged_t is not None and t - self.logged_t < self.log_every_s:
             return []
         line = step_line(step, self.memory, self.windows, self.main())
         if stalled and self.activity is not None:

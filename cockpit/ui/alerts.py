@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 from textual.app import App
+from textual.notifications import SeverityLevel
 
 from engine import settings
 from engine.errors import ConfigError
@@ -15,7 +16,7 @@ from engine.run.alert_rules import Alert, AlertRules
 from engine.run.alerts import escape
 from engine.settings import AlertSettings
 
-SEVERITY = {"finish": "information", "slowdown": "warning", "fallback": "warning"}
+SEVERITY: dict[str, SeverityLevel] = {"finish": "information", "slowdown": "warning", "fallback": "warning"}
 
 
 class ScreenAlerts:

@@ -17,12 +17,13 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Static
 
 from cockpit.comparison import Compared, compared, metrics, table
 from cockpit.present.words import STATUS_STYLE
 from cockpit.ui.widgets.overlay import OverlayPlot
-from engine.record.curves import AXES, Curve
+from engine.record.curves import AXES, Curve, RunCurves
 from engine.record.digest import RunDigest
 from engine.record.rundir import RunDir
 
@@ -39,6 +40,12 @@ def letter(i: int) -> str:
 
 def colour(i: int) -> str:
     return COLOURS[i % len(COLOURS)]
+
+
+def curves(c: Compared) -> RunCurves:
+    """A run's curves: this screen reads its runs with them (RunDigest(curves=True))."""
+    assert c.curves is not None
+    return c.curves
 
 
 @dataclasses.dataclass
@@ -76,7 +83,7 @@ then how each ran. A live run is followed as it goes. `cockpit runs compare` pri
         self.metric: str | None = None
         self.compared: list[Compared] = []
         self._digests = [RunDigest(run, curves=True) for run in self.runs]
-        self._refresh_timer = None
+        self._refresh_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("reading runs…", id="compare-legend")
@@ -103,8 +110,8 @@ then how each ran. A live run is followed as it goes. `cockpit runs compare` pri
         for digest in self._digests:
             digest.refresh()
         # The curves copied: the next refresh adds to the digest's own while the screen draws.
-        self.post_message(ComparisonLoaded([dataclasses.replace(compared(d), curves=d.curves.copy())
-                                            for d in self._digests]))
+        runs = [compared(d) for d in self._digests]
+        self.post_message(ComparisonLoaded([dataclasses.replace(c, curves=curves(c).copy()) for c in runs]))
 
     def on_comparison_loaded(self, message: ComparisonLoaded) -> None:
         self.compared = message.runs
@@ -130,13 +137,13 @@ then how each ran. A live run is followed as it goes. `cockpit runs compare` pri
                 legend.append("  ")
             legend.append(f"━ {letter(i)} ", style=f"bold {colour(i)}")
             legend.append(c.run.id)
-            if not c.curves.loss:
+            if not curves(c).loss:
                 legend.append(" (no steps)", style="dim")
         self.query_one("#compare-legend", Static).update(legend)
 
     def _time_unit(self) -> tuple[str, float]:
         """Seconds for a short run, minutes or hours for a long one: 18000 s reads as 5 h."""
-        longest = max((c.curves.loss.seconds[-1] for c in self.compared if c.curves.loss), default=0.0)
+        longest = max((curves(c).loss.seconds[-1] for c in self.compared if curves(c).loss), default=0.0)
         return ("h", 3600.0) if longest > 3 * 3600 else ("min", 60.0) if longest > 180 else ("s", 1.0)
 
     def _line(self, curve: Curve | None, i: int) -> tuple[list[float], list[float], str]:
@@ -150,7 +157,7 @@ then how each ran. A live run is followed as it goes. `cockpit runs compare` pri
 
     def _show_plots(self) -> None:
         unit = f" ({self._time_unit()[0]})" if self.axis == "seconds" else ""
-        lines = [self._line(c.curves.loss, i) for i, c in enumerate(self.compared)]
+        lines = [self._line(curves(c).loss, i) for i, c in enumerate(self.compared)]
         name = "loss (log)" if self.log_loss else "loss"
         self.query_one("#loss-overlay", OverlayPlot).show(
             lines, title=f"{name} by {AXIS_NAME[self.axis]}{unit}", empty=self._empty("steps"),
@@ -159,7 +166,7 @@ then how each ran. A live run is followed as it goes. `cockpit runs compare` pri
         if self.metric is None:
             eval_plot.show([], title="eval", empty="no eval metrics")
             return
-        lines = [self._line(c.curves.evals.get(self.metric), i) for i, c in enumerate(self.compared)]
+        lines = [self._line(curves(c).evals.get(self.metric), i) for i, c in enumerate(self.compared)]
         more = len(metrics(self.compared)) > 1
         eval_plot.show(lines, title=f"{self.metric} by {AXIS_NAME[self.axis]}{unit}" + (" (e: next)" if more else ""),
                        empty=f"no {self.metric} " + self._empty("evals").removeprefix("no "))
@@ -220,7 +227,7 @@ then how each ran. A live run is followed as it goes. `cockpit runs compare` pri
         if len(names) < 2:
             self.notify("one eval metric only" if names else "no eval metrics in these runs")
             return
-        self.metric = names[(names.index(self.metric) + 1) % len(names)]
+        self.metric = names[(names.index(self.metric) + 1) % len(names)] if self.metric in names else names[0]
         self._show_plots()
 
 

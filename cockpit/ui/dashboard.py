@@ -30,6 +30,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
@@ -133,7 +134,7 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         self.model.workload, self.model.device_preset = run.preset_names()
         self._dirty: set[str] = set()
         self._paint_due: float | None = None
-        self._paint_timer = None
+        self._paint_timer: Timer | None = None
         self._unpainted_t: float | None = None   # write time of the oldest event not yet shown
         self._last_paint = 0.0
         self._last_plot = 0.0

@@ -17,7 +17,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.notifications import Notification, Notify
+from textual.notifications import Notification, Notify, SeverityLevel
 from textual.screen import ModalScreen, Screen
 from textual.content import Content
 from textual.widget import Widget
@@ -253,6 +253,7 @@ one puts your copy in your preset dir, where it shadows the shipped one.
         widget = self.query_one(f"#field-{self._fid(spec.key)}")
         if isinstance(widget, Select):
             return widget.value
+        assert isinstance(widget, Input)   # _widget's: a FieldSelect or a FieldInput
         return parse_value(widget.value.strip(), spec.annotation)
 
     def table(self) -> dict:
@@ -310,6 +311,7 @@ one puts your copy in your preset dir, where it shadows the shipped one.
     def validate(self) -> None:
         self.errors = self.check()
         current = self.values_or_none() or {}
+        shipped = self.shipped if self.shipped is not None else {}   # read where `differs` only
         changed = []
         for spec in self.specs:
             ident = self._fid(spec.key)
@@ -321,12 +323,12 @@ one puts your copy in your preset dir, where it shadows the shipped one.
             label.set_class(differs, "changed")
             label.update(spec.key + (" *" if differs else ""))
             if differs:
-                changed.append(f"{spec.key} {_text(self.shipped.get(spec.key))} → {_text(current.get(spec.key))}")
+                changed.append(f"{spec.key} {_text(shipped.get(spec.key))} → {_text(current.get(spec.key))}")
             if problem:
                 note.update(Text(f"✗ {problem}"))
             else:
                 doc = self._doc(spec)
-                note.update(f"shipped: {_text(self.shipped.get(spec.key))} · {doc}" if differs else doc)
+                note.update(f"shipped: {_text(shipped.get(spec.key))} · {doc}" if differs else doc)
             note.set_class(bool(problem), "error")
         self._head(changed)
 
@@ -383,7 +385,7 @@ one puts your copy in your preset dir, where it shadows the shipped one.
 
     # ------------------------------------------------------------ saving
 
-    def _toast(self, message: str, severity: str = "information") -> None:
+    def _toast(self, message: str, severity: SeverityLevel = "information") -> None:
         """A save's (or a discard's) toast, in place of the previous one still showing: a
         'not saved' from the last try stayed up beside the 'saved' of the next."""
         if self.toast is not None:

@@ -47,7 +47,7 @@ class KeyHelp:
 def _own_bindings(node: DOMNode) -> list[Binding]:
     """The BINDINGS the project's classes declare, base classes first; Textual's own (focus
     keys, copy, ctrl+q) are left to the app section's fixed lines."""
-    bindings = []
+    bindings: list[Binding] = []
     for cls in reversed(type(node).__mro__):
         if cls.__module__.startswith("textual.") or "BINDINGS" not in cls.__dict__:
             continue
@@ -101,8 +101,8 @@ def help_markdown(screen: Screen, app: App) -> str:
     lines = [f"# {screen_name(screen)}", ""]
     # the keys first: they are what ? is pressed for, and at 80x24 a screen's HELP can fill the view
     lines += [_row(k, "" if k.enabled() else " (not now)") for k in own] + [""]
-    if getattr(screen, "HELP", None):
-        lines += [type(screen).HELP.strip(), ""]
+    if help_text := type(screen).HELP:
+        lines += [help_text.strip(), ""]
     here = {(id(k.node), k.action) for k in own}
     lines += ["## Anywhere", ""]
     lines += [_row(k) for k in keys_of(app, app) if (id(k.node), k.action) not in here]

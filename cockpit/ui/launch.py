@@ -19,7 +19,7 @@ from textual.widgets.option_list import Option
 from cockpit.ui.editor import EditorScreen
 from cockpit.ui.probe import probe_line
 from cockpit.ui.probe_screen import ProbeScreen
-from cockpit.ui.runs import live_runs
+from cockpit.ui.runs import live_runs, opener
 from engine import command, presets, runconfig, vocabulary
 from engine.errors import ConfigError
 from engine.numbers import count
@@ -196,7 +196,8 @@ used by one run and leaves the field when the run starts.
 
     def show_probe_line(self) -> None:
         workload = self.query_one("#workloads", PresetList).selected_name
-        self.query_one("#probe", Static).update(probe_line(self.probes.get(workload), self.config))
+        result = self.probes.get(workload) if workload is not None else None
+        self.query_one("#probe", Static).update(probe_line(result, self.config))
         # A line of its own: after the probe sentence it was cut off at 80 columns.
         live = self.query_one("#live", Static)
         live.display = bool(self.live)
@@ -264,7 +265,7 @@ used by one run and leaves the field when the run starts.
         # A fault is rehearsed once: left in the field, the next run would inject it again.
         field = self.query_one("#overrides", Input)
         field.value = " ".join(without_faults(field.value))
-        self.app.open_run(run, start=True)
+        opener(self.app).open_run(run, start=True)
 
     def action_edit(self) -> None:
         focused = self.focused
@@ -296,7 +297,7 @@ used by one run and leaves the field when the run starts.
         if not live:
             self.notify("no live run to attach to", severity="warning")
             return
-        self.app.open_run(live[0])
+        opener(self.app).open_run(live[0])
 
 
 # ---------------------------------------------------------------- the overrides field
@@ -322,7 +323,8 @@ def override_words(text: str) -> list[str]:
         words = shlex.split(text)
     except ValueError as e:
         raise ConfigError("overrides", None, f"cannot be split into key=value words ({e})") from None
-    out, faults = [], []
+    out: list[str] = []
+    faults: list[str] = []
     it = iter(words)
     for word in it:
         if word in ("--set", "-s", "--inject"):

@@ -300,10 +300,10 @@ A big log is read from its last 4 MB; the whole is in the run directory.
 
     def _state(self, pane: LogPane) -> str:
         searched = ""
-        if pane.query:
+        if pane.search_query:
             where = (f"line {pane.match + 1}, match {pane.match_number()} of {pane.match_count()}"
                      if pane.match is not None else "no match")
-            searched = f"/{pane.query}: {where} · "
+            searched = f"/{pane.search_query}: {where} · "
         return searched + ("following" if pane.following else "paused · f follows")
 
     # ------------------------------------------------------------ actions
@@ -318,7 +318,7 @@ A big log is read from its last 4 MB; the whole is in the run directory.
 
     def on_click(self, event: Click) -> None:
         # side by side, a click picks the pane the keys move
-        if isinstance(event.widget, LogPane) and event.widget.id != self.view:
+        if isinstance(event.widget, LogPane) and event.widget.id not in (None, self.view):
             self.view = event.widget.id
             self._show_view()
 
@@ -370,7 +370,7 @@ A big log is read from its last 4 MB; the whole is in the run directory.
             output.go_to(at, mark=True)
             self._titles()
             return
-        info = self.attempts.get(self.attempt)
+        info = self.attempts.get(self.attempt) if self.attempt is not None else None
         if info is None or info.crash is None:
             return   # this attempt did not crash: its output stays as it is
         self.view = "events"
@@ -396,16 +396,16 @@ A big log is read from its last 4 MB; the whole is in the run directory.
 
     def action_find(self, forward: bool) -> None:
         pane = self.current_pane()
-        if not pane.query:
+        if not pane.search_query:
             self.action_search()
             return
-        self._find(pane.query, forward, again=True)
+        self._find(pane.search_query, forward, again=True)
 
     def _find(self, query: str, forward: bool, again: bool = False) -> None:
         """Search the current pane; `again` (n, N): say so where the match did not move on (the
         only one) or went round the end, which the pane alone would not show."""
         pane = self.current_pane()
-        before = pane.match if query == pane.query else None
+        before = pane.match if query == pane.search_query else None
         found = pane.search(query, forward)
         if found is None and query:
             self.notify(f"no match for {query!r} in the {self.view}", severity="warning")

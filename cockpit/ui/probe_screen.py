@@ -40,7 +40,7 @@ STATUS_WORD = {"waiting": "waiting", "warming up": "warm-up", "measuring": "timi
                "rough": "rough", "wrong": "wrong", "too-slow": "too-slow", "crashed": "crashed",
                "unavailable": "n/a"}
 STATUS_WIDTH = max(len(word) for word in STATUS_WORD.values())
-PRESSURE_STYLE = {"normal": "green", "warn": "bold yellow", "critical": "bold red"}
+PRESSURE_STYLE: dict[str | None, str] = {"normal": "green", "warn": "bold yellow", "critical": "bold red"}
 
 
 @dataclasses.dataclass
@@ -102,7 +102,7 @@ memory pressure normal and swap flat (asks an optional memory limit such as 6G).
         self.budget_s, self.max_batch, self.trial_s = budget_s, max_batch, trial_s
         self.finder_budget_s = finder_budget_s
         self.result: ProbeResult | None = None
-        self.batch: BatchResult | None = None
+        self.batch_result: BatchResult | None = None   # (`batch` is Textual's)
         self.memory_limit_mb: float | None = None
         self.cancel = threading.Event()
         self.busy = False
@@ -147,8 +147,11 @@ memory pressure normal and swap flat (asks an optional memory limit such as 6G).
         self.set_interval(0.5, self._tick, name="probe-clock")
         stored = cache.latest(c.workload_preset)
         try:
-            self.show_result(ProbeResult.from_dict(stored), cached=True)
-        except (TypeError, KeyError, ValueError):  # none, or one this version cannot read
+            if stored is not None:
+                self.show_result(ProbeResult.from_dict(stored), cached=True)
+        except (TypeError, KeyError, ValueError):  # one this version cannot read
+            stored = None
+        if stored is None:
             self._status("no probe of this workload yet: p measures")
 
     def on_unmount(self) -> None:
@@ -213,7 +216,7 @@ memory pressure normal and swap flat (asks an optional memory limit such as 6G).
                                 base=self.config.device_preset, overrides=list(self.config.overrides))
             self.post_message(ProbeProgress({"type": "candidates", "candidates": found}))
             result = probe(self.config, found, self.budget_s, cancel=self.cancel,
-                           on_progress=lambda u: self.post_message(ProbeProgress(u)))
+                           on_progress=self._progress)
             if self.cancel.is_set():
                 return
             try:  # cached before it is shown: the launch screen reads it from there
@@ -226,6 +229,10 @@ memory pressure normal and swap flat (asks an optional memory limit such as 6G).
             self.post_message(ProbeFinished(None, e.line()))
         except Exception as e:  # never leave the screen busy: say what went wrong
             self.post_message(ProbeFinished(None, f"the probe failed: {type(e).__name__}: {e}"))
+
+    def _progress(self, update: dict) -> None:
+        """The probe's or the finder's word, from its thread, to this screen's."""
+        self.post_message(ProbeProgress(update))
 
     def on_probe_progress(self, message: ProbeProgress) -> None:
         update = message.update
@@ -325,7 +332,7 @@ memory pressure normal and swap flat (asks an optional memory limit such as 6G).
                                 max_batch=self.max_batch, trial_s=self.trial_s,
                                 memory_limit_mb=self.memory_limit_mb,
                                 budget_s=self.finder_budget_s, cancel=self.cancel,
-                                on_progress=lambda u: self.post_message(ProbeProgress(u)))
+                                on_progress=self._progress)
         except ConfigError as e:  # a command that takes no {batch_size}, say
             self.post_message(ProbeFinished(None, e.line()))
             return
@@ -344,7 +351,7 @@ memory pressure normal and swap flat (asks an optional memory limit such as 6G).
             "" if t.fits else t.why)
 
     def show_batch(self, result: BatchResult) -> None:
-        self.batch = result
+        self.batch_result = result
         self.query_one("#trials", DataTable).clear()
         for t in result.trials:
             self._trial_row(t)
@@ -357,11 +364,11 @@ memory pressure normal and swap flat (asks an optional memory limit such as 6G).
     # ------------------------------------------------------------ using the answers
 
     def action_save(self) -> None:
-        if self.batch is None or self.batch.found is None:
+        if self.batch_result is None or self.batch_result.found is None:
             self.notify("find a batch first (b)", severity="warning")
             return
         self._ask("save", "save the preset as:",
-                  f"{self.config.device_preset}-{self.config.workload_preset}-b{self.batch.micro_batch}")
+                  f"{self.config.device_preset}-{self.config.workload_preset}-b{self.batch_result.micro_batch}")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         """The answer to the ask row's question; a bad one is said and the row stays."""
@@ -380,8 +387,9 @@ memory pressure normal and swap flat (asks an optional memory limit such as 6G).
                 self._done_asking()
                 self.start_finder(limit)
             elif self.asking == "save":
+                assert self.batch_result is not None   # action_save asks only once one is found
                 presets.check_new_name("devices", text)
-                path = presets.save_user_preset("devices", text, preset_table(self.config, self.batch))
+                path = presets.save_user_preset("devices", text, preset_table(self.config, self.batch_result))
                 self._done_asking()
                 self.notify(f"saved {path}")
         except ConfigError as e:

@@ -13,12 +13,13 @@ import dataclasses
 import threading
 import time
 from pathlib import Path
+from typing import Protocol, cast
 
 from rich.cells import cell_len
 from rich.measure import Measurement
 from rich.text import Text
 from textual import work
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
@@ -39,6 +40,17 @@ REFRESH_S = 3.0
 MARK = "●"
 
 
+class RunOpener(Protocol):
+    """The app as a screen asks it to show a run (cockpit.app.CockpitApp.open_run): named by what
+    it does, so that no screen imports the app, which imports the screens."""
+
+    def open_run(self, run: RunDir, *, start: bool = False) -> object: ...
+
+
+def opener(app: App) -> RunOpener:
+    return cast(RunOpener, app)
+
+
 # Digests of the runs with a live supervisor, kept between calls of live_runs().
 _live: dict[Path, RunDigest] = {}
 _live_lock = threading.Lock()
@@ -57,7 +69,7 @@ def live_runs() -> list[RunDir]:
         for run in alive:
             digest = _live.setdefault(run.path, RunDigest(run))
             digest.refresh()
-            if digest.summary.status == "running":
+            if digest.summarized.status == "running":
                 live.append(run)
         return live
 
@@ -194,7 +206,7 @@ follows it, marked "adopted" in the device column.
     def load(self) -> None:
         # The first look reads every events file: off the UI thread, handed over by message.
         digests = self._digests.refresh()
-        self.post_message(RunsLoaded([(RunDir(d.run.path), d.summary) for d in digests],
+        self.post_message(RunsLoaded([(RunDir(d.run.path), d.summarized) for d in digests],
                                      {d.run.id: d.averages for d in digests}))
 
     def _cells(self, run: RunDir, s: RunSummary) -> tuple:
@@ -347,7 +359,7 @@ follows it, marked "adopted" in the device column.
     def action_open(self) -> None:
         run = self._selected()
         if run is not None:
-            self.app.open_run(run)
+            opener(self.app).open_run(run)
 
     def action_stop(self) -> None:
         run = self._selected()
@@ -378,7 +390,7 @@ follows it, marked "adopted" in the device column.
                 raise
             self.app.call_from_thread(self.notify, e.line(), severity="warning")
             return
-        self.app.call_from_thread(self.app.open_run, run, start=True)
+        self.app.call_from_thread(opener(self.app).open_run, run, start=True)
         self.app.call_from_thread(self._set_resuming, run, False)
 
     def _set_resuming(self, run: RunDir, resuming: bool) -> None:
@@ -414,7 +426,7 @@ follows it, marked "adopted" in the device column.
         except ConfigError as e:
             self.app.call_from_thread(self.notify, e.line(), severity="warning")
             return
-        self.app.call_from_thread(self.app.open_run, run)
+        self.app.call_from_thread(opener(self.app).open_run, run)
         self.app.call_from_thread(self.load)
 
     def action_refresh(self) -> None:

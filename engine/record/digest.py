@@ -34,6 +34,12 @@ class RunDigest:
         self._seen: tuple | None = None   # (events size, run.toml mtime) at the last look
 
     @property
+    def summarized(self) -> RunSummary:
+        """The summary as of the last refresh(): a reader refreshes before it reads."""
+        assert self.summary is not None, "refresh() the digest first"
+        return self.summary
+
+    @property
     def averages(self) -> Averages:
         return self.state.averages
 

@@ -43,9 +43,9 @@ def _value(key: str, value) -> str:
     return str(value)
 
 
-def _evidence(a: Attempt) -> str:
+def _evidence(a: Attempt, crash: dict) -> str:
     """The crash's evidence, less what the header line already says (signal, exit, last step)."""
-    ev = a.crash.get("evidence") or {}
+    ev = crash.get("evidence") or {}
     parts = []
     if ev.get("signal") and ev["signal"] not in (a.exit or ""):
         parts.append(f"signal {ev['signal']}")
@@ -77,7 +77,7 @@ def attempt_paragraphs(a: Attempt) -> list[Paragraph]:
         out.append(Paragraph(Text(f"resumed from {resume_text(a.resumed_from)}", style="dim"), 3, 2))
     if a.crash:
         out.append(Paragraph(Text(a.crash.get("sentence", ""), style="red"), 3, 2))
-        if evidence := _evidence(a):
+        if evidence := _evidence(a, a.crash):
             out.append(Paragraph(Text(f"evidence: {evidence}"), 3, 2))
         message = (a.crash.get("evidence") or {}).get("message") or ""
         if a.crash.get("kind") == "user-code" and a.crash.get("exception"):

@@ -259,19 +259,19 @@ class HardwarePanel(Static):
                 all(a is b for a, b in zip(shown, self._shown)):
             return
         self._model, self._shown = model, shown
-        self._paint()
+        self._paint(model)
 
     def on_resize(self, event: Resize) -> None:
         if self._model is not None:
-            self._paint()
+            self._paint(self._model)
 
-    def _paint(self) -> None:
+    def _paint(self, model: RunModel) -> None:
         width = self.size.width or max(10, self.app.size.width - 4)  # before the first layout
         # A fixed height set by the screen bounds the lines; with height auto the panel grows
         # to what the width allows (COMPACT_LINES below WIDE columns).
         fixed = self.styles.height is not None and not self.styles.height.is_auto
         height = self.size.height if fixed and self.size.height else None
-        text = hardware_text(self._model, width, height)
+        text = hardware_text(model, width, height)
         lines = text.plain.count("\n") + 1
         # Re-layout only when the line count changes: the figures change every second, the
         # panel's height seldom.

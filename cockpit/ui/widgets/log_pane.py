@@ -46,7 +46,7 @@ class LogPane(ScrollView, can_focus=False):
         self.style_line = style_line       # a line's colour (crash lines red), or None
         self.wrap = wrap
         self.indent = indent               # of a wrapped line's continuation rows
-        self.query = ""
+        self.search_query = ""             # the search's text (`query` is the DOM's)
         self._pattern: re.Pattern | None = None
         self.match: int | None = None      # the line of the current match
         self._found: list[int] = []        # the lines (of `lines`, not the partial) that match
@@ -221,8 +221,8 @@ class LogPane(ScrollView, can_focus=False):
         """The next (or previous) line holding `query` (case-insensitive), from the current match or
         else the view's top line, wrapping around; it becomes the current match and is shown."""
         self._drawn.clear()   # the matches' colours change
-        if query != self.query:
-            self.query, self.match = query, None
+        if query != self.search_query:
+            self.search_query, self.match = query, None
             self._pattern = re.compile(re.escape(query), re.IGNORECASE) if query else None
             pattern = self._pattern
             self._found = [i for i, line in enumerate(self.lines) if pattern.search(line)] if pattern else []

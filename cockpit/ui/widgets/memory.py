@@ -14,7 +14,7 @@ from cockpit.present.words import rss_label
 from cockpit.ui.model import RunModel
 from engine.numbers import per_s, size as bytes_text
 
-LEVEL_STYLE = {"normal": "bold green", "warn": "bold yellow", "critical": "bold white on red"}
+LEVEL_STYLE: dict[str | None, str] = {"normal": "bold green", "warn": "bold yellow", "critical": "bold white on red"}
 
 
 def _pressure_figure(pressure: dict) -> str:
@@ -37,7 +37,7 @@ def device_line(memory: dict) -> str:
         used = memory.get("allocated", 0)
         return f"{bytes_text(used)} of {bytes_text(memory['total'])} ({100 * used / max(1, memory['total']):.0f}%)"
     used = memory.get("driver", memory.get("allocated"))
-    if memory.get("limit"):
+    if memory.get("limit") and used is not None:
         return f"{bytes_text(used)} of {bytes_text(memory['limit'])} ({100 * used / memory['limit']:.0f}%)"
     return f"{bytes_text(used)} (no limit reported)"
 

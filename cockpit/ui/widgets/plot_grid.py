@@ -74,7 +74,7 @@ class PlotGrid(Grid):
         return ["rate", "loss"] + (["eval"] if m.eval_series else []) + (["lr"] if self._lr_varies() else [])
 
     def _lr_varies(self) -> bool:
-        ys, last = self.model.lr_series.y, self.model.lr_series.last
+        ys, last = self._shown.lr_series.y, self._shown.lr_series.last
         return bool(ys) and last is not None and (max(ys) > min(ys) or last[1] != ys[0])
 
     def place_cards(self) -> bool:
@@ -127,8 +127,11 @@ class PlotGrid(Grid):
         self.model, self.ended = model, ended
         m = model
         changed = self.place_cards()
+        seconds: float | None
+        window: str | None
         seconds, window = WINDOWS[self.window]
         until = m.elapsed(m.ended_t or m.newest_t)
+        since: float | None
         if seconds is not None:
             since = max(0.0, until - seconds)
         else:
@@ -147,12 +150,19 @@ class PlotGrid(Grid):
     def _empty(self, what: str, series: Series | None = None, window: str | None = None) -> str:
         if series is not None and series.last is not None and window is not None:
             return f"no {what} in the {window}"
-        if self.model.finished or self.ended:
+        if self._shown.finished or self.ended:
             return f"no {what}: the run ended before its first reported step"
         return f"no {what} yet: it comes with the first reported step"
 
+    @property
+    def _shown(self) -> RunModel:
+        """The model the cards show: paint() sets it before any card asks (wanted() asks
+        _lr_varies only with one)."""
+        assert self.model is not None
+        return self.model
+
     def _paint_rate(self, card: PlotCard, since, until, window: str | None, width: int, draw: bool) -> None:
-        m = self.model
+        m = self._shown
         # steps/s where a command's samples per step are not known: never a guessed sample count
         steps = self.show_steps or not m.samples_known
         series, unit = (m.steps_series, "steps/s") if steps else (m.samples_series, "samples/s")
@@ -182,7 +192,7 @@ class PlotGrid(Grid):
 
     def _paint_loss(self, card: PlotCard, since, until, window: str | None, width: int, draw: bool) -> None:
         # The value is the progress line's (one loss on screen, not two a frame apart).
-        m = self.model
+        m = self._shown
         parts = [Text("loss", style=f"bold {LOSS_STYLE}")]
         if self.loss_log:
             parts.append(Text("log scale"))
@@ -195,7 +205,7 @@ class PlotGrid(Grid):
                       since=since, until=until, log=self.loss_log)
 
     def _paint_eval(self, card: PlotCard, since, until, window: str | None, width: int, draw: bool) -> None:
-        m = self.model
+        m = self._shown
         names = list(m.eval_series)[: len(EVAL_STYLES)]
         title = Text("eval ", style="bold")
         for i, (name, style) in enumerate(zip(names, EVAL_STYLES)):
@@ -206,7 +216,7 @@ class PlotGrid(Grid):
             card.show(lines, m.marks, empty=f"no eval in the {window or 'run'}", since=since, until=until)
 
     def _paint_lr(self, card: PlotCard, since, until, window: str | None, width: int, draw: bool) -> None:
-        m = self.model
+        m = self._shown
         parts = [Text(f"lr {short_number(m.lr)}" if m.lr is not None else "lr", style=f"bold {LR_STYLE}")]
         card.set_title(title_line(parts, width - 1, window))
         if draw:

@@ -205,6 +205,7 @@ class SeriesPlot(PlotWidget, can_focus=False):
         if line._canvas_size is None:
             return
         line.reset()
+        ticks: Sequence[float]
         if self._x_ticks is None:
             ticks, labels = self._x_formatter.get_ticks_and_labels(self._x_min, self._x_max)
         else:
@@ -221,7 +222,7 @@ class SeriesPlot(PlotWidget, can_focus=False):
 
     def _render_v_line_plot(self, vline) -> None:
         # textual-plot draws a v-line solid, like a series: dashed, with a ✗ under the frame's top
-        canvas = self.query_one("#plot")
+        canvas = self.query_one("#plot", Canvas)
         x, _ = self.get_pixel_from_coordinate(vline.x, 0)
         if not 0 < x < self._scale_rectangle.right:
             # on the frame's columns, where the y ticks are merged into the box drawing after
