@@ -127,9 +127,12 @@ def test_bad_submissions_are_one_line_exit_2_and_leave_no_run(home, slurm_cluste
                         env={"PATH": str(tmp_path)})
     unknown = cockpit(slurm_cluster, "submit", "-w", "matmul", "-d", "cpu", "--partition", "no-such-partition")
     bad_time = cockpit(slurm_cluster, "submit", "-w", "matmul", "-d", "cpu", "--time", "an hour")
+    nodes = cockpit(slurm_cluster, "submit", "-w", "matmul", "-d", "cpu", "--set", "nnodes=2",
+                    "--set", "rdzv_endpoint=127.0.0.1:29400")
     for done, words in ((no_sbatch, "sbatch: not found on PATH"),
                         (unknown, "sbatch: refused the job: "),
-                        (bad_time, "--time: an hour: expected a SLURM time limit")):
+                        (bad_time, "--time: an hour: expected a SLURM time limit"),
+                        (nodes, "nnodes: 2: a job on several nodes is not supported yet")):
         assert done.returncode == 2, done.stderr
         assert done.stderr.count("\n") == 1 and words in done.stderr and "Traceback" not in done.stderr
     assert "partition" in unknown.stderr.lower()
