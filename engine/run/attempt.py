@@ -108,9 +108,7 @@ class Attempt:
         try:
             self._follow(process, on_ready)
         except BaseException:
-            # The supervisor itself failed (a bug, or KeyboardInterrupt in a thread's host):
-            # the attempt must not train on unsupervised.
-            process.kill()
+            self.launcher.abandon(process)   # the supervisor itself failed (a bug, an interrupt)
             raise
         self.launcher.exited(process)   # what it left behind (a command's DataLoader workers)
         if lifeline is not None:

@@ -143,6 +143,9 @@ class AdoptedLauncher(Launcher):
             message=f"no output for {preset.hang_timeout_s:.0f} s or more: it may be hung "
                     "(cockpit does not stop a process it did not start)")
 
+    def abandon(self, process: AttemptProcess) -> None:
+        """It was running before us and goes on without us, as it would have."""
+
     def non_finite(self, stop_now: Callable[[], None]) -> None:
         """A NaN loss is recorded, not acted on: it is not ours to stop."""
 

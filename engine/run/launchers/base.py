@@ -131,6 +131,11 @@ class Launcher:
 
     # ------------------------------------------------------------ its end
 
+    def abandon(self, process: AttemptProcess) -> None:
+        """The supervisor itself failed (a bug, or KeyboardInterrupt in a thread's host): the
+        attempt must not train on unsupervised."""
+        process.kill()
+
     def exited(self, process: AttemptProcess) -> None:
         """It has exited: what it left behind (the trainer's children end with it)."""
 
