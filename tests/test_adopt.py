@@ -236,6 +236,29 @@ def test_a_silent_adopted_process_is_told_as_hung_and_left_running(home, script)
     assert s.proc.returncode == 0 and finished(run)["status"] == "ended"
 
 
+@linux_only
+def test_a_supervisor_that_fails_leaves_the_adopted_process_running(home, script, monkeypatch):
+    """A bug in cockpit while it follows a process must not take the process with it: a
+    process cockpit started would be killed (it must not train on unsupervised); one it found
+    goes on as it did before cockpit came."""
+    from engine.run.attempt import Attempt
+    from engine.run.launchers.adopted import AdoptedLauncher
+    from engine.run.supervisor import Supervisor
+
+    s = script()
+    run = adoption.create(adoption.inspect(s.proc.pid))
+
+    def broken(self):
+        raise RuntimeError("a bug in cockpit")
+
+    monkeypatch.setattr(Attempt, "_sample_health", broken)
+    with pytest.raises(RuntimeError, match="a bug in cockpit"):
+        Supervisor(run, poll_s=0.05, launcher=AdoptedLauncher(run)).supervise()
+    assert s.proc.poll() is None   # unsignalled, still training
+    s.end()
+    assert s.proc.returncode == 0
+
+
 # ---------------------------------------------------------------- bad input
 
 
