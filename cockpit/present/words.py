@@ -5,6 +5,7 @@ and no terminal here (the headless printer and the TUI both import this).
 
 from __future__ import annotations
 
+from engine.event_types import MemoryFields
 from engine.numbers import count, duration, metric, rate
 
 SETTLE_WINDOWS = 5   # an attempt's first step windows measure warm-up: its ETA says "settling"
@@ -20,7 +21,7 @@ STATUS_STYLE = {"running": "bold cyan", "resuming": "bold cyan", "finished": "gr
                 "preempted": "yellow"}
 
 
-def rss_label(m: dict) -> str:
+def rss_label(m: MemoryFields | dict) -> str:
     """What a memory event's `rss` measures: "rss", or on macOS "footprint" (the physical
     footprint, Activity Monitor's figure) and "footprint+rss" (some processes by RSS)."""
     return m.get("rss_kind") or "rss"

@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 from collections import deque
 from enum import Flag, auto
-from typing import Callable
+from typing import Callable, cast
 
 from cockpit.present.lines import human_line as _human_line
+from engine.event_types import MemoryFields
 from engine.numbers import rate
 from engine.record.state import AttemptState, RunState
 
@@ -106,6 +107,12 @@ class RunModel(RunState):
         self.lr_series = Series()
         self.eval_series: dict[str, Series] = {}    # per metric, x as loss_series
         self.marks: list[tuple[float, str]] = []    # crashes, at run time x
+
+    @property
+    def memory_sample(self) -> MemoryFields | None:
+        """The newest memory sample (RunState.memory: the memory event), read as its fields
+        are typed (engine.event_types); a field an older run lacks is still read with .get."""
+        return cast("MemoryFields | None", self.memory)
 
     # The live figures are the last full window's (RunState.now); the avg_ ones the run's, over
     # time spent training (RunState.averages).

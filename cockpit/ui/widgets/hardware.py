@@ -15,6 +15,7 @@ from textual.events import Resize
 from textual.widgets import Static
 
 from cockpit.ui.model import RunModel
+from engine.event_types import MemoryFields
 from engine.numbers import count, size as bytes_text
 
 WIDE = 100            # content columns from which GPUs are named and bars are labelled
@@ -54,7 +55,7 @@ def _fit(parts: list[Text], width: int, sep: str = "  ") -> Text:
 # ---------------------------------------------------------------- CPU
 
 
-def _cpu_parts(memory: dict, width: int) -> list[Text]:
+def _cpu_parts(memory: MemoryFields, width: int) -> list[Text]:
     cores = memory.get("cpu_count")
     percent = memory.get("cpu_percent")
     head = Text("CPU ", style="bold")
@@ -71,7 +72,7 @@ def _cpu_parts(memory: dict, width: int) -> list[Text]:
     return parts
 
 
-def _others_line(memory: dict, width: int, wide: bool) -> Text | None:
+def _others_line(memory: MemoryFields, width: int, wide: bool) -> Text | None:
     others = memory.get("cpu_others") or []
     if not others:
         return None
@@ -169,8 +170,8 @@ def _metal_line(device_memory: dict, width: int) -> Text | None:
     return _fit(parts, width)
 
 
-def _pressure_line(memory: dict | None) -> Text | None:
-    level = ((memory or {}).get("pressure") or {}).get("level")
+def _pressure_line(memory: MemoryFields | None) -> Text | None:
+    level = ((memory.get("pressure") if memory is not None else None) or {}).get("level")
     if level is None:
         return None
     return Text.assemble("memory pressure: ", (level, LEVEL_STYLE.get(level, "")))
@@ -190,18 +191,19 @@ def _on_cuda(m: RunModel) -> bool:
 
 
 def _lines(m: RunModel, width: int, wide: bool, fold_gpus: bool) -> list[Text]:
-    memory = m.memory
+    memory = m.memory_sample
     if memory is None:
         lines = [Text("no hardware sample yet", style="dim")]
     else:
         lines = [_fit(_cpu_parts(memory, width), width)]
         if (others := _others_line(memory, width, wide)) is not None:
             lines.append(others)
-    gpus = (memory or {}).get("gpus") or []
+    gpus = (memory.get("gpus") if memory is not None else None) or []
     if gpus:
         lines += [_gpus_folded(gpus, width)] if fold_gpus else [_gpu_line(g, width, wide) for g in gpus]
     elif _on_cuda(m):  # on CUDA without NVML's figures: say why (the sampler's reason), dimly
-        why = (memory or {}).get("gpus_why_not")   # "pynvml not installed (pip install ...)"
+        # "pynvml not installed (pip install ...)"
+        why = memory.get("gpus_why_not") if memory is not None else None
         lines.append(_fit([Text(f"no GPU figures: {why}" if why else "no GPU figures", style="dim")],
                           width))
     if _on_mac(m):

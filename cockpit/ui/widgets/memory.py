@@ -44,7 +44,7 @@ def device_line(memory: dict) -> str:
 
 def memory_text(m: RunModel, width: int = 28) -> Text:
     text = Text()
-    e = m.memory
+    e = m.memory_sample
     if e is None:
         text.append("no memory sample yet", style="dim")
     else:
