@@ -130,7 +130,6 @@ class RunState:
         self.device_memory: dict = {}     # the device's memory, with the newest step
         self.now = Rates()                # the last full window's
         self.windows = 0                  # the current attempt's step windows
-        self.step_event: dict | None = None  # the current attempt's newest step event
         self.metrics: dict = {}           # the last eval's, as shown (shown_metrics)
         self.eval_step: int | None = None
         self.reported: dict[str, tuple[float, int | None]] = {}  # each metric's newest value, its step
@@ -257,7 +256,7 @@ def _attempt_started(s: RunState, e: dict) -> None:
         attempt=e.get("attempt", len(s.attempts) + 1), preset=e.get("preset", "?"), device=e.get("device"),
         precision=e.get("precision"), resumed_from=e.get("resume"), started=e,
         batch=f"{config.get('batch_size', '?')} x {config.get('accumulation', '?')}"))
-    s.windows, s.step_event, s.group = 0, None, None
+    s.windows, s.group = 0, None
 
 
 def _attempt_process(s: RunState, e: dict) -> None:
@@ -294,7 +293,6 @@ def _step(s: RunState, e: dict) -> None:
             get("tokens_per_s")
         now.smoothed_samples_per_s, now.gflop_s, now.mfu = get("smoothed_samples_per_s"), get("gflop_s"), get("mfu")
     s.windows += 1
-    s.step_event = e
     if s.attempts:
         a = s.attempts[-1]
         a.last_step = s.step

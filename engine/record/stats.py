@@ -25,9 +25,10 @@ Unknown units. A command whose samples per step are not known (engine.command.tr
 windows without samples: the samples/s average covers only windows that knew theirs, and is
 None where none did (steps/s stands); tokens/s likewise.
 
-`RunStats` folds events one at a time, so the UI keeps it current with each batch it reads;
-`fold(events)` folds a whole list (the supervisor's run_finished), `averages(events)` its figures
-for `cockpit runs` and the comparison screen. Pure: no I/O, no clock.
+`RunStats` folds events one at a time: the run's read model (engine.record.state) folds one with
+every event, so the UI, the digest and summarize() read these figures from it; `fold(events)`
+folds a whole list (the supervisor's run_finished), `averages(events)` its figures. Pure: no
+I/O, no clock.
 """
 
 from __future__ import annotations
