@@ -104,6 +104,11 @@ def test_a_rehearsed_preemption_checkpoints_is_requeued_and_finishes_with_no_ste
     assert [e["why"] for e in of_type(run, "stop_requested")] == ["preempt@6 (rehearsed)"]
     assert [e["status"] for e in of_type(run, "run_finished")] == ["preempted", "finished"]
     assert_resumed_where_it_checkpointed(run)
+    # goodput: the wait in SLURM's queue is told apart (not counted), the exit after the warning
+    # is its own bucket
+    goodput = s["goodput"]
+    assert 0 < goodput["queued_s"] <= goodput["gaps_s"] and goodput["buckets"]["preemption"] > 0
+    assert "queued after a preemption" in cockpit(slurm_cluster, "runs", "show", run.id).stdout
 
 
 @linux_only

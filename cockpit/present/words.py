@@ -151,6 +151,7 @@ def summary_text(summary: dict) -> str:
 BUCKET_WORDS = {"startup": "start-up", "compile": "compile", "checkpoint_save": "checkpoint saves",
                 "checkpoint_load": "checkpoint loads", "eval": "evaluation", "epoch_prep": "epoch preparation",
                 "lost": "steps trained again", "recovery": "recovery", "stalls": "stalls",
+                "preemption": "preemption (the exit after the warning)",
                 "unknown": "between steps (not told apart)", "other": "exits and the rest"}
 
 
@@ -167,7 +168,10 @@ def goodput_line(g: dict) -> str:
         return "goodput -: nothing timed yet"
     line = f"goodput {g['goodput']:.0%} of {duration(g['wall_s'])}: {span(g['productive_s'])} training kept"
     if g.get("gaps_s"):
-        line += f" ({duration(g['gaps_s'])} stopped, not counted)"
+        queued = g.get("queued_s") or 0.0
+        line += (f" ({duration(queued)} queued after a preemption"
+                 + (f", {duration(g['gaps_s'] - queued)} stopped" if g["gaps_s"] - queued >= 1 else "")
+                 + ", not counted)" if queued >= 1 else f" ({duration(g['gaps_s'])} stopped, not counted)")
     return line
 
 

@@ -2,7 +2,8 @@
 went, folded from the events that already time every moment of it.
 
     wall       first launch to the end, less the gaps while it was stopped or interrupted (shown,
-               not counted)
+               not counted; `queued`: of those, the time a preempted run waited to start again,
+               a SLURM job back in the queue)
     training   the trainer's reporting windows (which leave out evaluation, epoch preparation and
                checkpoint saves, timed on their own), less what compiling cost, and the steps
                trained since the last report of an attempt that crashed (engine.record.reached)
@@ -23,6 +24,8 @@ and the badput, by bucket:
                      decision, the fallback
     stalls           a hang's silence until it was killed, and the time a slowdown cost (each
                      window after the warning, at the rate the run had before it)
+    preemption       a preempted attempt's exit after the warning (its checkpoint is in
+                     checkpoint_save): the cost of its time on the machine ending
     unknown          a command's time between its steps that its output does not explain (its
                      evaluations, its checkpoint saves): cockpit cannot tell them apart
     other            what no event explains: an attempt's exit, the supervisor's last words
@@ -40,7 +43,7 @@ from dataclasses import dataclass, field
 from engine.vocabulary import CLEAN
 
 BUCKETS = ("startup", "compile", "checkpoint_save", "checkpoint_load", "eval", "epoch_prep",
-           "lost", "recovery", "stalls", "unknown", "other")
+           "lost", "recovery", "stalls", "preemption", "unknown", "other")
 # What a command's output cannot tell apart: None, said as 'not known'.
 COMMAND_UNKNOWN = ("compile", "checkpoint_save", "checkpoint_load", "eval", "epoch_prep")
 _ENDS = ("run_finished", "run_interrupted")
@@ -52,6 +55,7 @@ class Goodput:
     gaps_s: float                      # stopped or interrupted, not counted
     productive_s: float                # training steps that were kept
     buckets: dict[str, float | None]   # badput, seconds; None: not known (a command's)
+    queued_s: float = 0.0              # of the gaps, a preempted run's wait to start again
 
     @property
     def fraction(self) -> float | None:
@@ -61,6 +65,7 @@ class Goodput:
         """`runs show --json`'s goodput, and run_finished's."""
         return {"goodput": None if self.fraction is None else round(self.fraction, 4),
                 "wall_s": round(self.wall_s, 3), "gaps_s": round(self.gaps_s, 3),
+                "queued_s": round(self.queued_s, 3),
                 "productive_s": round(self.productive_s, 3),
                 "buckets": {k: None if v is None else round(v, 3) for k, v in self.buckets.items()}}
 
@@ -90,6 +95,7 @@ class _Attempt:
     after_s: float = 0.0               # eval, save and prep after its last step event (the end's)
     slow_s: float = 0.0                # window time a slowdown cost
     slow_rate: float | None = None     # the rate before the slowdown, once warned
+    preempted: bool = False            # stopped because its time on the machine was ending
 
     @property
     def step_s(self) -> float | None:
@@ -103,7 +109,9 @@ class Timeline:
     first_t: float | None = None
     last_t: float | None = None
     gap_from: float | None = None      # an end (stopped, interrupted) not yet resumed
+    gap_queued: bool = False           # ... a preempted run's: waiting to be started again
     gaps_s: float = 0.0
+    queued_s: float = 0.0
     attempts: list[_Attempt] = field(default_factory=list)
     # the supervisor's time with no attempt running, by what came before it: a start (to the
     # launch: startup), a crash (to the next launch: recovery), a clean end (to the run's end)
@@ -121,12 +129,14 @@ class Timeline:
         if kind in ("run_started", "run_resumed"):
             if self.gap_from is not None:
                 self.gaps_s += t - self.gap_from
+                self.queued_s += t - self.gap_from if self.gap_queued else 0.0
                 self.gap_from = None
             self._idle_from, self._idle_kind = t, "startup"
         elif kind in _ENDS or kind == "supervisor_lost":
             self._close_idle(t)
             if kind in _ENDS and e.get("status", "interrupted") != "finished":
                 self.gap_from = t   # stopped, failed, interrupted: until a resume, not counted
+                self.gap_queued = e.get("status") == "preempted"
         elif kind == "attempt_started":
             self._close_idle(t)
             self.attempts.append(_Attempt(number=e.get("attempt"), started=t, command="command" in e))
@@ -175,6 +185,8 @@ class Timeline:
             a.slow_rate = a.slow_rate or e.get("best_samples_per_s")
         elif kind == "crash" and e.get("kind") == "hang":
             a.hang = True
+        elif kind == "stop_requested" and e.get("why"):
+            a.preempted = True
         elif kind == "attempt_ended":
             a.ended, a.outcome, a.reached = t, e.get("outcome"), e.get("last_step")
             self._idle_from, self._idle_kind = t, "other" if a.outcome in CLEAN else "recovery"
@@ -218,6 +230,8 @@ class Timeline:
             rest = tail - tail_trained
             if a.hang:
                 b["stalls"] += rest
+            elif a.preempted:
+                b["preemption"] += rest
             elif a.outcome is not None and a.outcome not in CLEAN:
                 b["recovery"] += rest
             else:
@@ -234,4 +248,4 @@ class Timeline:
         if command:
             for k in COMMAND_UNKNOWN:
                 buckets[k] = None
-        return Goodput(wall, self.gaps_s, productive, buckets)
+        return Goodput(wall, self.gaps_s, productive, buckets, self.queued_s)
