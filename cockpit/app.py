@@ -52,7 +52,7 @@ class CockpitApp(App):
     def open_run(self, run: RunDir, *, start: bool = False) -> DashboardScreen:
         """Show a run: start it, attach to it if live, or replay it from its events."""
         screen = DashboardScreen(run, start=start)
-        if start or run.supervisor_pid() is not None:
+        if start or run.supervised():
             self.watched[run.id] = run
         self.push_screen(screen)
         return screen
@@ -61,7 +61,7 @@ class CockpitApp(App):
         """A dashboard shown again after its run went on (resumed since it ended there): a
         fresh one in its place, which reads the run as it is now."""
         screen = DashboardScreen(message.run)
-        if message.run.supervisor_pid() is not None:
+        if message.run.supervised():
             self.watched[message.run.id] = message.run
         self.switch_screen(screen)
 

@@ -127,6 +127,41 @@ def test_slurms_own_warning_signal_reaches_the_supervisor_and_the_run_goes_on(ho
 
 
 @linux_only
+def test_a_job_cancelled_by_hand_stops_gracefully_and_is_not_requeued(home, slurm_cluster, jobs):
+    """`scancel JOB`: SIGTERM to the batch shell, as a preemption's, but the job is ending for
+    good: the attempt checkpoints the step it reached, the run is "stopped" (a `cockpit runs
+    resume` continues it), and cockpit does not requeue it."""
+    run, job = submit(slurm_cluster, jobs, "--inject", "slow@1")
+    wait_until(lambda: of_type(run, "step"), "the first step")
+    slurm(slurm_cluster, "scancel", job)
+    s = wait_until(lambda: (s := shown(slurm_cluster, run.id))["status"] == "stopped"
+                   and s["slurm"]["state"] == "cancelled" and s, "the run to stop")
+    assert s["slurm"]["restarts"] == 0 and [e["restarts"] for e in of_type(run, "slurm_job")] == [0]
+    stopped = of_type(run, "attempt_ended")[0]
+    assert stopped["outcome"] == "stopped"
+    assert max(e["step"] for e in of_type(run, "checkpoint")) == stopped["last_step"]
+    assert [e["why"] for e in of_type(run, "stop_requested")] == ["SIGTERM from outside (SLURM)"]   # not a preemption
+
+
+@linux_only
+def test_from_the_login_node_a_run_on_its_node_is_running_and_runs_stop_cancels_its_job(home, slurm_cluster, jobs):
+    """On a cluster the supervisor runs on a compute node and `cockpit runs` on the login node,
+    over shared storage: its pid names another machine, which cannot be checked from here. Seen
+    so (supervisor.host rewritten, as the login node sees it), the run is running, not
+    lost, and `cockpit runs stop` stops it through SLURM (scancel: a graceful stop)."""
+    run, job = submit(slurm_cluster, jobs, "--inject", "slow@1")
+    wait_until(lambda: of_type(run, "step") and run.pid_path.exists(), "the first step")
+    (run.path / "supervisor.host").write_text("compute-node-17\n")
+    assert run.supervisor_pid() is None and run.supervisor_elsewhere() == "compute-node-17"
+    assert shown(slurm_cluster, run.id)["status"] == "running"
+    stopped = cockpit(slurm_cluster, "runs", "stop", run.id)
+    assert stopped.returncode == 0 and f"cancelled SLURM job {job} (on compute-node-17)" in stopped.stdout
+    wait_until(lambda: (s := shown(slurm_cluster, run.id))["status"] == "stopped"
+               and s["slurm"]["state"] == "cancelled", "the run to stop and its job to end")
+    assert of_type(run, "attempt_ended")[0]["outcome"] == "stopped"
+
+
+@linux_only
 def test_bad_submissions_are_one_line_exit_2_and_leave_no_run(home, slurm_cluster, tmp_path):
     no_sbatch = cockpit(slurm_cluster, "submit", "-w", "matmul", "-d", "cpu",
                         env={"PATH": str(tmp_path)})

@@ -62,7 +62,7 @@ def live_runs() -> list[RunDir]:
     at a live run, a call reads only what the run appended since the last (summarizing a
     five-hour run's events from the start takes a second)."""
     with _live_lock:
-        alive = [run for run in list_runs() if run.supervisor_pid() is not None]
+        alive = [run for run in list_runs() if run.supervised()]   # here, or a SLURM job's node
         for gone in set(_live) - {run.path for run in alive}:
             del _live[gone]
         live = []

@@ -7,6 +7,7 @@
         attempt-<n>.log   the trainer's stdout and stderr, one file per attempt
         attempt-<n>.reached  the step it reached, published every step (engine.record.reached)
         supervisor.pid    pid and start time of the supervising process while it runs
+        supervisor.host   the machine it runs on (a SLURM job's node, seen from the login node)
         run.lock          held (flock) by the supervisor and its lifeline
         supervisor.log    a detached supervisor's own output
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import os
 import secrets
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,16 +92,42 @@ class RunDir:
         return read_events(self.events_path)
 
     def supervisor_pid(self) -> int | None:
-        """The pid of this run's live supervisor, or None. Checked by identity (pid and start
-        time): a pid the kernel has since given to another process is not the supervisor."""
+        """The pid of this run's live supervisor on this machine, or None. Checked by identity
+        (pid and start time): a pid the kernel has since given to another process is not the
+        supervisor; one on another machine (a SLURM job's node) cannot be checked from here."""
+        found = self._supervisor()
+        if found is None or found[1] not in (None, socket.gethostname()):
+            return None
+        return found[0].pid if found[0].alive() else None
+
+    def supervisor_elsewhere(self) -> str | None:
+        """The machine this run's supervisor runs on when that is not this one (a SLURM job's
+        node, seen from the login node over shared storage), or None. Its liveness cannot be
+        checked from here: the job's state says it (engine.run.slurm)."""
+        found = self._supervisor()
+        return found[1] if found is not None and found[1] not in (None, socket.gethostname()) else None
+
+    def supervised(self) -> bool:
+        """A supervisor works on the run: here and alive, or on another machine."""
+        return self.supervisor_pid() is not None or self.supervisor_elsewhere() is not None
+
+    def _supervisor(self) -> tuple[ProcessId, str | None] | None:
+        """supervisor.pid ('PID START') and the machine it names, supervisor.host (None where
+        none was written: a run from before it was kept)."""
         try:
             supervisor = ProcessId.parse(self.pid_path.read_text())
         except (OSError, UnicodeDecodeError):
             return None
-        return supervisor.pid if supervisor is not None and supervisor.alive() else None
+        try:
+            host: str | None = (self.path / "supervisor.host").read_text().strip() or None
+        except (OSError, UnicodeDecodeError):
+            host = None
+        return (supervisor, host) if supervisor is not None else None
 
     def write_supervisor_pid(self, pid: int) -> None:
         if (supervisor := ProcessId.of(pid)) is not None:
+            # the machine first: a pid is never read against another machine's name
+            files.atomic_write(self.path / "supervisor.host", f"{socket.gethostname()}\n".encode())
             files.atomic_write(self.pid_path, f"{supervisor}\n".encode())
 
     def try_lock(self) -> int | None:
@@ -367,6 +395,6 @@ def summary_of(run: RunDir, state: RunState, config: dict | None = None) -> RunS
     if (main := state.main_of(named)) is not None:
         summary.main_metric, summary.main_metric_source = main.name, "preset" if named else "default"
         summary.main_metric_value, summary.main_metric_step = main.value, main.step
-    if summary.status == "running" and run.supervisor_pid() is None:
+    if summary.status == "running" and not run.supervised():
         summary.status = "lost"  # the supervisor was killed; nothing will finish this run
     return summary

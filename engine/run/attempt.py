@@ -37,6 +37,9 @@ from engine.run.watch import AttemptResult, AttemptWatch
 from engine.runconfig import RunConfig
 from engine.schema import to_table
 
+# A stop signalled to the attempt from outside (SLURM's SIGTERM): how long it has to stop by
+# itself before the next stop signal (inside SLURM's KillWait, 30 s by default).
+OUTSIDE_GRACE_S = 20.0
 # The supervisor's own events about an attempt: not signs of its life.
 SUPERVISORS = frozenset({"memory", "warning", "attempt_started", "attempt_process", "crash",
                          "attempt_ended", "stop_requested"})
@@ -61,6 +64,7 @@ class Context:
     stop_requests: Callable[[], int]  # how many stops the user asked for so far
     pump: Callable[[], None]          # read the run's new events (this attempt's among them)
     preempted: Callable[[], str | None] = lambda: None   # why, where the stops are a preemption
+    delivered: Callable[[], int] = lambda: 0   # of the stops, those signalled to it from outside
     poll_s: float = 0.1
     wake_on_exit: bool = True         # the loop wakes as the process exits (else at its poll)
 
@@ -278,10 +282,17 @@ class Attempt:
             return
         signals = process.stop_signals
         while process.stops_sent < min(self.context.stop_requests(), len(signals)):
-            why = self.context.preempted()
+            # SLURM's SIGTERM reaches every process of the job, the attempt's too: counted as
+            # sent, and the next signal only if it goes on past OUTSIDE_GRACE_S
+            outside = process.stops_sent < self.context.delivered()
+            why = self.context.preempted() or ("SIGTERM from outside (SLURM)" if outside else None)
             self.events.emit("stop_requested", attempt=self.number, request=process.stops_sent + 1,
-                             signal=signals[process.stops_sent].name, **({"why": why} if why else {}))
-            self._escalate_stop()
+                             signal="SIGTERM" if outside else signals[process.stops_sent].name,
+                             **({"why": why} if why else {}))
+            if outside:
+                process.stop_delivered(OUTSIDE_GRACE_S)
+            else:
+                self._escalate_stop()
         if process.stop_overdue():
             self._escalate_stop()
 

@@ -37,7 +37,7 @@ def at_work(run: RunDir) -> bool:
     """Something may still write to the run (its events, an attempt's log): its supervisor's
     process lives, or its lock is held, or its last attempt runs on without either. The end
     test's half that every follower asks, `cockpit runs log --follow` too."""
-    return run.supervisor_pid() is not None or resume.at_work(run)
+    return run.supervised() or resume.at_work(run)
 
 
 def follow(run: RunDir, poll_s: float = POLL_S, follower: EventFollower | None = None) -> Iterator[Batch]:
@@ -48,7 +48,7 @@ def follow(run: RunDir, poll_s: float = POLL_S, follower: EventFollower | None =
     while True:
         # first: what was written before this is all read below. The supervisor's pid is read
         # once a poll (a file and a process lookup), for both questions.
-        live = run.supervisor_pid() is not None
+        live = run.supervised()   # here, or on a SLURM job's node
         working = live or resume.at_work(run)
         events = follower.poll()
         end = run_end(events, end)

@@ -251,6 +251,13 @@ class AttemptProcess:
         self.stops_sent += 1
         self.stop_sent_at = time.monotonic()
 
+    def stop_delivered(self, grace_s: float) -> None:
+        """Its next stop signal reached it from elsewhere (SLURM signals every process of a job):
+        counted as sent, and the one after it is due after `grace_s` at most."""
+        self.stops_sent += 1
+        self.stop_sent_at = time.monotonic()
+        self.grace_s = min(self.grace_s or grace_s, grace_s)
+
     def stop_overdue(self) -> bool:
         """A stop signal went unanswered for its grace period, and a further one is left."""
         return bool(self.grace_s) and 0 < self.stops_sent < len(self.stop_signals) and \

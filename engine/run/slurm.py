@@ -27,7 +27,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,39 +139,63 @@ def job_state(job_id: str) -> dict:
             "reason": fields.get("Reason", "None")}
 
 
+def cancel(job_id: str) -> None:
+    """`scancel JOB`: SIGTERM to the job, which its supervisor stops gracefully, not requeued.
+    ConfigError (one line) where SLURM cannot be asked or refuses."""
+    scancel = shutil.which("scancel")
+    if scancel is None:
+        raise ConfigError("scancel", None, "not found on PATH: the run is a SLURM job; expected "
+                                           "a SLURM client here (a login node)")
+    done = subprocess.run([scancel, job_id], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise ConfigError("scancel", job_id, (done.stderr or done.stdout).strip() or f"exit {done.returncode}")
+
+
 # ---------------------------------------------------------------- on the node
 
 
 class JobRun:
-    """The supervisor of a run inside its SLURM job: SIGUSR1 (the warning) and SIGTERM
-    (preemption, scancel) stop the attempt gracefully and requeue the job."""
+    """The supervisor of a run inside its SLURM job. SIGUSR1, the warning before the time limit
+    (or `--inject preempt@N`), stops the attempt gracefully and requeues the job. SIGTERM is
+    SLURM ending the job: a preemption (SLURM requeues the job itself, where the cluster
+    preempts by requeueing) ends the run "preempted"; anything else (`scancel`) "stopped", as
+    `cockpit runs stop` would, and the job is not requeued."""
 
     def __init__(self, run: RunDir):
         self.run = run
         self.job_id = os.environ.get("SLURM_JOB_ID", "")
         self.restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
-        self.supervisor = Supervisor(run)
+        self.supervisor = Supervisor(run, signals={signal.SIGUSR1: self.warned,
+                                                   signal.SIGTERM: self.terminated})
+        self._requeued_by_slurm = False
 
     def supervise(self) -> str:
         self.supervisor.events.emit("slurm_job", job_id=self.job_id, restarts=self.restarts,
                                     node=os.environ.get("SLURMD_NODENAME", ""),
                                     nodes=int(os.environ.get("SLURM_JOB_NUM_NODES", "1") or 1))
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGUSR1, signal.SIGTERM):
-                signal.signal(sig, lambda signum, _: self.preempt(signal.Signals(signum).name))
         status = self.supervisor.supervise()
-        if status == "preempted":
+        if status == "preempted" and not self._requeued_by_slurm:
             self._requeue()
         return status
 
-    def preempt(self, why: str) -> None:
-        """The job's time here is ending: the attempt stops gracefully (it checkpoints), and the
-        job is requeued once the supervisor is done."""
-        self.supervisor.preempt(why)
+    def warned(self) -> None:
+        """SLURM's warning (`--signal=B:USR1@S`): the attempt stops gracefully (it checkpoints)
+        and the job is requeued once the supervisor is done."""
+        self.supervisor.preempt("SIGUSR1")
+
+    def terminated(self) -> None:
+        """SIGTERM: a preemption, which SLURM requeues itself, or the job cancelled. SLURM sent
+        it to every process of the job, the attempt's too: the supervisor does not send another
+        (to the trainer, a second SIGTERM means 'stop now, no checkpoint')."""
+        state = job_state(self.job_id)
+        if state["state"] in ("preempted", "requeued", "pending") or "preempt" in state["reason"].lower():
+            self._requeued_by_slurm = True
+            self.supervisor.preempt(f"SIGTERM ({state['state']})", delivered=True)
+        else:
+            self.supervisor.stop_delivered()
 
     def _requeue(self) -> None:
-        """The same job again, SLURM_RESTART_COUNT one more; a SIGTERM's preemption requeues
-        itself where the cluster requeues preempted jobs (then scontrol says so, harmlessly)."""
+        """The same job again, SLURM_RESTART_COUNT one more."""
         done = subprocess.run(["scontrol", "requeue", self.job_id], capture_output=True, text=True)
         said = (done.stderr or done.stdout).strip()
         with open(self.run.supervisor_log, "a") as log:

@@ -60,11 +60,13 @@ class Supervisor:
     def __init__(self, run: RunDir, on_events: Callable[[list[dict]], None] | None = None,
                  poll_s: float = 0.1, *, terminal: alerts.Terminal | None = None,
                  notify_command: str | None = None, spare: bool | None = None,
-                 wake_on_exit: bool = True, launcher: Launcher | None = None):
+                 wake_on_exit: bool = True, launcher: Launcher | None = None,
+                 signals: dict[signal.Signals, Callable[[], None]] | None = None):
         """`spare`: pre-start the next attempt's process (None: unless COCKPIT_SPARE=0);
         `wake_on_exit`: the loop wakes as the attempt exits (False: at its next poll only);
         `launcher`: every attempt's (an adopted process's), instead of the one that fits each
-        attempt's preset (engine.run.launchers.for_attempt)."""
+        attempt's preset (engine.run.launchers.for_attempt); `signals`: what a signal to this
+        process means beyond the defaults (engine.run.slurm's: SLURM's warning, its SIGTERM)."""
         self.run = run
         # engine.run.alerts: where crashes, fallbacks, the finish... are told (settings.toml)
         self._alert_to: dict[str, Any] = dict(terminal=terminal, notify_command=notify_command)
@@ -76,12 +78,14 @@ class Supervisor:
         self.stop_requests = 0
         self.released = False         # stopped following, its process left running (adopted)
         self.preempted: str | None = None   # why the run's time here ended (preempt)
+        self.delivered = 0            # stop requests whose first signal came from outside (SLURM)
         self._launcher = launcher
+        self._signals = dict(signals or {})
         first = self.launcher_for(self.config.device)
         self.kind = first.reads(run, self.config, self.events)   # the trainer's events, a command's output
         self.context = Context(run=run, config=self.config, events=self.events, kind=self.kind,
                                 pace=Pace(), stop_requests=lambda: self.stop_requests,
-                                preempted=lambda: self.preempted,
+                                preempted=lambda: self.preempted, delivered=lambda: self.delivered,
                                 pump=self._pump, poll_s=poll_s, wake_on_exit=wake_on_exit)
         self._attempt: Attempt | None = None   # the one running (engine.run.attempt)
         self._lifeline: Lifeline | None = None
@@ -217,6 +221,8 @@ class Supervisor:
                     launcher: Launcher | None = None) -> AttemptResult:
         attempt = self._attempt = Attempt(number, name, preset, launcher or self.launcher_for(preset),
                                           self.context, resume)
+        if self.released:   # Ctrl-C on `cockpit adopt` before there was an attempt to release
+            attempt.release()
         spare, self._spare = self._spare, None
         try:
             return attempt.run(self._lifeline, spare,
@@ -257,14 +263,22 @@ class Supervisor:
         """Ask the run to stop (thread-safe; signal handlers call this too)."""
         self.stop_requests += 1
 
-    def preempt(self, why: str) -> None:
+    def preempt(self, why: str, delivered: bool = False) -> None:
         """The run's time on this machine is ending (SLURM's warning signal, a preemption's
         SIGTERM, `--inject preempt@N`): its attempt is stopped gracefully, as a first stop
         request is (the trainer checkpoints at once), and the run ends "preempted", to be
-        continued from that checkpoint (engine.run.slurm requeues its job)."""
+        continued from that checkpoint (engine.run.slurm requeues its job). `delivered`: the
+        signal reached the attempt itself too (see stop_delivered)."""
         if self.preempted is None:
             self.preempted = why
-            self.request_stop()
+            self.stop_delivered() if delivered else self.request_stop()
+
+    def stop_delivered(self) -> None:
+        """A stop request whose first signal the attempt had from outside: SLURM sends its
+        SIGTERM to every process of the job, so forwarding one more would be the trainer's
+        second ('stop now, no checkpoint'). The next is sent only if it goes on regardless."""
+        self.delivered = self.stop_requests + 1
+        self.request_stop()
 
     def release(self) -> None:
         """Stop following an adopted process and leave it running (Ctrl-C on a foreground
@@ -277,8 +291,10 @@ class Supervisor:
         if threading.current_thread() is not threading.main_thread():
             return  # the TUI's worker calls request_stop() instead
         interrupt = self.release if launcher.interrupt == "release" else self.request_stop
-        signal.signal(signal.SIGINT, lambda *_: interrupt())
-        signal.signal(signal.SIGTERM, lambda *_: self.request_stop())
+        handlers: dict[signal.Signals, Callable[[], None]] = {
+            signal.SIGINT: interrupt, signal.SIGTERM: self.request_stop, **self._signals}
+        for sig, handler in handlers.items():
+            signal.signal(sig, _handler(handler))
         # A closed terminal or dropped SSH connection must not end the run.
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
@@ -309,6 +325,11 @@ class Supervisor:
                 self.events.emit("fault_injected", attempt=attempt.number, spec=fault.spec,
                                  kind=fault.kind, step=step, by="supervisor")
                 self.preempt(f"{fault.spec} (rehearsed)")
+
+
+def _handler(action: Callable[[], None]) -> Callable[[int, Any], None]:
+    """A signal handler that does `action` (the signal's number and frame are not its affair)."""
+    return lambda _signum, _frame: action()
 
 
 def run_summary(run: RunDir) -> dict:
