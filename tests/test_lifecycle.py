@@ -107,6 +107,24 @@ def test_a_preempted_run_checkpoints_where_it_stopped_and_a_resume_loses_no_step
     assert len(of_type(run, "fault_injected")) == 1   # once a run: the resume is not preempted again
 
 
+def test_a_runs_directory_without_flock_is_said_in_one_line_not_taken_for_a_supervisor(home, monkeypatch):
+    """A cluster filesystem mounted without flock (Lustre's noflock: ENOSYS) must not read as
+    'being supervised already' forever (a SLURM job would fail at every start)."""
+    import errno
+    import fcntl
+
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", TINY))
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    assert not run.locked()
+    with pytest.raises(ConfigError, match="no flock") as refused:
+        Supervisor(run, poll_s=0.05).supervise()
+    assert "Function not implemented" in refused.value.line() and run.id in refused.value.line()
+
+
 def test_a_failed_run_resumes_without_firing_its_recorded_fault_again(home):
     run = RunDir.create(runconfig.resolve("matmul", "cpu", LONG + ["inject=['user-code@10']"]))
     assert Supervisor(run, poll_s=0.05).supervise() == "failed"

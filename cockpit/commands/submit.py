@@ -42,7 +42,9 @@ def add_parser(sub) -> None:
     q.add_argument("--time", default="", metavar="T", help="the job's time limit (sbatch --time: 90, 2:00:00, 1-12)")
     q.add_argument("--partition", "-p", default="", metavar="P", help="sbatch --partition")
     q.add_argument("--account", "-A", default="", metavar="A", help="sbatch --account")
-    q.add_argument("--gpus-per-node", type=int, default=0, metavar="N", help="sbatch --gpus-per-node")
+    q.add_argument("--gpus-per-node", type=int, default=None, metavar="N",
+                   help="sbatch --gpus-per-node (default: the device preset's nproc_per_node on "
+                        "cuda, else none)")
     q.add_argument("--warning", type=int, default=slurm.WARNING_S, metavar="S",
                    help=f"seconds before the time limit that SLURM warns the job (default: {slurm.WARNING_S})")
     q.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...",
@@ -56,7 +58,7 @@ def submit(args: argparse.Namespace) -> int:
         raise ConfigError("--time", args.time, "expected a SLURM time limit: minutes, h:m:s or d-h:m:s")
     if args.warning < 1:
         raise ConfigError("--warning", str(args.warning), "expected seconds >= 1")
-    if args.gpus_per_node < 0:
+    if args.gpus_per_node is not None and args.gpus_per_node < 0:
         raise ConfigError("--gpus-per-node", str(args.gpus_per_node), "expected 0 or more")
     overrides = list(args.set) + ([runconfig.inject_override(args.inject)] if args.inject else [])
     argv = args.cmd[1:] if args.cmd[:1] == ["--"] else list(args.cmd)
@@ -71,9 +73,10 @@ def submit(args: argparse.Namespace) -> int:
         raise ConfigError(f"device preset {config.device_preset!r}", "nnodes",
                           f"{config.device.nnodes}: a job on several nodes is not supported yet "
                           "(one node supervisor per node, over torchrun's rendezvous); expected 1")
+    gpus = args.gpus_per_node if args.gpus_per_node is not None else \
+        config.device.nproc_per_node if config.device.device == "cuda" else 0
     spec = slurm.JobSpec(time=args.time, partition=args.partition, account=args.account,
-                         nodes=config.device.nnodes, gpus_per_node=args.gpus_per_node,
-                         warning_s=args.warning)
+                         nodes=config.device.nnodes, gpus_per_node=gpus, warning_s=args.warning)
     run = RunDir.create(config)
     try:
         job_id = slurm.submit(run, spec)

@@ -17,6 +17,7 @@ users' scripts all go through RunDir and summarize().
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import secrets
@@ -138,14 +139,25 @@ class RunDir:
         fd = os.open(self.path / "run.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except OSError as e:
             os.close(fd)
-            return None
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return None   # held
+            # a filesystem without flock (Lustre mounted noflock, some NFS): said, not taken
+            # for a supervisor at work
+            raise ConfigError("run", self.id, f"cannot be locked where it lives ({e.strerror}): its "
+                              "runs directory's filesystem has no flock; expected one that has "
+                              "(most cluster filesystems: mounted with flock), or another "
+                              "--runs-dir / COCKPIT_RUNS_DIR") from None
         return fd
 
     def locked(self) -> bool:
-        """A supervisor, or its lifeline, is at work on this run."""
-        fd = self.try_lock()
+        """A supervisor, or its lifeline, is at work on this run (on a filesystem without flock,
+        not known: no, and the supervisor that tries to take it says why)."""
+        try:
+            fd = self.try_lock()
+        except ConfigError:
+            return False
         if fd is not None:
             os.close(fd)
         return fd is None

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import ConfigError
+from engine.record.events import EventWriter
 from engine.record.rundir import RunDir
 from engine.run.launch import child_env
 from engine.run.supervisor import Supervisor
@@ -78,6 +79,9 @@ def script(run: RunDir, spec: JobSpec) -> str:
 def submit(run: RunDir, spec: JobSpec) -> str:
     """Write the job script and submit it; returns the job id. ConfigError (one line) when
     sbatch is missing or refuses (an unknown partition, munge down...)."""
+    if any(c.isspace() for c in str(run.path.resolve())):
+        raise ConfigError("--runs-dir", str(run.path.parent), "has a space in its path, which a "
+                          "job script's #SBATCH lines cannot hold; expected a path without one")
     sbatch = shutil.which("sbatch")
     if sbatch is None:
         raise ConfigError("sbatch", None, "not found on PATH: cockpit submit needs a SLURM client "
@@ -87,7 +91,11 @@ def submit(run: RunDir, spec: JobSpec) -> str:
     job = slurm_dir / "job.sh"
     job.write_text(script(run, spec))
     job.chmod(0o755)
-    done = subprocess.run([sbatch, "--parsable", str(job)], capture_output=True, text=True, timeout=60)
+    try:
+        done = subprocess.run([sbatch, "--parsable", str(job)], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        raise ConfigError("sbatch", None, "did not answer in 60 s: is slurmctld reachable from "
+                                          "here? (scontrol ping)") from None
     if done.returncode != 0:
         said = (done.stderr or done.stdout).strip().splitlines()
         raise ConfigError("sbatch", None, f"refused the job: {said[-1] if said else f'exit {done.returncode}'}")
@@ -166,13 +174,18 @@ class JobRun:
         self.job_id = os.environ.get("SLURM_JOB_ID", "")
         self.restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
         self.supervisor = Supervisor(run, signals={signal.SIGUSR1: self.warned,
-                                                   signal.SIGTERM: self.terminated})
+                                                   signal.SIGTERM: self.terminated},
+                                     begun=self._begun)
         self._requeued_by_slurm = False
 
-    def supervise(self) -> str:
+    def _begun(self) -> None:
+        """The job, once this supervisor holds the run (a job started by hand beside a live one
+        writes nothing into it)."""
         self.supervisor.events.emit("slurm_job", job_id=self.job_id, restarts=self.restarts,
                                     node=os.environ.get("SLURMD_NODENAME", ""),
                                     nodes=int(os.environ.get("SLURM_JOB_NUM_NODES", "1") or 1))
+
+    def supervise(self) -> str:
         status = self.supervisor.supervise()
         if status == "preempted" and not self._requeued_by_slurm:
             self._requeue()
@@ -195,12 +208,21 @@ class JobRun:
             self.supervisor.stop_delivered()
 
     def _requeue(self) -> None:
-        """The same job again, SLURM_RESTART_COUNT one more."""
-        done = subprocess.run(["scontrol", "requeue", self.job_id], capture_output=True, text=True)
-        said = (done.stderr or done.stdout).strip()
-        with open(self.run.supervisor_log, "a") as log:
-            print(f"cockpit: scontrol requeue {self.job_id}: "
-                  f"{'ok' if done.returncode == 0 else said}", file=log, flush=True)
+        """The same job again, SLURM_RESTART_COUNT one more; a requeue refused is a warning in
+        the run (its next start is then the user's: `cockpit runs resume`)."""
+        try:
+            done = subprocess.run(["scontrol", "requeue", self.job_id], capture_output=True,
+                                  text=True, timeout=60)
+            failed = ((done.stderr or done.stdout).strip() or f"exit {done.returncode}") \
+                if done.returncode != 0 else None
+        except (OSError, subprocess.TimeoutExpired) as e:
+            failed = str(e)
+        if failed is not None:
+            with EventWriter(self.run.events_path, attempt=0) as events:
+                events.emit("warning", kind="slurm-requeue", fallback=False, advice=[
+                    {"text": f"cockpit runs resume {self.run.id}"}],
+                    message=f"scontrol requeue {self.job_id} failed ({failed}): the run will not "
+                            "start again by itself")
 
 
 def main(argv: list[str] | None = None) -> int:

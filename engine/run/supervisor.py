@@ -61,12 +61,14 @@ class Supervisor:
                  poll_s: float = 0.1, *, terminal: alerts.Terminal | None = None,
                  notify_command: str | None = None, spare: bool | None = None,
                  wake_on_exit: bool = True, launcher: Launcher | None = None,
-                 signals: dict[signal.Signals, Callable[[], None]] | None = None):
+                 signals: dict[signal.Signals, Callable[[], None]] | None = None,
+                 begun: Callable[[], None] | None = None):
         """`spare`: pre-start the next attempt's process (None: unless COCKPIT_SPARE=0);
         `wake_on_exit`: the loop wakes as the attempt exits (False: at its next poll only);
         `launcher`: every attempt's (an adopted process's), instead of the one that fits each
         attempt's preset (engine.run.launchers.for_attempt); `signals`: what a signal to this
-        process means beyond the defaults (engine.run.slurm's: SLURM's warning, its SIGTERM)."""
+        process means beyond the defaults (engine.run.slurm's: SLURM's warning, its SIGTERM);
+        `begun`: called once this supervisor holds the run and has said it began."""
         self.run = run
         # engine.run.alerts: where crashes, fallbacks, the finish... are told (settings.toml)
         self._alert_to: dict[str, Any] = dict(terminal=terminal, notify_command=notify_command)
@@ -81,6 +83,7 @@ class Supervisor:
         self.delivered = 0            # stop requests whose first signal came from outside (SLURM)
         self._launcher = launcher
         self._signals = dict(signals or {})
+        self._begun = begun
         first = self.launcher_for(self.config.device)
         self.kind = first.reads(run, self.config, self.events)   # the trainer's events, a command's output
         self.context = Context(run=run, config=self.config, events=self.events, kind=self.kind,
@@ -117,6 +120,8 @@ class Supervisor:
         ended = False
         try:
             resume = self._begin_run(first)
+            if self._begun is not None:
+                self._begun()
             self._alerts = alerts.for_run(self.run, self.config, **self._alert_to, say=self._alert_trouble)
             if lifeline is not None:
                 lifeline.alerts(self._alerts.describe())   # it tells of our death
