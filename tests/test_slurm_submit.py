@@ -144,6 +144,23 @@ def test_a_job_cancelled_by_hand_stops_gracefully_and_is_not_requeued(home, slur
 
 
 @linux_only
+def test_runs_stop_on_the_jobs_own_machine_stops_it_at_once_and_it_is_not_requeued(home, slurm_cluster, jobs):
+    """`cockpit runs stop` where the supervisor runs signals it alone (SLURM says the job runs):
+    the stop is forwarded to the attempt as any run's, and the job ends, not requeued."""
+    run, job = submit(slurm_cluster, jobs, "--inject", "slow@1")
+    wait_until(lambda: of_type(run, "step"), "the first step")
+    stopped = cockpit(slurm_cluster, "runs", "stop", run.id)
+    assert stopped.returncode == 0 and "asked run" in stopped.stdout
+    s = wait_until(lambda: (s := shown(slurm_cluster, run.id))["status"] == "stopped"
+                   and s["slurm"]["state"] == "completed" and s, "the run to stop and its job to end")
+    assert s["slurm"]["restarts"] == 0
+    assert [e.get("why") for e in of_type(run, "stop_requested")] == [None]   # forwarded, as any run's
+    ended = of_type(run, "attempt_ended")[0]
+    assert ended["outcome"] == "stopped"
+    assert max(e["step"] for e in of_type(run, "checkpoint")) == ended["last_step"]
+
+
+@linux_only
 def test_from_the_login_node_a_run_on_its_node_is_running_and_runs_stop_cancels_its_job(home, slurm_cluster, jobs):
     """On a cluster the supervisor runs on a compute node and `cockpit runs` on the login node,
     over shared storage: its pid names another machine, which cannot be checked from here. Seen

@@ -235,8 +235,9 @@ def stop(args: argparse.Namespace) -> int:
     run = find_run(args.run)
     state = RunState.of(run.events())
     stopping = state.current.stops if state.current is not None else 0   # asked already
-    if (host := run.supervisor_elsewhere()) is not None:   # a SLURM job's node: through SLURM
-        return _stop_job(run, host)
+    if (host := run.supervisor_elsewhere()) is not None and slurm.record_of(run) is None:
+        raise ConfigError(f"run {run.id}", None, f"is supervised on {host}, not here: stop it "
+                                                 "there (cockpit runs stop)")
     if not detached.request_stop(run):
         history = resumption.History.of_state(state)
         if (orphan := history.orphan()) is not None:
@@ -255,6 +256,11 @@ def stop(args: argparse.Namespace) -> int:
         print(f"run {run.id} is not running")
         return 1
     command = summarize(run).command
+    if (host := run.supervisor_elsewhere()) is not None:
+        job = slurm.record_of(run) or {}
+        print(f"cancelled SLURM job {job.get('job_id')} (on {host}); its attempt checkpoints and "
+              f"exits, and {continue_hint(run)}")
+        return 0
     if stopping:
         how = ("its command gets the next signal now (SIGTERM, then SIGKILL)" if command else
                "it stops now, without a checkpoint: the steps since its last one are lost")
@@ -264,19 +270,6 @@ def stop(args: argparse.Namespace) -> int:
            if command else "it checkpoints and exits after the current step (asking again "
                            "stops it at once, without a checkpoint)")
     print(f"asked run {run.id} to stop; {how}")
-    return 0
-
-
-def _stop_job(run, host: str) -> int:
-    """A run supervised on another machine: its SLURM job is cancelled (SIGTERM to it, which
-    its supervisor turns into a graceful stop: the attempt checkpoints), not requeued."""
-    job = slurm.record_of(run)
-    if job is None:
-        raise ConfigError(f"run {run.id}", None, f"is supervised on {host}, not here: stop it there "
-                                                 "(cockpit runs stop), or from the machine it runs on")
-    slurm.cancel(str(job["job_id"]))
-    print(f"cancelled SLURM job {job['job_id']} (on {host}); its attempt checkpoints and exits, "
-          f"and {continue_hint(run)}")
     return 0
 
 

@@ -23,7 +23,7 @@ from typing import Callable
 from engine.errors import ConfigError
 from engine.record.identity import ProcessId
 from engine.record.rundir import RunDir
-from engine.run import alerts
+from engine.run import alerts, slurm
 from engine.run.crashes import last_line
 from engine.run.launch import child_env
 from engine.run.launchers import Launcher
@@ -57,9 +57,14 @@ def start_detached(run: RunDir, timeout_s: float = 60.0, *, terminal: alerts.Ter
 
 
 def request_stop(run: RunDir) -> bool:
-    """Ask a live run's supervisor to stop it gracefully; False if none is running."""
+    """Ask a live run's supervisor to stop it gracefully; False if none is running. One on
+    another machine (a SLURM job's node, seen from the login node) is stopped through SLURM:
+    its job cancelled, which its supervisor stops gracefully (engine.run.slurm)."""
     pid = run.supervisor_pid()
     if pid is None:
+        if run.supervisor_elsewhere() is not None and (job := slurm.record_of(run)) is not None:
+            slurm.cancel(str(job["job_id"]))
+            return True
         return False
     os.kill(pid, signal.SIGTERM)
     return True

@@ -197,13 +197,17 @@ class JobRun:
         self.supervisor.preempt("SIGUSR1")
 
     def terminated(self) -> None:
-        """SIGTERM: a preemption, which SLURM requeues itself, or the job cancelled. SLURM sent
-        it to every process of the job, the attempt's too: the supervisor does not send another
-        (to the trainer, a second SIGTERM means 'stop now, no checkpoint')."""
+        """SIGTERM: a preemption, which SLURM requeues itself; the job cancelled; or, while SLURM
+        says the job runs, a stop asked of this supervisor alone (`cockpit runs stop` or the TUI
+        on this machine). SLURM's own reaches every process of the job, the attempt's too: the
+        supervisor does not send another (to the trainer, a second SIGTERM is 'stop now, no
+        checkpoint')."""
         state = job_state(self.job_id)
         if state["state"] in ("preempted", "requeued", "pending") or "preempt" in state["reason"].lower():
             self._requeued_by_slurm = True
             self.supervisor.preempt(f"SIGTERM ({state['state']})", delivered=True)
+        elif state["state"] == "running":
+            self.supervisor.request_stop()
         else:
             self.supervisor.stop_delivered()
 
@@ -236,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"cockpit: {e.line()}", file=sys.stderr)
         return 2
-    return {"finished": 0, "preempted": 0, "stopped": 130}.get(status, 1)
+    # a stop the user asked for is not the job failing (SLURM would say FAILED)
+    return {"finished": 0, "preempted": 0, "stopped": 0}.get(status, 1)
 
 
 if __name__ == "__main__":
