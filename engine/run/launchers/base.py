@@ -8,6 +8,9 @@ launcher they hold; they ask it. A launcher owns:
 - where its signals go (`deliver`, one of engine.run.process's) and how the lifeline stops it
   should the supervisor die (`lifeline_plan`; None: no lifeline, it was running before us);
 - its output, where cockpit does not capture it itself (`collect`: an adopted process's log);
+- what cockpit does to it on its own: a hang (`hung`), a non-finite loss (`non_finite`), a
+  health warning (`warning`), the supervisor failing (`abandon`); a process it found is
+  never signalled but when the user stops the run;
 - what its end means (`judge`, by engine.run.crashes' rules, with its `subject`: the sentence's
   words and what its exit codes mean) and what it leaves behind (`exited`);
 - its words: what its attempt_started event says of it (`describe`), what a run of it is called
