@@ -191,7 +191,9 @@ def test_mlx_lm_crashes_and_resumes_from_its_adapters_under_cockpit(tiny, home):
     steps = [e for e in events if e["type"] == "step"]
     first, resumed = ([e for e in steps if e["attempt"] == a] for a in (1, 2))
     assert max(e["step"] for e in first) <= 10   # the step the fault fired at may close a window
-    assert min(e["from_step"] for e in resumed) >= 8          # counted on, not from 0 again
+    # counted on, not from 0 again (a step read in the attempt's first look has no window to
+    # begin: its own step, which a loaded machine reads in one burst with the next ones)
+    assert min(e.get("from_step", e["step"]) for e in resumed) >= 8
     assert resumed[-1]["step"] == 16 and resumed[-1]["total"] == 16
     saved = {e["step"] for e in events if e["type"] == "checkpoint" and e["attempt"] == 2}
     assert saved == {12, 16}   # its files 0000004_ and 0000008_adapters, at the run's steps
