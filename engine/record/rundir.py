@@ -18,6 +18,7 @@ users' scripts all go through RunDir and summarize().
 from __future__ import annotations
 
 import errno
+import json
 import fcntl
 import os
 import secrets
@@ -109,8 +110,9 @@ class RunDir:
         return found[1] if found is not None and found[1] not in (None, socket.gethostname()) else None
 
     def supervised(self) -> bool:
-        """A supervisor works on the run: here and alive, or on another machine."""
-        return self.supervisor_pid() is not None or self.supervisor_elsewhere() is not None
+        """A supervisor works on the run: here and alive, or on another machine (one read)."""
+        found = self._supervisor()
+        return found is not None and (found[1] not in (None, socket.gethostname()) or found[0].alive())
 
     def _supervisor(self) -> tuple[ProcessId, str | None] | None:
         """supervisor.pid ('PID START') and the machine it names, supervisor.host (None where
@@ -130,6 +132,15 @@ class RunDir:
             # the machine first: a pid is never read against another machine's name
             files.atomic_write(self.path / "supervisor.host", f"{socket.gethostname()}\n".encode())
             files.atomic_write(self.pid_path, f"{supervisor}\n".encode())
+
+    def read_record(self, name: str) -> dict | None:
+        """A JSON object kept beside run.toml (adopted.json, slurm.json: what the run is besides
+        its configuration), or None where there is none or it cannot be read as one."""
+        try:
+            found = json.loads((self.path / name).read_text())
+        except (OSError, ValueError):
+            return None
+        return found if isinstance(found, dict) else None
 
     def try_lock(self) -> int | None:
         """The run's exclusive lock (run.lock, flock: macOS and Linux alike), so that no two

@@ -171,8 +171,4 @@ def create(adoption: Adoption, name: str | None = None, overrides: list[str] | N
 
 def record_of(run: RunDir) -> dict | None:
     """adopted.json, or None for a run that was not adopted (or whose record is unreadable)."""
-    try:
-        record = json.loads((run.path / RECORD).read_text())
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
+    return run.read_record(RECORD)

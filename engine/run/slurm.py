@@ -51,7 +51,6 @@ class JobSpec:
     time: str = ""                # --time, e.g. 2:00:00 ('' : the partition's default)
     partition: str = ""
     account: str = ""
-    nodes: int = 1
     gpus_per_node: int = 0
     warning_s: int = WARNING_S    # --signal=B:USR1@warning_s
 
@@ -62,7 +61,7 @@ def script(run: RunDir, spec: JobSpec) -> str:
     slurm_dir = run.path.resolve() / "slurm"
     lines = ["#!/bin/bash", f"#SBATCH --job-name=cockpit-{run.id}"[:200],
              f"#SBATCH --output={slurm_dir}/job-%j.out", "#SBATCH --requeue",
-             f"#SBATCH --signal=B:USR1@{spec.warning_s}", f"#SBATCH --nodes={spec.nodes}",
+             f"#SBATCH --signal=B:USR1@{spec.warning_s}", "#SBATCH --nodes=1",
              "#SBATCH --ntasks-per-node=1"]
     lines += [f"#SBATCH --{key}={value}" for key, value in
               (("time", spec.time), ("partition", spec.partition), ("account", spec.account))
@@ -107,11 +106,7 @@ def submit(run: RunDir, spec: JobSpec) -> str:
 
 def record_of(run: RunDir) -> dict | None:
     """slurm.json: the run's job, or None for a run that is not a SLURM job."""
-    try:
-        found = json.loads((run.path / RECORD).read_text())
-    except (OSError, ValueError):
-        return None
-    return found if isinstance(found, dict) else None
+    return run.read_record(RECORD)
 
 
 def state_of(run: RunDir) -> dict | None:
