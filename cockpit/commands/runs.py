@@ -235,7 +235,8 @@ def stop(args: argparse.Namespace) -> int:
     run = find_run(args.run)
     state = RunState.of(run.events())
     stopping = state.current.stops if state.current is not None else 0   # asked already
-    if (host := run.supervisor_elsewhere()) is not None and slurm.record_of(run) is None:
+    host, job = run.supervisor_elsewhere(), slurm.record_of(run)
+    if host is not None and job is None:
         raise ConfigError(f"run {run.id}", None, f"is supervised on {host}, not here: stop it "
                                                  "there (cockpit runs stop)")
     if not detached.request_stop(run):
@@ -255,12 +256,11 @@ def stop(args: argparse.Namespace) -> int:
             return 0
         print(f"run {run.id} is not running")
         return 1
-    command = summarize(run).command
-    if (host := run.supervisor_elsewhere()) is not None:
-        job = slurm.record_of(run) or {}
-        print(f"cancelled SLURM job {job.get('job_id')} (on {host}); its attempt checkpoints and "
+    if host is not None and job is not None:   # detached.request_stop cancelled its job
+        print(f"cancelled SLURM job {job['job_id']} (on {host}); its attempt checkpoints and "
               f"exits, and {continue_hint(run)}")
         return 0
+    command = summarize(run).command
     if stopping:
         how = ("its command gets the next signal now (SIGTERM, then SIGKILL)" if command else
                "it stops now, without a checkpoint: the steps since its last one are lost")

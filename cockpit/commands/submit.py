@@ -76,7 +76,7 @@ def submit(args: argparse.Namespace) -> int:
     gpus = args.gpus_per_node if args.gpus_per_node is not None else \
         config.device.nproc_per_node if config.device.device == "cuda" else 0
     spec = slurm.JobSpec(time=args.time, partition=args.partition, account=args.account,
-                         nodes=config.device.nnodes, gpus_per_node=gpus, warning_s=args.warning)
+                         gpus_per_node=gpus, warning_s=args.warning)
     run = RunDir.create(config)
     try:
         job_id = slurm.submit(run, spec)

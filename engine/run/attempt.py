@@ -72,7 +72,7 @@ class Context:
 class Attempt:
     def __init__(self, number: int, name: str, preset: DevicePreset, launcher: Launcher,
                  context: Context, resume: dict | None = None):
-        self.number, self.name, self.preset, self.resume = number, name, preset, resume
+        self.number, self.name, self.preset = number, name, preset
         self.launcher, self.context = launcher, context
         self.events, self.kind = context.events, context.kind
         self.log_path = context.run.attempt_log(number)
@@ -153,10 +153,9 @@ class Attempt:
     def _tell_lifeline(self, lifeline: Lifeline | None) -> None:
         """Its identity and how it is stopped gracefully, for the lifeline (should the supervisor
         die) and in the events (should the lifeline die too: `runs stop` then)."""
-        plan = self.launcher.lifeline_plan(self.launch, self.context.pace.slowest_gap)
-        if lifeline is None or plan is None or self.process is None:
+        if lifeline is None or self.process is None:
             return
-        signals, grace, group = plan
+        signals, grace, group = self.launcher.lifeline_plan(self.launch, self.context.pace.slowest_gap)
         stop = lifeline.attempt(self.number, self.process.pid, signals, grace, group=group)
         if stop is not None:
             self.events.emit("attempt_process", attempt=self.number, **stop)

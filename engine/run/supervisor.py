@@ -84,8 +84,9 @@ class Supervisor:
         self._launcher = launcher
         self._signals = dict(signals or {})
         self._begun = begun
-        first = self.launcher_for(self.config.device)
-        self.kind = first.reads(run, self.config, self.events)   # the trainer's events, a command's output
+        # the first attempt's: what a run of it is read as, its signals' meaning, its lifeline
+        self.first = self.launcher_for(self.config.device)
+        self.kind = self.first.reads(run, self.config, self.events)   # the trainer's events, a command's output
         self.context = Context(run=run, config=self.config, events=self.events, kind=self.kind,
                                 pace=Pace(), stop_requests=lambda: self.stop_requests,
                                 preempted=lambda: self.preempted, delivered=lambda: self.delivered,
@@ -94,6 +95,7 @@ class Supervisor:
         self._lifeline: Lifeline | None = None
         self._first_attempt = 1   # above 1 when this supervisor continues a run
         self._fired: set[str] = set()   # the faults injected in this run, whatever the preset
+        self._own_faults: list[vocabulary.Fault] = []   # the attempt's preempt@N not yet fired
         self.use_spare = spare if spare is not None else os.environ.get("COCKPIT_SPARE", "1") != "0"
         self._spare: Spare | None = None   # the next attempt's process, started ahead
         self.spare_pids: list[int] = []    # every spare started (did an attempt run in one?)
@@ -114,7 +116,7 @@ class Supervisor:
             raise ConfigError("run", self.run.id, "is being supervised already (its supervisor, or "
                                                   "the lifeline stopping its attempt, holds run.lock)")
         self.run.write_supervisor_pid(os.getpid())
-        first = self.launcher_for(self.config.device)
+        first = self.first
         self._install_signal_handlers(first)
         self._lifeline = lifeline = first.lifeline(lock)
         ended = False
@@ -228,6 +230,9 @@ class Supervisor:
                                           self.context, resume)
         if self.released:   # Ctrl-C on `cockpit adopt` before there was an attempt to release
             attempt.release()
+        # the supervisor's own faults (preempt) this attempt rehearses, each at its step
+        self._own_faults = [f for f in map(vocabulary.parse, preset.inject)
+                            if f.kind in vocabulary.SUPERVISOR_KINDS and f.step is not None]
         spare, self._spare = self._spare, None
         try:
             return attempt.run(self._lifeline, spare,
@@ -323,13 +328,11 @@ class Supervisor:
     def _rehearse_preemption(self, attempt: Attempt, step: int) -> None:
         """`--inject preempt@N`: the warning a cluster sends before a job's time ends, at step N,
         once a run (the supervisor's own fault, whatever launches the attempt)."""
-        for fault in map(vocabulary.parse, attempt.preset.inject):
-            if fault.kind in vocabulary.SUPERVISOR_KINDS and fault.step is not None \
-                    and fault.step <= step and fault.spec not in self._fired and not self.preempted:
-                self._fired.add(fault.spec)
-                self.events.emit("fault_injected", attempt=attempt.number, spec=fault.spec,
-                                 kind=fault.kind, step=step, by="supervisor")
-                self.preempt(f"{fault.spec} (rehearsed)")
+        for fault in [f for f in self._own_faults if (f.step or 0) <= step]:
+            self._own_faults.remove(fault)   # fired: the attempt's watch records it for the run
+            self.events.emit("fault_injected", attempt=attempt.number, spec=fault.spec,
+                             kind=fault.kind, step=step, by="supervisor")
+            self.preempt(f"{fault.spec} (rehearsed)")
 
 
 def _handler(action: Callable[[], None]) -> Callable[[int, Any], None]:

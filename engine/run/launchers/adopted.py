@@ -63,7 +63,6 @@ HISTORY_BYTES = 8 << 20
 CHUNK = 1 << 20
 UNKNOWN_EXIT = "exit status unknown (not cockpit's child)"
 TRACEBACK = "Traceback (most recent call last)"
-STATUS = {"stopped": "stopped", "released": "released", "ended": "ended"}   # else failed
 MODULE = "engine.run.launchers.adopted"   # run as a detached supervisor (python -m)
 
 
@@ -76,6 +75,7 @@ class AdoptedLauncher(Launcher):
     interrupt = "release"   # Ctrl-C on a foreground `cockpit adopt` leaves it running
     found = True
     reads = CommandKind     # its log, as a command's output
+    ends = ("stopped", "released", "ended")   # never "finished": its exit status is not ours
 
     def __init__(self, run: RunDir, config: RunConfig | None = None):
         super().__init__(run, config or run.config())
@@ -122,9 +122,6 @@ class AdoptedLauncher(Launcher):
     def lifeline(self, lock: int) -> Lifeline | None:
         return None   # it was running before us and goes on without us
 
-    def lifeline_plan(self, launch: Launch, slowest_gap: float) -> None:
-        return None
-
     def run_fields(self) -> dict:
         return {"adopted": self.record}
 
@@ -165,9 +162,6 @@ class AdoptedLauncher(Launcher):
         if process is not None and process.alive():
             return f"still running (pid {process.pid})"
         return UNKNOWN_EXIT
-
-    def status(self, verdict: Verdict) -> str:
-        return STATUS.get(verdict.kind, "failed")
 
 
 # ---------------------------------------------------------------- its log

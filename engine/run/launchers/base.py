@@ -6,7 +6,8 @@ launcher they hold; they ask it. A launcher owns:
 - how an attempt's process starts (`launch`, then `start`; a spare started ahead where it can
   serve, `spare`) or is found (an adopted process, already running);
 - where its signals go (`deliver`, one of engine.run.process's) and how the lifeline stops it
-  should the supervisor die (`lifeline_plan`; None: no lifeline, it was running before us);
+  should the supervisor die (`lifeline`, `lifeline_plan`; no lifeline for a process that was
+  running before us);
 - its output, where cockpit does not capture it itself (`collect`: an adopted process's log);
 - what cockpit does to it on its own: a hang (`hung`), a non-finite loss (`non_finite`), a
   health warning (`warning`), the supervisor failing (`abandon`); a process it found is
@@ -37,9 +38,6 @@ from engine.run.spare import Spare
 from engine.run.watch import HANG_GAP_FACTOR, AttemptWatch, judge
 from engine.runconfig import RunConfig
 
-# The run's status for how its last attempt ended, where it did not crash.
-STATUS = {"finished": "finished", "stopped": "stopped"}
-
 
 class Launcher:
     """The built-in trainer's defaults; each way a process starts or is found overrides what
@@ -52,6 +50,7 @@ class Launcher:
     interrupt: ClassVar[str] = "stop"         # what Ctrl-C to its supervisor means: stop or release
     found: ClassVar[bool] = False             # found running, its log has a past (else started)
     reads: ClassVar[type[TrainerKind]] = TrainerKind   # how its runs' progress and checkpoints are read
+    ends: ClassVar[tuple[str, ...]] = ("finished", "stopped")   # the clean ends a run's status is named for
 
     def __init__(self, run: RunDir, config: RunConfig):
         self.run, self.config = run, config
@@ -112,7 +111,7 @@ class Launcher:
         whether there was any (`final`: all of it, the process is gone)."""
         return False
 
-    def lifeline_plan(self, launch: Launch, slowest_gap: float) -> tuple[tuple[signal.Signals, ...], float, bool] | None:
+    def lifeline_plan(self, launch: Launch, slowest_gap: float) -> tuple[tuple[signal.Signals, ...], float, bool]:
         """How the lifeline stops it should the supervisor die: its signals, their grace and
         whether they go to its process group. SIGTERM: finish the step, checkpoint, exit; a
         step may take a while."""
@@ -156,4 +155,4 @@ class Launcher:
 
     def status(self, verdict: Verdict) -> str:
         """The run's status when this attempt is its last and did not crash."""
-        return STATUS.get(verdict.kind, "failed")
+        return verdict.kind if verdict.kind in self.ends else "failed"
