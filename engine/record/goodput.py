@@ -95,7 +95,7 @@ class _Attempt:
     after_s: float = 0.0               # eval, save and prep after its last step event (the end's)
     slow_s: float = 0.0                # window time a slowdown cost
     slow_rate: float | None = None     # the rate before the slowdown, once warned
-    preempted: bool = False            # stopped because its time on the machine was ending
+    preempted: bool = False            # the last of a run that ended "preempted"
 
     @property
     def step_s(self) -> float | None:
@@ -137,6 +137,8 @@ class Timeline:
             if kind in _ENDS and e.get("status", "interrupted") != "finished":
                 self.gap_from = t   # stopped, failed, interrupted: until a resume, not counted
                 self.gap_queued = e.get("status") == "preempted"
+                if self.gap_queued and self.attempts:   # its last attempt's exit: the preemption's
+                    self.attempts[-1].preempted = True
         elif kind == "attempt_started":
             self._close_idle(t)
             self.attempts.append(_Attempt(number=e.get("attempt"), started=t, command="command" in e))
@@ -185,8 +187,6 @@ class Timeline:
             a.slow_rate = a.slow_rate or e.get("best_samples_per_s")
         elif kind == "crash" and e.get("kind") == "hang":
             a.hang = True
-        elif kind == "stop_requested" and e.get("why"):
-            a.preempted = True
         elif kind == "attempt_ended":
             a.ended, a.outcome, a.reached = t, e.get("outcome"), e.get("last_step")
             self._idle_from, self._idle_kind = t, "other" if a.outcome in CLEAN else "recovery"
