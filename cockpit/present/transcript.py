@@ -50,26 +50,6 @@ class Transcript:
         self.logged_t: float | None = None   # the event time of the last progress line written
         self.logged: dict | None = None      # the step it showed
 
-    @property
-    def memory(self) -> dict | None:
-        """The newest memory sample, shown with the step."""
-        return self.state.memory
-
-    @property
-    def windows(self) -> int:
-        """The attempt's step windows so far (its ETA settles)."""
-        return self.state.windows
-
-    @property
-    def activity(self) -> dict | None:
-        """The mining_started or eval_started under way."""
-        return self.state.activity
-
-    @property
-    def group(self) -> dict | None:
-        """The newest heartbeat inside a long accumulation group."""
-        return self.state.group
-
     def see(self, e: dict) -> list[str]:
         kind = e["type"]
         self.state.add(e)
@@ -85,7 +65,7 @@ class Transcript:
             lines += self._end_attempt()
         if kind == "attempt_started":
             self.started = e
-        line = human_line(e, self.memory)
+        line = human_line(e, self.state.memory)
         return lines + ([line] if line is not None else [])
 
     def main(self) -> MainMetric | None:
@@ -100,9 +80,9 @@ class Transcript:
             return self._waiting(t) if stalled else []
         if self.logged is not None and self.logged_t is not None and t - self.logged_t < self.log_every_s:
             return []
-        line = step_line(step, self.memory, self.windows, self.main())
-        if stalled and self.activity is not None:
-            line += f"  ({activity_text(self.activity, t)})"
+        line = step_line(step, self.state.memory, self.state.windows, self.main())
+        if stalled and self.state.activity is not None:
+            line += f"  ({activity_text(self.state.activity, t)})"
         elif stalled and (quiet := _quiet(step, t)) is not None:
             line += f"  (no step for {duration(quiet)}{self._group_text('; ')})"
         self.logged_t, self.logged = t, step
@@ -111,7 +91,7 @@ class Transcript:
     def _waiting(self, t: float) -> list[str]:
         """Not live, no step yet: a line once the attempt (or its mining pass) has waited
         log_every_s since it began or since the last such line."""
-        begun = self.activity or self.started
+        begun = self.state.activity or self.started
         if begun is None or t - (self.logged_t if self.logged_t is not None else begun["t"]) < self.log_every_s:
             return []
         self.logged_t = t
@@ -119,32 +99,32 @@ class Transcript:
 
     def _before_first_step(self, now: float | None) -> str:
         """'mining hard negatives for epoch 0 (40s)', 'attempt 1: no step yet (1m30s)', or ''."""
-        if self.activity is not None:
-            return activity_text(self.activity, now)
+        if self.state.activity is not None:
+            return activity_text(self.state.activity, now)
         if self.started is None or now is None or now - self.started["t"] < 1:
             return ""
-        waiting = f"first step, {self._group_text()}" if self.group else "no step yet"
+        waiting = f"first step, {self._group_text()}" if self.state.group else "no step yet"
         return f"attempt {self.started.get('attempt', '?')}: {waiting} ({duration(now - self.started['t'])})"
 
     def _group_text(self, before: str = "") -> str:
         """'12/64 micro-batches': how far a long accumulation group is, from its heartbeats."""
-        g = self.group
+        g = self.state.group
         return f"{before}{g['micro_batches']}/{g.get('of', '?')} micro-batches" if g else ""
 
     def _end_attempt(self) -> list[str]:
         """Where the attempt got to: the live line kept, or its last step written."""
         step = self.step
         line = None if step is None else self.status() if self.live else \
-            None if step is self.logged else step_line(step, self.memory, self.windows, self.main())
+            None if step is self.logged else step_line(step, self.state.memory, self.state.windows, self.main())
         self.step, self.logged_t, self.logged, self.started = None, None, None, None
         return [line] if line else []
 
     def status(self) -> str:
         """The live line: the step's progress, or before the first step how long it has waited."""
-        now = self.memory["t"] if self.memory is not None else None
+        now = self.state.memory["t"] if self.state.memory is not None else None
         if self.step is None:  # loading, compiling, or a schedule that mines from epoch 0
             return self._before_first_step(now)
         quiet = _quiet(self.step, now) if now is not None else None
-        activity = activity_text(self.activity, now) if self.activity is not None else \
-            f"no step for {duration(quiet)}{self._group_text('; ')}" if quiet is not None and self.group else None
-        return status_line(self.step, self.memory, self.windows, quiet, self.width(), activity, self.main())
+        activity = activity_text(self.state.activity, now) if self.state.activity is not None else \
+            f"no step for {duration(quiet)}{self._group_text('; ')}" if quiet is not None and self.state.group else None
+        return status_line(self.step, self.state.memory, self.state.windows, quiet, self.width(), activity, self.main())
