@@ -48,6 +48,17 @@ def child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
+def wait_until(condition, what: str, timeout: float = 60.0, poll_s: float = 0.05):
+    """`condition()`'s first true value, looked at every `poll_s`; AssertionError naming `what`
+    after `timeout` (generous: only something that never happens gets near it)."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(poll_s)
+    return value
+
+
 # ---------------------------------------------------------------- processes a test starts
 #
 # Two promises to whoever runs the suite, checked rather than hoped for:

@@ -19,13 +19,12 @@ import signal
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from conftest import ROOT, child_env, cockpit_cmd
+from conftest import ROOT, child_env, cockpit_cmd, wait_until
 from engine.errors import ConfigError
 from engine.monitor import procinfo
 from engine.record.rundir import RunDir, find_run, summarize
@@ -36,15 +35,6 @@ from engine.run.watch import AttemptWatch
 SCRIPT = ROOT / "tests" / "scripts" / "steps.py"
 TIMEOUT = 60.0   # for a hang only: what is waited on takes a second or two, more beside a CPU hog
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-
-
-def wait_until(condition, what: str, timeout: float = TIMEOUT):
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.05)
-    return value
 
 
 class Script:

@@ -11,11 +11,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
-from conftest import TINY, child_env, cockpit_cmd
+from conftest import TINY, child_env, cockpit_cmd, wait_until as waited
 from engine.record.rundir import RunDir, find_run
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SLURM runs on Linux")
@@ -37,12 +36,8 @@ def shown(cluster, run_id: str) -> dict:
 
 
 def wait_until(condition, what: str, timeout: float = TIMEOUT):
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.5)
-    return value
+    """conftest's, looked at twice a second (each look asks SLURM)."""
+    return waited(condition, what, timeout, poll_s=0.5)
 
 
 def slurm(cluster, *argv: str) -> str:
