@@ -139,6 +139,7 @@ def test_a_job_cancelled_by_hand_stops_gracefully_and_is_not_requeued(home, slur
     assert stopped["outcome"] == "stopped"
     assert max(e["step"] for e in of_type(run, "checkpoint")) == stopped["last_step"]
     assert [e["why"] for e in of_type(run, "stop_requested")] == ["SIGTERM from outside (SLURM)"]   # not a preemption
+    assert not s["goodput"]["buckets"]["preemption"] and not s["goodput"]["queued_s"]
 
 
 @linux_only
