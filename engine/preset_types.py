@@ -50,9 +50,13 @@ class DevicePreset:
     nproc_per_node: int = setting(1, "processes on this machine; above 1 the attempt runs under "
                                      "torchrun with DDP (one per GPU on CUDA, gloo on CPU)", min=1,
                                  aka=("devices", "gpus", "num_processes", "world_size"))
-    nnodes: int = setting(1, "machines in the run (torchrun --nnodes); above 1 needs rdzv_endpoint",
-                          min=1)
+    nnodes: int | str = setting(1, "machines in the run (torchrun --nnodes): N, or 'MIN:MAX' to go "
+                                   "on at fewer after a node is lost and grow back when it returns; "
+                                   "above 1 needs rdzv_endpoint and `cockpit --node` on each machine",
+                                min=1, aka=("num_nodes",))
     rdzv_endpoint: str = setting("", "host:port of the rendezvous for a multi-machine run")
+    max_restarts: int = setting(3, "times a node re-forms the run after a node is lost (nnodes "
+                                   "'MIN:MAX'); the supervisor counts them, not torchrun", min=0)
     env: Mapping[str, str] = setting({}, "environment for the trainer process, set before torch loads")
     empty_cache: CachePolicy = setting("never", "when to empty the device cache")
     fallback: tuple[str, ...] = setting([], "device presets to fall back to, in order")
@@ -78,11 +82,16 @@ class DevicePreset:
         if self.device == "mps" and self.compile:
             raise FieldError("compile", "true is refused on MPS: torch.compile's Metal backend is "
                                         "immature and segfaults; expected false")
-        if self.device == "mps" and self.nproc_per_node * self.nnodes > 1:
+        if self.device == "mps" and self.world_size > 1:
             raise FieldError("nproc_per_node", f"{self.nproc_per_node} is refused on MPS: torch."
                              "distributed has no MPS backend; expected 1 (or device 'cuda'/'cpu')")
-        if self.nnodes > 1 and not re.fullmatch(r"[^\s:]+:\d+", self.rdzv_endpoint):
-            raise FieldError("rdzv_endpoint", f"got {self.rdzv_endpoint!r}; nnodes = {self.nnodes} "
+        if isinstance(self.nnodes, str):
+            found = re.fullmatch(r"(\d+):(\d+)", self.nnodes.strip())
+            if found is None or not 1 <= int(found[1]) <= int(found[2]):
+                raise FieldError("nnodes", f"got {self.nnodes!r}, expected a positive integer or "
+                                           "'MIN:MAX' with 1 <= MIN <= MAX (e.g. '1:2')")
+        if self.nodes[1] > 1 and not re.fullmatch(r"[^\s:]+:\d+", self.rdzv_endpoint):
+            raise FieldError("rdzv_endpoint", f"got {self.rdzv_endpoint!r}; nnodes = {self.nnodes!r} "
                                               "needs the rendezvous as 'host:port'")
         if self.device == "mps" and self.precision == "fp16":
             raise FieldError("precision", "'fp16' needs a GradScaler, which MPS lacks; expected "
@@ -118,8 +127,23 @@ class DevicePreset:
         return self.batch_size * self.accumulation
 
     @property
+    def nodes(self) -> tuple[int, int]:
+        """(fewest, most) machines: nnodes N is (N, N), 'MIN:MAX' elastic."""
+        if isinstance(self.nnodes, int):
+            return self.nnodes, self.nnodes
+        low, high = self.nnodes.strip().split(":")
+        return int(low), int(high)
+
+    @property
+    def elastic(self) -> bool:
+        """The run goes on at fewer machines after one is lost."""
+        low, high = self.nodes
+        return low < high
+
+    @property
     def world_size(self) -> int:
-        return self.nproc_per_node * self.nnodes
+        """Processes in the run at its largest."""
+        return self.nproc_per_node * self.nodes[1]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

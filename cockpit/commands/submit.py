@@ -69,7 +69,7 @@ def submit(args: argparse.Namespace) -> int:
         config = runconfig.resolve_command(argv, name, args.device, overrides)
     else:
         config = runconfig.resolve(args.workload, args.device, overrides)
-    if config.device.nnodes > 1:
+    if config.device.nodes[1] > 1:
         raise ConfigError(f"device preset {config.device_preset!r}", "nnodes",
                           f"{config.device.nnodes}: a job on several nodes is not supported yet "
                           "(one node supervisor per node, over torchrun's rendezvous); expected 1")

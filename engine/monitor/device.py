@@ -55,7 +55,7 @@ def resolve(preset: DevicePreset, where: str = "device preset") -> Resolved:
         if kind == "mps" and not mps_available():
             raise ConfigError(where, "device", "'mps' is not available on this machine "
                               "(torch.backends.mps.is_available() is false); expected 'auto' or 'cpu'")
-    if kind == "mps" and preset.nproc_per_node * preset.nnodes > 1:
+    if kind == "mps" and preset.world_size > 1:
         raise ConfigError(where, "nproc_per_node", f"{preset.nproc_per_node} is refused: auto picked "
                           "MPS, and torch.distributed has no MPS backend; expected 1")
     if kind == "cuda" and 1 < preset.nproc_per_node > torch.cuda.device_count():

@@ -76,9 +76,9 @@ def build(workload: WorkloadPreset, *, devices: list[str], preset_names: list[st
                  for d in devices or available_devices()]
     out = []
     for label, name, preset in found:
-        if preset.nproc_per_node * preset.nnodes > 1:
+        if preset.world_size > 1:
             raise ConfigError(f"device preset {name!r}", "nproc_per_node",
-                              f"{preset.nproc_per_node * preset.nnodes} processes; the probe "
+                              f"{preset.world_size} processes; the probe "
                               "measures one process, expected 1 (probe per GPU, then scale)")
         # A fault that fires in every attempt fires in the probe too (tests, rehearsals).
         preset = dataclasses.replace(preset, fallback=(), on_slowdown="warn")

@@ -97,7 +97,8 @@ def step_set_by(overrides, preset: DevicePreset, preset_name: str) -> tuple[str,
     # the largest factor of the step
     set_here = [k for k in factors if str(getattr(preset, k)) in (keys.get(k), keys.get(f"device.{k}"))]
     if set_here:
-        return "--set", "device." + max(set_here, key=lambda k: getattr(preset, k))
+        return "--set", "device." + max(set_here, key=lambda k: preset.nodes[1] if k == "nnodes"
+                                        else getattr(preset, k))
     return f"device preset {preset_name!r}", "batch_size"
 
 

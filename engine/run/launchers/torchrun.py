@@ -37,7 +37,7 @@ class TorchrunLauncher(TrainerLauncher):
 
     @classmethod
     def fits(cls, config: RunConfig, preset: DevicePreset) -> bool:
-        return super().fits(config, preset) and preset.nproc_per_node * preset.nnodes > 1
+        return super().fits(config, preset) and preset.world_size > 1
 
     def launch(self, attempt: int, name: str, preset: DevicePreset, resume: dict | None = None) -> Launch:
         return trainer_launch(self.run, attempt, name, preset, launcher=torchrun_argv(preset, self.run.id))
