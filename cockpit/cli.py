@@ -29,6 +29,8 @@ examples:
   cockpit runs log last --traceback                 the crashed attempt's traceback, whole
   cockpit runs resume last                          continue a stopped, failed or interrupted run
   cockpit adopt 4242 --log train.log                follow a training process cockpit did not start
+  cockpit --no-ui -d two-hosts --node a --run-id r1   one machine of several (the same on each,
+                                                    another --node): torchrun's c10d rendezvous
   cockpit submit -w trm-tiny -d cuda --time 2:00:00 a SLURM job that survives its limit and preemption
   cockpit presets list
   cockpit probe -w trm-tiny                         which device (and CPU thread count) is fastest here
@@ -94,6 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print every event as a JSON line")
     parser.add_argument("--detach", action="store_true",
                         help="start the run in the background, print its id and return")
+    parser.add_argument("--node", metavar="NAME",
+                        help="this machine's name in a run on several (a device preset with nnodes "
+                             "above 1): run the same command, with the same --run-id, on each")
+    parser.add_argument("--run-id", metavar="ID",
+                        help="with --node: the run every machine joins (the same on each)")
     add_output_arguments(parser)
     parser.add_argument("--runs-dir", metavar="DIR", help="where runs live (default: COCKPIT_RUNS_DIR "
                                                           "or the user data dir)")

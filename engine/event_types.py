@@ -238,10 +238,24 @@ class TrainerReadyFields(TypedDict):
     pid: int
     torch: str
     world_size: int
+    nodes: NotRequired[int]          # machines in the world (torchrun's rendezvous)
+    node_rank: NotRequired[int]      # this machine's place in it
+    rank: NotRequired[int]           # the speaker's global rank (0: it writes the checkpoints)
     global_batch: int
     optimizer: str
     peak_tflops: float | None
     startup_s: NotRequired[float]   # the probe's worker
+
+
+class NodesChangedFields(TypedDict):
+    """A node's workers restarted in another world: a machine lost, or one come back
+    (engine.run.launchers.node)."""
+
+    nodes_before: int
+    nodes: int                      # machines in the world now
+    world_size: int                 # processes in it
+    resumed_step: int               # the checkpoint's step it resumed from
+    steps_lost: int                 # steps trained past it before the restart, to train again
 
 
 class HeartbeatFields(TypedDict):
@@ -459,6 +473,7 @@ EVENT_FIELDS: dict[str, type] = {
     "fault_injected": FaultInjectedFields,
     "trainer_ready": TrainerReadyFields,
     "heartbeat": HeartbeatFields,
+    "nodes_changed": NodesChangedFields,
     "parity": ParityFields,
     "step": StepFields,
     "eval_started": EvalStartedFields,

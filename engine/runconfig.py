@@ -17,7 +17,8 @@ from engine import command, presets, vocabulary, workloads
 from engine.command import interpreter, programs
 from engine.errors import ConfigError
 from engine.preset_types import DevicePreset, TrainSettings, WorkloadPreset
-from engine.schema import fields, from_table, nearest, parse_value, to_table, unknown_key
+from engine.schema import assign, fields, from_table, lookup, nearest, parse_value, table_class, \
+    to_table, unknown_key
 from engine.schema import names as key_names
 
 
@@ -66,18 +67,20 @@ def _sections(workload: WorkloadPreset, device: DevicePreset) -> dict[str, tuple
 
 
 def _split_key(key: str, classes: dict[str, type]) -> tuple[str, str]:
-    """'device.batch_size' or a bare 'batch_size' (when exactly one section has it)."""
-    if "." in key:
-        section, _, name = key.partition(".")
-        if section not in classes:  # 'training.lr': the key itself may still be a known one
-            trainer = {} if "train" in classes else key_names(TrainSettings)
-            meant = nearest(key, [_known(classes), trainer], n=1)
-            hint = "" if not meant else f"; did you mean '{meant[0][1]}'?" if meant[0][0] == 0 \
-                else "; " + presets.TRAINER_ONLY.format(key=meant[0][1])
-            raise ConfigError("--set", key, f"unknown section {section!r}; expected one of "
-                              + ", ".join(classes) + hint)
-        return section, name
-    owners = [s for s, cls in classes.items() if key in fields(cls)]
+    """'device.batch_size', or a bare 'batch_size' or 'slurm.partition' (a key of a nested
+    table) when exactly one section has it."""
+    head, dot, name = key.partition(".")
+    if dot and head in classes:
+        return head, name
+    owners = [s for s, cls in classes.items()
+              if head in fields(cls) and (not dot or table_class(fields(cls)[head][1]))]
+    if dot and not owners:  # 'training.lr': the key itself may still be a known one
+        trainer = {} if "train" in classes else key_names(TrainSettings)
+        meant = nearest(key, [_known(classes), trainer], n=1)
+        hint = "" if not meant else f"; did you mean '{meant[0][1]}'?" if meant[0][0] == 0 \
+            else "; " + presets.TRAINER_ONLY.format(key=meant[0][1])
+        raise ConfigError("--set", key, f"unknown section {head!r}; expected one of "
+                          + ", ".join(classes) + hint)
     if len(owners) == 1:
         return owners[0], key
     if len(owners) > 1:
@@ -110,10 +113,10 @@ def apply_overrides(workload: WorkloadPreset, device: DevicePreset,
         if not eq or not key:
             raise ConfigError("--set", item, "expected key=value (e.g. batch_size=16)")
         section, name = _split_key(key, classes)
-        if name not in fields(classes[section]):
+        spec = lookup(classes[section], name)   # 'slurm.partition': a nested table's key
+        if spec is None:
             raise _unknown(key, classes, section)
-        spec = fields(classes[section])
-        tables[section][name] = parse_value(text.strip(), spec[name][1])
+        assign(tables[section], name, parse_value(text.strip(), spec[1]))
     built = {name: from_table(classes[name], table, where="--set", prefix=f"{name}.")
              for name, table in tables.items()}
     if workload.is_command:
@@ -291,8 +294,13 @@ def check_faults(config: RunConfig, start_where: str) -> None:
         fault = vocabulary.parse(spec)
         blame = fault_from(spec, names, config.device_preset, start_where, config.overrides)
         if fault.kind in vocabulary.SUPERVISOR_KINDS and fault.timed:
-            raise ConfigError(*blame, f"{fault.kind} fires at a step the supervisor sees (the "
-                                      f"warning a cluster sends); expected {fault.kind}@STEP")
+            raise ConfigError(*blame, f"{fault.kind} fires at a step the supervisor sees; "
+                                      f"expected {fault.kind}@STEP")
+        if fault.kind == vocabulary.FaultKind.NODE_LOST and \
+                any(devices[n].nodes[1] < 2 for n in names):
+            raise ConfigError(*blame, "node-lost loses one machine of several; expected a device "
+                                      "preset with nnodes above 1 (a run on one machine has no "
+                                      "node to lose)")
         last = None if fault.timed else last_step(config, [devices[n] for n in names])
         if last is not None and fault.step is not None and fault.step > last[0]:
             raise ConfigError(*blame, past_last_step(fault, *last))

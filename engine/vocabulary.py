@@ -35,6 +35,7 @@ class CrashKind(StrEnum):
     USER_CODE = "user-code"
     CHECKPOINT = "checkpoint"
     SLOWDOWN = "slowdown"
+    NODE_LOST = "node-lost"
     UNKNOWN = "unknown"
 
 
@@ -84,6 +85,7 @@ class FaultKind(StrEnum):
     WRONG_GRAD = "wrong-grad"
     COMPILE_ERROR = "compile-error"
     PREEMPT = "preempt"
+    NODE_LOST = "node-lost"
 
 
 FAULT_KINDS: tuple[FaultKind, ...] = tuple(FaultKind)
@@ -96,8 +98,9 @@ SIGNAL_KINDS = (FaultKind.NATIVE_CRASH, FaultKind.HANG, FaultKind.SLOW)
 IN_SCRIPT_KINDS = (FaultKind.NATIVE_CRASH, FaultKind.OOM, FaultKind.BACKEND, FaultKind.OPENMP,
                    FaultKind.NAN, FaultKind.USER_CODE)
 # What the supervisor itself does at a step, whatever launches the attempt: preempt, the warning
-# a cluster sends before a job's time ends (engine.run.supervisor.Supervisor.preempt).
-SUPERVISOR_KINDS = (FaultKind.PREEMPT,)
+# a cluster sends before a job's time ends (engine.run.supervisor.Supervisor.preempt); node-lost,
+# this machine's torchrun agent and workers killed at once, as a host lost (a node of several).
+SUPERVISOR_KINDS = (FaultKind.PREEMPT, FaultKind.NODE_LOST)
 # Raised inside a command by cockpit.report alone: native-crash, hang and slow need no report.
 REPORTED_KINDS = tuple(k for k in IN_SCRIPT_KINDS if k not in SIGNAL_KINDS)
 

@@ -15,8 +15,8 @@ from cockpit.present.words import average_rate, badput_parts, checkpoint_step, d
 from engine import command, paths, settings
 from engine.errors import ConfigError
 from engine.run import detached, lifeline, resume as resumption, slurm
-from engine.numbers import count, metric, rate
-from engine.record import interval
+from engine.numbers import count, metric, rate, size
+from engine.record import interval, nodes
 from engine.record.rundir import RunSummary, continue_hint, find_run, list_runs, summarize
 from engine.record.state import RunState
 
@@ -54,8 +54,10 @@ def show(args: argparse.Namespace) -> int:
     run = find_run(args.run)
     s = summarize(run)
     job = slurm.state_of(run)
+    machines = [nodes.view(n) for n in nodes.nodes_of(run)]
     if args.json:
-        print(json.dumps({**dataclasses.asdict(s), **({"slurm": job} if job else {})}, indent=2))
+        print(json.dumps({**dataclasses.asdict(s), **({"slurm": job} if job else {}),
+                          **({"nodes": [m.as_dict() for m in machines]} if machines else {})}, indent=2))
         return 0
     if s.error:
         raise ConfigError(f"run {s.id}", None, f"is broken: {s.error}")
@@ -96,7 +98,25 @@ def show(args: argparse.Namespace) -> int:
               "(trained again after a fallback, or past the last checkpoint)")
     for line in goodput_lines(s):
         print(line)
+    for line in node_lines(machines):
+        print(line)
     return 0
+
+
+def node_lines(machines: list[nodes.NodeView]) -> list[str]:
+    """A run on several machines: each one's status, step, world, rate and memory, and the
+    sentence of a machine lost, at 80 columns. Its figures above are rank 0's machine's."""
+    if not machines:
+        return []
+    lines = [f"nodes     {count(len(machines), 'machine')} (figures above: global rank 0's)"]
+    for m in machines:
+        world = f"world {m.nodes}x{(m.world_size or 0) // max(1, m.nodes or 1)}" if m.nodes else "no world yet"
+        speed = f"{rate(m.samples_per_s)} samples/s" if m.samples_per_s else "-"
+        lines.append(f"  {m.name:<10} {m.status:<11} step {m.step:<7} {world:<11} {speed:<18} "
+                     f"rss {size(m.rss) if m.rss else '-'}"[:80])
+        lines += textwrap.wrap(f"lost: {m.lost}", 80, initial_indent=" " * 13, subsequent_indent=" " * 13) \
+            if m.lost else []
+    return lines
 
 
 def adopted_lines(s: RunSummary) -> list[str]:
@@ -233,6 +253,8 @@ def follow(args: argparse.Namespace) -> int:
 
 def stop(args: argparse.Namespace) -> int:
     run = find_run(args.run)
+    if members := nodes.nodes_of(run):
+        return _stop_machines(run, members)
     state = RunState.of(run.events())
     stopping = state.current.stops if state.current is not None else 0   # asked already
     host, job = run.supervisor_elsewhere(), slurm.record_of(run)
@@ -270,6 +292,20 @@ def stop(args: argparse.Namespace) -> int:
            if command else "it checkpoints and exits after the current step (asking again "
                            "stops it at once, without a checkpoint)")
     print(f"asked run {run.id} to stop; {how}")
+    return 0
+
+
+def _stop_machines(run, members) -> int:
+    """A run on several machines: the supervisors of those on this one are asked (on a SLURM
+    job's nodes, its job is cancelled); the others stop at the same step, through the trainer's
+    stop agreement over the process group, after a checkpoint."""
+    asked = [m.path.name for m in members if detached.request_stop(m)]
+    if not asked:
+        print(f"run {run.id} is not running here (machines {', '.join(m.path.name for m in members)}: "
+              "no live supervisor on this one)")
+        return 1
+    print(f"asked run {run.id} to stop on {', '.join(asked)}: every machine checkpoints and "
+          "exits after the same step")
     return 0
 
 

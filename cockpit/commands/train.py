@@ -13,6 +13,7 @@ from engine import command, presets, runconfig, settings
 from engine.errors import ConfigError
 from engine.run.alerts import Terminal
 from engine.run import detached, follow as run_follow, supervisor
+from engine.record import nodes
 from engine.record.rundir import RunDir, RunSummary, summarize
 
 # an adopted run (cockpit adopt): "ended" is its process's end with no error in its log (its exit
@@ -36,6 +37,21 @@ def run(args: argparse.Namespace) -> int:
         from engine.monitor import device
 
         device.resolve(config.device, where=f"device preset {config.device_preset!r}")
+    several = config.device.nodes[1] > 1
+    if several != bool(args.node):
+        raise ConfigError("--node", args.node,
+                          f"device preset {config.device_preset!r} has nnodes = {config.device.nnodes!r}: "
+                          + ("a run on several machines needs --node NAME --run-id ID on each"
+                             if several else "--node names one machine of several; expected nnodes above 1"))
+    if args.run_id and not args.node:
+        raise ConfigError("--run-id", args.run_id, "names the run that several machines join; "
+                                                   "expected it with --node")
+    if several:
+        if not args.run_id:
+            raise ConfigError("--run-id", None, "missing; every machine of a run joins it by the "
+                                                "same id (e.g. --run-id $SLURM_JOB_ID or a name)")
+        settings.load()
+        return supervise(nodes.join(config, args.run_id, args.node), args)
     return start(config, args)
 
 
@@ -144,6 +160,15 @@ def _print_summary(s: RunSummary) -> None:
 
 def _print_where(run_dir: RunDir, s: RunSummary) -> None:
     """The last lines: where the run is and what to type next."""
+    if (whole := nodes.run_of(run_dir)) is not None:   # one machine of several
+        lines = [f"run dir {run_dir.path}", f"  cockpit runs show {whole.id}      the run, every machine"]
+        if s.status in ("stopped", "failed", "interrupted", "lost"):
+            lines.append("  continue it: the same cockpit --node command again, on each machine")
+        try:
+            print("\n".join(lines), flush=True)
+        except OSError:
+            pass
+        return
     lines = [f"run dir {run_dir.path}", f"  cockpit runs show {run_dir.id}      its summary"]
     if s.adopted is not None and s.status in ("stopped", "failed", "ended", "released", "lost"):
         lines.append(f"  cockpit runs resume {run_dir.id} [--resume-args ARGS]    its command again, "

@@ -361,6 +361,11 @@ def summarize(run: RunDir) -> RunSummary:
     a key it needs) is status 'broken' with the reason in `error`, so one bad run dir never
     hides the others from `runs list` or the runs screen."""
     try:
+        if not run.events_path.exists():
+            from engine.record import nodes   # a run on several machines: theirs, gathered
+
+            if members := nodes.nodes_of(run):
+                return nodes.gathered(run, members)
         return _fold(run)
     except UNREADABLE as e:
         return broken(run, e)

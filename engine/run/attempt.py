@@ -217,6 +217,12 @@ class Attempt:
         if self.health is not None:
             self._on_warning(self.health.saw(event))
         self.kind.see(event)
+        self.launcher.see(event, self.events.emit)
+
+    def lose(self) -> None:
+        """`--inject node-lost@N`: its machine lost, at once (engine.run.launchers.node)."""
+        if self.running and self.process is not None:
+            self.launcher.lose(self.process)
 
     def _read_output(self, final: bool = False) -> None:
         """New output since the last poll: a sign of life, and progress where the kind reads it

@@ -50,6 +50,10 @@ DEFAULT_RULES: dict[str, str] = {
     "user-code": "stop",
     "checkpoint": "retry",   # from the checkpoint before it: the supervisor skips the bad one
     "slowdown": "next",
+    # A machine of several is gone: this node's agent joins the rendezvous again, which re-forms
+    # the run without it where nnodes is 'MIN:MAX' (and with it once it is back); a run whose
+    # nnodes is a number cannot go on without it, and stops.
+    "node-lost": "retry",
     "unknown": "next",
 }
 # Fields a rule may change; what `changed` reports.
@@ -114,16 +118,27 @@ def got_further(before: dict | None, after: dict | None) -> bool:
 
 def decide(verdict: Verdict, current: Rung, ladder: Ladder, attempts: int, max_attempts: int,
            precision_used: str | None = None, fixed: frozenset[str] = frozenset(),
-           progressed: bool = False) -> Decision:
+           progressed: bool = False, node_losses: int = 0) -> Decision:
     """The next attempt after `verdict`, or a decision to stop. `fixed` names the settings the
     workload cannot change (a command that takes no {batch_size}): a rule that would change
     only those moves to the next preset instead of retrying the same thing. `progressed`: the
-    attempt got a checkpoint further than the one it started from (`got_further`)."""
+    attempt got a checkpoint further than the one it started from (`got_further`); `node_losses`:
+    the run's attempts that ended with a machine lost, this one included."""
     action = rule_for(current.preset, verdict.kind)
     why = f"{verdict.kind} -> {action} (rule)"
+    preset = current.preset
+    if verdict.kind == "node-lost" and action != "stop":
+        if not preset.elastic:
+            return Decision("stop", f"{why}, but nnodes = {preset.nnodes!r} needs every machine: "
+                                    "nnodes = 'MIN:MAX' goes on at fewer")
+        if node_losses > preset.max_restarts:
+            return Decision("stop", f"{why}, but the run has re-formed {preset.max_restarts} times "
+                                    "(max_restarts)")
+        # Re-forming after a lost machine is the rendezvous doing its work, not an attempt of
+        # the run's own failing: max_restarts counts them, not max_attempts.
+        return _to(action, why, current, Rung(current.name, preset))
     if action != "stop" and attempts >= max_attempts:
         return Decision("stop", f"{why}, but the run has used its {max_attempts} attempts (max_attempts)")
-    preset = current.preset
     if action == "retry":
         return _to(action, why, current, Rung(current.name, preset))
     if action == "retry-progress":

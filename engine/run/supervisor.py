@@ -204,11 +204,14 @@ class Supervisor:
             decision = fallback.decide(verdict, current, ladder, len(results), start.preset.max_attempts,
                                        precision_used=result.watch.precision,
                                        fixed=self.kind.fixed_settings(),
-                                       progressed=fallback.got_further(previous, resume))
+                                       progressed=fallback.got_further(previous, resume),
+                                       node_losses=sum(r.verdict.kind == "node-lost" for r in results))
             if decision.next is None:
                 self.events.emit("run_failed", reason=decision.why, kind=verdict.kind)
                 return "failed", results
             self._emit_fallback(result, decision, resume)
+            if (back := launcher.away()) is not None and not self._wait_until(back):
+                return "stopped", results
             current = decision.next
 
     def _emit_fallback(self, result: AttemptResult, decision: Decision, resume: dict | None) -> None:
@@ -316,7 +319,7 @@ class Supervisor:
             if attempt is not None and e.get("attempt") == attempt.number:
                 attempt.see(e, now)
                 if e["type"] == "step":
-                    self._rehearse_preemption(attempt, e["step"])
+                    self._rehearse(attempt, e["step"])
             if e["type"] == "checkpoint":
                 self.kind.checkpoints[e["path"]] = e
         if events and self.on_events:
@@ -325,14 +328,28 @@ class Supervisor:
             self._alerts.see(events)
 
 
-    def _rehearse_preemption(self, attempt: Attempt, step: int) -> None:
-        """`--inject preempt@N`: the warning a cluster sends before a job's time ends, at step N,
-        once a run (the supervisor's own fault, whatever launches the attempt)."""
+    def _rehearse(self, attempt: Attempt, step: int) -> None:
+        """The supervisor's own faults, at step N, once a run, whatever launches the attempt:
+        `--inject preempt@N`, the warning a cluster sends before a job's time ends;
+        `--inject node-lost@N`, this machine of several lost (its agent and workers killed)."""
         for fault in [f for f in self._own_faults if (f.step or 0) <= step]:
             self._own_faults.remove(fault)   # fired: the attempt's watch records it for the run
             self.events.emit("fault_injected", attempt=attempt.number, spec=fault.spec,
                              kind=fault.kind, step=step, by="supervisor")
-            self.preempt(f"{fault.spec} (rehearsed)")
+            if fault.kind == vocabulary.FaultKind.NODE_LOST:
+                attempt.lose()
+            else:
+                self.preempt(f"{fault.spec} (rehearsed)")
+
+    def _wait_until(self, ready: Callable[[], bool], poll_s: float = 0.5) -> bool:
+        """Between two attempts, until `ready()` (reading events meanwhile); False if the run
+        was asked to stop first."""
+        while not ready():
+            if self.stop_requests:
+                return False
+            self._pump()
+            time.sleep(poll_s)
+        return True
 
 
 def _handler(action: Callable[[], None]) -> Callable[[int, Any], None]:

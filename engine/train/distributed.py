@@ -2,7 +2,9 @@
 
 The supervisor launches an attempt through `python -m torch.distributed.run` when the device
 preset asks for more than one process (engine.run.launchers.torchrun); every worker runs
-engine.train.trainer, which finds its rank here. Rank 0 writes the run's events and checkpoints; the other ranks write heartbeats.
+engine.train.trainer, which finds its rank here. Rank 0 writes the run's checkpoints and evals;
+each machine's local rank 0 speaks for its machine (its steps, in its node's run directory:
+engine.run.launchers.node), the other ranks write heartbeats.
 A step's global group of samples is split across ranks so that the averaged gradient is the
 one a single process would compute over the same samples: a resume, or a fallback to one
 process, continues at the same sample with the same effective batch.
@@ -21,10 +23,21 @@ class World:
     local_rank: int = 0
     size: int = 1
     control: Any = None   # a gloo group for host-side agreement (stop flags), no device sync
+    node_rank: int = 0    # this machine's place in the rendezvous (torchrun's GROUP_RANK)
+    local_size: int = 1   # processes on this machine
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    @property
+    def speaks(self) -> bool:
+        """Speaks for its machine: its steps reach the supervisor on this machine."""
+        return self.local_rank == 0
+
+    @property
+    def nodes(self) -> int:
+        return max(1, self.size // max(1, self.local_size))
 
     @classmethod
     def from_env(cls, device_type: str) -> "World":
@@ -38,7 +51,8 @@ class World:
         dist.init_process_group(backend=backend)
         control = dist.new_group(backend="gloo") if backend != "gloo" else None
         return cls(rank=dist.get_rank(), local_rank=int(os.environ.get("LOCAL_RANK", "0")),
-                   size=size, control=control)
+                   size=size, control=control, node_rank=int(os.environ.get("GROUP_RANK", "0")),
+                   local_size=int(os.environ.get("LOCAL_WORLD_SIZE", str(size))))
 
     def any(self, flag: bool) -> bool:
         """True on every rank if it is true on any (a stop request reaches one process first)."""

@@ -90,13 +90,16 @@ class Trainer:
         if self.world.size > 1 and self.device.type == "cuda":
             self.device = torch.device("cuda", self.world.local_rank)
             torch.cuda.set_device(self.device)
-        # Rank 0 speaks for the run; the other ranks only heartbeat (and report their own
-        # exceptions, from main()). Injected faults hit rank 0.
-        self.emit: Emit = events.emit if self.world.is_main else (lambda *a, **k: None)
+        # Rank 0 speaks for the run (evals, checkpoints); each machine's local rank 0 for its
+        # machine (its start, its steps: the supervisor there reads them); the other ranks only
+        # heartbeat (and report their own exceptions, from main()). Injected faults hit rank 0.
+        quiet: Emit = lambda *a, **k: None   # noqa: E731
+        self.emit: Emit = events.emit if self.world.is_main else quiet
+        self.say: Emit = events.emit if self.world.speaks else quiet
         # Each step as it is done, for the supervisor to read after any death (a report is
-        # every half second): rank 0's, as its events are.
+        # every half second): the machine's speaker's, as its events are.
         self.reached = reached.Publisher(reached.path_of(run.path, events.attempt)) \
-            if self.world.is_main else None
+            if self.world.speaks else None
         self.faults = Injector(preset.inject if self.world.is_main else (), self.device.type, self.emit)
         self.global_batch = preset.effective_batch * self.world.size
         if preset.threads:
@@ -165,7 +168,7 @@ class Trainer:
 
     def fit(self) -> str:
         """Train to the end of the schedule or to a stop request: 'finished' or 'stopped'."""
-        self.emit("trainer_ready", **self.describe())
+        self.say("trainer_ready", **self.describe())
         self.faults.before_step(0)
         if self.preset.parity_check:
             self.check_parity()
@@ -259,7 +262,7 @@ class Trainer:
         now = time.monotonic()
         if done < of and now - self._last_heartbeat >= self.train.report_every_s:
             self._last_heartbeat = now
-            self.emit("heartbeat", rank=self.world.rank, step=self.step, micro_batches=done, of=of)
+            self.say("heartbeat", rank=self.world.rank, step=self.step, micro_batches=done, of=of)
 
     def check_parity(self) -> parity.Parity:
         """The device against the CPU on the next micro-batch (engine.train.parity); a wrong
@@ -348,7 +351,7 @@ class Trainer:
             # Cut short by a checkpoint or the end: a few steps' rate, too noisy to show or to
             # count as a best (the run's averages still count its samples and time).
             event["partial"] = True
-        if self.world.is_main:
+        if self.world.speaks:
             self.events.emit("step", **event)
         else:
             self.events.emit("heartbeat", rank=self.world.rank, step=self.step, pid=os.getpid())
@@ -486,6 +489,7 @@ class Trainer:
             parameters=sum(p.numel() for p in self.model.parameters()),
             trainable=sum(p.numel() for p in self.model.parameters() if p.requires_grad),
             pid=os.getpid(), torch=torch.__version__, world_size=self.world.size,
+            nodes=self.world.nodes, node_rank=self.world.node_rank, rank=self.world.rank,
             global_batch=self.global_batch,
             optimizer=optim.describe(self.optimizer, self.scheduler, self.train, self.workload),
             peak_tflops=self.peak[0] if self.peak else None,

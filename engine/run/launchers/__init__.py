@@ -1,6 +1,7 @@
 """Every way a training process starts or is found, one launcher each.
 
     trainer    engine.train.trainer in one process                    (launchers.trainer)
+    node       engine.train.trainer on one machine of several            (launchers.node)
     torchrun   engine.train.trainer in several, through torchrun      (launchers.torchrun)
     command    the user's own command, its argv filled in per attempt (launchers.command)
     adopted    a process cockpit did not start, found by its pid      (launchers.adopted)
@@ -16,12 +17,13 @@ from engine.preset_types import DevicePreset
 from engine.record.rundir import RunDir
 from engine.run.launchers.base import Launcher
 from engine.run.launchers.command import CommandLauncher
+from engine.run.launchers.node import NodeLauncher
 from engine.run.launchers.torchrun import TorchrunLauncher
 from engine.run.launchers.trainer import TrainerLauncher
 from engine.runconfig import RunConfig
 
 # In the order they are asked: the first that fits starts the attempt.
-LAUNCHERS: tuple[type[Launcher], ...] = (CommandLauncher, TorchrunLauncher, TrainerLauncher)
+LAUNCHERS: tuple[type[Launcher], ...] = (CommandLauncher, NodeLauncher, TorchrunLauncher, TrainerLauncher)
 
 
 def for_attempt(run: RunDir, config: RunConfig, preset: DevicePreset) -> Launcher:

@@ -26,6 +26,7 @@ from typing import Callable, ClassVar
 
 from engine.preset_types import DevicePreset
 from engine.record.attempt_log import TAIL_LINES
+from engine.emit import Emit
 from engine.event_types import WarningFields
 from engine.record.events import EventWriter
 from engine.record.rundir import RunDir
@@ -126,6 +127,19 @@ class Launcher:
         for hours with every monitor green, so it is stopped now, without the graceful stop (a
         script saving on Ctrl-C would save the garbage)."""
         stop_now()
+
+    def see(self, event: dict, say: Emit) -> None:
+        """One of its attempt's events, read for what it means beyond the watch's reading (a
+        node's world re-formed), said with `say` (the run's event writer's emit)."""
+
+    def lose(self, process: AttemptProcess) -> None:
+        """`--inject node-lost@N`: its machine lost, everything it runs killed at once."""
+        process.kill()
+
+    def away(self) -> Callable[[], bool] | None:
+        """After its attempt, before the next: None to go on at once, or what says that it may
+        (a rehearsed lost machine stays away until the others trained without it)."""
+        return None
 
     def warning(self, warning: WarningFields) -> WarningFields:
         """A warning of its health, as it is said (and, where `fallback`, acted on)."""

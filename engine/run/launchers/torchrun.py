@@ -1,7 +1,7 @@
 """The built-in trainer in several processes: torch.distributed's own launcher, torchrun.
 
-A device preset whose nproc_per_node or nnodes asks for more than one process runs its attempt
-as `python -m torch.distributed.run ... -m engine.train.trainer ...`, supervised like any
+A device preset whose nproc_per_node asks for more than one process on this machine runs its
+attempt as `python -m torch.distributed.run ... -m engine.train.trainer ...`, supervised like any
 attempt; every worker finds its rank in engine.train.distributed. Its stop signals go to its
 workers (each in a session of its own), so that every rank checkpoints through the same stop
 agreement; how it ended is the first failing rank's end (torchrun's ChildFailedError report),
@@ -40,7 +40,7 @@ class TorchrunLauncher(TrainerLauncher):
         return super().fits(config, preset) and preset.world_size > 1
 
     def launch(self, attempt: int, name: str, preset: DevicePreset, resume: dict | None = None) -> Launch:
-        return trainer_launch(self.run, attempt, name, preset, launcher=torchrun_argv(preset, self.run.id))
+        return trainer_launch(self.run, attempt, name, preset, launcher=torchrun_argv(preset))
 
     def spare(self, attempt: int, name: str, preset: DevicePreset) -> dict | None:
         return None   # torchrun starts its own workers
@@ -57,15 +57,11 @@ class TorchrunLauncher(TrainerLauncher):
         return super().judge(watch, launch, code, tail, **facts)
 
 
-def torchrun_argv(preset: DevicePreset, run_id: str, python: str = sys.executable) -> list[str]:
-    """The torchrun command in front of `-m engine.train.trainer ...`."""
-    command = [python, "-m", "torch.distributed.run", f"--nproc-per-node={preset.nproc_per_node}",
-               # The supervisor owns retries (with a changed preset); torchrun restarting
-               # identical workers would hide the crash from it.
-               "--max-restarts=0"]
-    if preset.nnodes == 1:
-        command.append("--standalone")
-    else:
-        command += [f"--nnodes={preset.nnodes}", "--rdzv-backend=c10d",
-                    f"--rdzv-endpoint={preset.rdzv_endpoint}", f"--rdzv-id={run_id}"]
-    return command
+def torchrun_argv(preset: DevicePreset, python: str = sys.executable, *,
+                  rendezvous: tuple[str, ...] = ("--standalone",)) -> list[str]:
+    """The torchrun command in front of `-m engine.train.trainer ...`: on this machine alone
+    (`--standalone`), or with a node's `rendezvous` (engine.run.launchers.node)."""
+    return [python, "-m", "torch.distributed.run", f"--nproc-per-node={preset.nproc_per_node}",
+            # The supervisor owns retries (with a changed preset); torchrun restarting
+            # identical workers would hide the crash from it.
+            "--max-restarts=0", *rendezvous]

@@ -1,0 +1,168 @@
+"""A run on several machines: real torchrun agents on loopback (127.0.0.2 and .3, gloo on the
+CPU), each under its own node supervisor started by the real CLI, meeting in torchrun's c10d
+rendezvous. No mock between cockpit and torchrun."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+
+import pytest
+
+from cockpit import cli
+from conftest import TINY, child_env, cockpit_cmd, wait_until
+from engine.record import nodes
+from engine.record.rundir import RunDir
+from engine.run.process import spawn
+
+RUN = TINY + ["params.n=32", "params.samples=512", "batch_size=8", "accumulation=1",
+              "train.checkpoint_every_steps=4", "hang_timeout_s=120"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def machine(home, name: str, address: str, overrides: list[str], *extra: str) -> subprocess.Popen:
+    """`cockpit --no-ui --node NAME --run-id r1 ...` as a machine of the run, its agent on
+    `address` (torchrun reads --local-addr from PET_LOCAL_ADDR)."""
+    args = ["--no-ui", "-w", "matmul", "-d", "cpu", "--node", name, "--run-id", "r1", "--json", *extra]
+    for item in overrides:
+        args += ["--set", item]
+    out = open(home / f"{name}.out", "wb")
+    return spawn(cockpit_cmd(*args), restore_sigint=True, stdout=out, stderr=subprocess.STDOUT,
+                 env={**child_env(), "PET_LOCAL_ADDR": address})
+
+
+def events(home, name: str, kind: str) -> list[dict]:
+    run = RunDir(home / "runs" / "r1" / "nodes" / name)
+    return [e for e in run.events() if e["type"] == kind] if run.events_path.exists() else []
+
+
+def start_two(home, overrides: list[str], *b_extra: str) -> tuple[subprocess.Popen, subprocess.Popen]:
+    port = free_port()
+    overrides = RUN + overrides + [f"rdzv_endpoint=127.0.0.1:{port}"]
+    a = machine(home, "a", "127.0.0.2", overrides)
+    # a's agent hosts the c10d store (the first to bind the endpoint does): the machine lost
+    # below is the other one, as on a cluster the endpoint's host is a chosen one
+    wait_until(lambda: listening(port) or a.poll() is not None, "machine a's rendezvous store", 120)
+    return a, machine(home, "b", "127.0.0.3", overrides, *b_extra)
+
+
+def finish(*processes: subprocess.Popen, timeout: float = 300) -> list[int]:
+    """Their exit codes; any still running after `timeout` is stopped as Ctrl-C would (its
+    supervisor stops its attempt), then killed."""
+    codes = []
+    for p in processes:
+        try:
+            codes.append(p.wait(timeout))
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGINT)
+            try:
+                codes.append(p.wait(120))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                codes.append(p.wait())
+    return codes
+
+
+def test_a_lost_machine_is_said_the_run_goes_on_without_it_and_grows_back(home):
+    # long enough that it is still training when b comes back (the test stops it once it grew)
+    a, b = start_two(home, ["nnodes=1:2", "train.epochs=400"], "--inject", "node-lost@12")
+    try:
+        # b's agent and workers are killed at step 12; a's collective breaks, and a says which
+        # machine it lost, with the connection gloo saw broken
+        (lost_here,) = wait_until(lambda: events(home, "b", "crash"), "b's node-lost", 240)
+        assert lost_here["kind"] == "node-lost" and "This machine (b)" in lost_here["sentence"]
+        (lost_there,) = wait_until(lambda: events(home, "a", "crash"), "a's node-lost", 240)
+        assert lost_there["kind"] == "node-lost" and "by peer" in lost_there["sentence"]
+        # a re-forms alone, from the newest checkpoint before the loss (whether the run began
+        # with both machines or grew to two as b joined late)
+        alone = wait_until(lambda: [e for e in events(home, "a", "trainer_ready")
+                                    if e["attempt"] == 2 and e["nodes"] == 1], "a training alone", 240)[0]
+        assert alone["world_size"] == 1
+        assert alone["resumed_from"]["step"] <= lost_there["evidence"]["last_step"]
+        (shrank,) = wait_until(lambda: [e for e in events(home, "a", "nodes_changed")
+                                        if e["attempt"] == 2 and e["nodes"] == 1], "a saying so", 60)
+        assert (shrank["nodes_before"], shrank["world_size"]) == (2, 1)
+        # the steps lost exact: trained past the checkpoint before the loss, to train again
+        assert shrank["steps_lost"] == lost_there["evidence"]["last_step"] - alone["resumed_from"]["step"]
+        # b comes back once a trained without it, and the run grows back to two machines
+        (grew,) = wait_until(lambda: [e for e in events(home, "a", "nodes_changed")
+                                      if e["attempt"] == 2 and e["nodes"] == 2], "the run growing back", 240)
+        assert (grew["nodes_before"], grew["world_size"]) == (1, 2)
+        # the restart checkpointed first (SIGTERM from torchrun): nothing trained again
+        assert grew["steps_lost"] == 0
+        wait_until(lambda: [e for e in events(home, "b", "step") if e["step"] > grew["resumed_step"]],
+                   "b training again", 240)
+        stopped = subprocess.run(cockpit_cmd("runs", "stop", "r1"), env=child_env(),
+                                 capture_output=True, text=True, timeout=60)
+        assert stopped.returncode == 0 and "a, b" in stopped.stdout, stopped.stdout + stopped.stderr
+    except BaseException:
+        finish(a, b, timeout=0)
+        raise
+    assert finish(a, b) == [130, 130]
+    shown = json.loads(subprocess.run(cockpit_cmd("runs", "show", "r1", "--json"), env=child_env(),
+                                      capture_output=True, text=True, timeout=60, check=True).stdout)
+    assert shown["status"] == "stopped"
+    machines = {m["name"]: m for m in shown["nodes"]}
+    assert set(machines) == {"a", "b"} and all(m["nodes"] == 2 for m in machines.values())
+    assert "This machine (b)" in machines["b"]["lost"]
+    # every machine stopped at the same step, the run's last checkpoint's
+    last = max(e["step"] for n in "ab" for e in events(home, n, "checkpoint"))
+    assert {events(home, n, "attempt_ended")[-1]["last_step"] for n in "ab"} == {last}
+    text = subprocess.run(cockpit_cmd("runs", "show", "r1"), env=child_env(), capture_output=True,
+                          text=True, timeout=60).stdout
+    machine_lines = text[text.index("\nnodes "):].splitlines()
+    assert "lost: This machine (b)" in text and max(map(len, machine_lines)) <= 80
+
+
+def test_a_run_whose_nnodes_is_a_number_stops_saying_which_machine_was_lost(home):
+    a, b = start_two(home, ["nnodes=2", "train.epochs=40"], "--inject", "node-lost@8")
+    assert finish(a, b) == [1, 1]
+    (failed,) = events(home, "a", "run_failed")
+    assert failed["kind"] == "node-lost" and "needs every machine" in failed["reason"]
+    assert "Machine b" in events(home, "a", "crash")[0]["sentence"]
+    # the run is one, its checkpoints shared: each machine's resume starts from them
+    whole = RunDir(home / "runs" / "r1")
+    assert [n.path.name for n in nodes.nodes_of(whole)] == ["a", "b"]
+    assert (whole.path / "nodes" / "b" / "checkpoints").resolve() == whole.checkpoints.resolve()
+    assert any(whole.checkpoints.iterdir())
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--set", "nnodes=2", "--set", "rdzv_endpoint=127.0.0.1:29400"], "--node NAME --run-id ID"),
+    (["--node", "a", "--run-id", "r1"], "expected nnodes above 1"),
+    (["--set", "nnodes=2", "--set", "rdzv_endpoint=127.0.0.1:29400", "--node", "a"], "--run-id: missing"),
+    (["--set", "nnodes=2", "--set", "rdzv_endpoint=127.0.0.1:29400", "--node", "a b", "--run-id", "r1"],
+     "--node"),
+    (["--set", "nnodes=2:1"], "nnodes"),
+    (["--set", "nnodes=2"], "rdzv_endpoint"),
+])
+def test_bad_machine_arguments_are_one_line_naming_the_argument(home, capsys, args, said):
+    assert cli.main(["--no-ui", "-w", "matmul", "-d", "cpu", *args]) == 2
+    err = capsys.readouterr().err
+    assert said in err and len(err.strip().splitlines()) == 1
+    assert not (home / "runs" / "r1").exists()
+
+
+def test_a_machine_joining_with_another_workload_is_refused(home):
+    from engine import runconfig
+    from engine.errors import ConfigError
+
+    setting = ["nnodes=2", "rdzv_endpoint=127.0.0.1:29400"]
+    nodes.join(runconfig.resolve("matmul", "cpu", setting), "r1", "a", home / "runs")
+    with pytest.raises(ConfigError, match="workload is 'matmul'"):
+        nodes.join(runconfig.resolve("trm-tiny", "cpu", setting), "r1", "b", home / "runs")
+    assert not (home / "runs" / "r1" / "nodes" / "b").exists()
+    assert os.path.exists(home / "runs" / "r1" / "run.toml")
