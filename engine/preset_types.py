@@ -22,6 +22,38 @@ Precision = Literal["auto", "fp32", "bf16", "fp16"]
 CachePolicy = Literal["never", "before-mining", "every-epoch"]
 MAX_THREADS = 1024        # more than any machine's cores; torch segfaults at 100000
 MAX_SEED = 2**64 - 1      # torch.manual_seed takes 64 bits
+SLURM_WARNING_S = 120     # the warning signal's lead on the time limit (Lightning's and submitit's 90-120)
+_SLURM_TIME = re.compile(r"(\d+-)?\d+(:\d+){0,2}")   # sbatch --time: minutes, h:m:s, d-h[:m[:s]]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SlurmSettings:
+    """[slurm]: what `cockpit submit` asks SLURM for; its flags (--time, --partition, ...)
+    override these."""
+
+    time: str = setting("", "the job's time limit (sbatch --time: minutes, h:m:s, d-h:m:s); "
+                            "empty: the partition's default", aka=("time_limit", "walltime"))
+    partition: str = setting("", "sbatch --partition; empty: the cluster's default",
+                             aka=("queue",))
+    account: str = setting("", "sbatch --account; empty: your default account")
+    gpus_per_node: int | Literal["auto"] = setting(
+        "auto", "sbatch --gpus-per-node; 'auto': nproc_per_node on cuda, else none", min=0,
+        aka=("gres",))
+    warning_s: int = setting(SLURM_WARNING_S, "seconds before the time limit that SLURM warns the "
+                                              "job (SIGUSR1): it checkpoints and is requeued", min=1,
+                             aka=("warning",))
+
+    def __post_init__(self):
+        problem = self.time_problem(self.time)
+        if problem:
+            raise FieldError("time", f"got {self.time!r}, {problem}")
+
+    @staticmethod
+    def time_problem(text: str) -> str | None:
+        """What is wrong with a time limit for sbatch --time ('' is the partition's default), or None."""
+        if not text or _SLURM_TIME.fullmatch(text):
+            return None
+        return "expected a SLURM time limit: minutes, h:m:s or d-h:m:s"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -73,6 +105,8 @@ class DevicePreset:
     inject: tuple[str, ...] = setting([], "faults to inject, KIND@STEP or KIND@SECONDSs (e.g. "
                                           "'native-crash@117', 'hang@30s'); each fires once per "
                                           "run, with + in every attempt")
+    slurm: SlurmSettings = setting(SlurmSettings(), "the job `cockpit submit` asks SLURM for "
+                                                    "([slurm]); its flags override each key")
 
     def __post_init__(self):
         if self.threads > MAX_THREADS:

@@ -4,6 +4,9 @@ A settings class declares each field with `setting(default, doc, min=..., max=..
 `from_table` checks unknown keys (suggesting a close known one), types, bounds and the
 class's own cross-field checks (`__post_init__` raising FieldError), and reports the first
 problem as a ConfigError naming where, the key, the bad value and what was expected.
+A field whose type is itself a settings class is a nested table (a device preset's [slurm]),
+read by the same rules, its keys named dotted ('slurm.partition') in errors, `--set` and the
+editor (`lookup`, `assign`, `leaves`).
 The same checks serve preset files, `--set` overrides and the TUI's editor.
 """
 
@@ -49,9 +52,58 @@ def fields(cls: type) -> dict[str, tuple[dataclasses.Field, Any]]:
     return {f.name: (f, hints[f.name]) for f in dataclasses.fields(cls)}
 
 
+def table_class(annotation: Any) -> type | None:
+    """The settings class of a nested table's field ([slurm]), else None."""
+    return annotation if isinstance(annotation, type) and dataclasses.is_dataclass(annotation) else None
+
+
+def lookup(cls: type, key: str) -> tuple[dataclasses.Field, Any] | None:
+    """(field, type) of a key, dotted into nested tables ('slurm.partition'); None if no such key."""
+    head, dot, rest = key.partition(".")
+    found = fields(cls).get(head)
+    if found is None or not dot:
+        return found
+    inner = table_class(found[1])
+    return lookup(inner, rest) if inner else None
+
+
+def leaves(cls: type) -> dict[str, tuple[dataclasses.Field, Any]]:
+    """Every setting that holds a value, a nested table's by its dotted name ('slurm.time')."""
+    out = {}
+    for name, (field, annotation) in fields(cls).items():
+        inner = table_class(annotation)
+        if inner:
+            out.update({f"{name}.{key}": spec for key, spec in leaves(inner).items()})
+        else:
+            out[name] = (field, annotation)
+    return out
+
+
+def assign(table: dict, key: str, value: Any) -> None:
+    """Set a dotted key in a table, the nested tables on its way made where missing."""
+    head, dot, rest = key.partition(".")
+    if not dot:
+        table[head] = value
+        return
+    if not isinstance(table.get(head), dict):
+        table[head] = {}
+    assign(table[head], rest, value)
+
+
+def value_at(table: dict, key: str) -> Any:
+    """A dotted key's value in a table; None where it is not there."""
+    value: Any = table
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
 def expected(annotation: Any, field: dataclasses.Field | None = None) -> str:
     """Plain words for what a field accepts."""
     meta = field.metadata if field else {}
+    inner = table_class(annotation)
+    if inner:
+        return "a table of " + ", ".join(fields(inner))
     lo, hi, above = meta.get("min"), meta.get("max"), meta.get("above")
     origin = get_origin(annotation)
     if _union(annotation):   # 'an integer >= 0 or 'auto''
@@ -143,8 +195,9 @@ _NEAREST = 0.4   # below this a key is nothing like the one typed: list a few ke
 def names(keys: Any, prefix: str = "") -> dict[str, tuple[str, ...]]:
     """name -> the other names it goes by, for a settings class (its fields' `aka`), a mapping
     of that kind, or plain names; each name written with `prefix` ('train.')."""
-    if isinstance(keys, type) and dataclasses.is_dataclass(keys):
-        keys = {f.name: f.metadata.get("aka", ()) for f in dataclasses.fields(keys)}
+    if isinstance(keys, type) and dataclasses.is_dataclass(keys):   # a nested table's keys dotted too
+        keys = {**{name: f.metadata.get("aka", ()) for name, (f, _) in fields(keys).items()},
+                **{name: f.metadata.get("aka", ()) for name, (f, _) in leaves(keys).items()}}
     if not (isinstance(keys, typing.Mapping) and all(isinstance(v, tuple) for v in keys.values())):
         keys = {name: () for name in keys}   # names, or a mapping of names to something else
     return {prefix + name: tuple(aka) for name, aka in keys.items()}
@@ -218,7 +271,16 @@ def from_table(cls: type, table: dict, *, where: str, prefix: str = "",
             raise unknown_key(where, key, cls, prefix, elsewhere)
     values = {}
     for name, (field, annotation) in spec.items():
-        if name in table:
+        inner = table_class(annotation)
+        if name in table and inner:   # a nested table: its own keys, named 'slurm.partition'
+            if not isinstance(table[name], dict):
+                raise ConfigError(where, prefix + name, f"got {describe(table[name])}, expected "
+                                                        f"{expected(annotation)} ([{prefix}{name}])")
+            outside = "at the top level" if not prefix else f"in [{prefix[:-1]}]"
+            values[name] = from_table(inner, table[name], where=where, prefix=f"{prefix}{name}.",
+                                      elsewhere=((cls, "{key} belongs " + outside + ", not in ["
+                                                  + prefix + name + "]"), *elsewhere))
+        elif name in table:
             try:
                 values[name] = _check_value(name, table[name], annotation, field)
             except FieldError as e:
@@ -232,11 +294,14 @@ def from_table(cls: type, table: dict, *, where: str, prefix: str = "",
 
 
 def to_table(obj: Any) -> dict:
-    """The TOML table for a settings dataclass (tuples as lists, mappings as tables)."""
+    """The TOML table for a settings dataclass (tuples as lists, mappings and nested settings
+    as tables)."""
     table = {}
     for name in fields(type(obj)):
         value = getattr(obj, name)
-        if isinstance(value, tuple):
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            value = to_table(value)
+        elif isinstance(value, tuple):
             value = list(value)
         elif isinstance(value, typing.Mapping):
             value = dict(value)

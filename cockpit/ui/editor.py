@@ -1,6 +1,8 @@
 """The preset editor: a form for every field, checked as you type by the engine's own rules
 (engine.schema / engine.presets: the same checks as a preset file and `--set`), what differs
-from the shipped preset of the same name, save and save-as to the user's preset dir.
+from the shipped preset of the same name, save and save-as to the user's preset dir. A nested
+table's keys (a device preset's [slurm]) are rows of their own, named as `--set` names them:
+slurm.partition.
 
 Shipped presets are never written: engine.presets.save_user_preset only writes the user's
 dir (atomically), where a preset of a shipped name shadows the shipped one.
@@ -27,7 +29,7 @@ from cockpit.ui.widgets.fields import FieldInput, FieldSelect
 from engine import files, paths, presets
 from engine.errors import ConfigError
 from engine.preset_types import DevicePreset, TrainSettings
-from engine.schema import expected, fields, parse_value, to_table
+from engine.schema import assign, expected, fields, leaves, parse_value, to_table, value_at
 
 
 LABEL_MAX = 36   # columns: the field beside the label keeps 40+ of 80
@@ -35,7 +37,7 @@ LABEL_MAX = 36   # columns: the field beside the label keeps 40+ of 80
 
 @dataclass
 class FieldSpec:
-    key: str            # 'batch_size' (device) or 'train.epochs' / 'params.n' / 'description'
+    key: str            # 'batch_size' / 'slurm.partition' (device) or 'train.epochs' / 'params.n' / 'description'
     annotation: Any
     field: Any          # dataclasses.Field, for its doc and bounds
     value: Any
@@ -54,15 +56,10 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _section(key: str) -> tuple[str | None, str]:
-    head, _, name = key.partition(".")
-    return (head, name) if name and head in ("train", "params") else (None, key)
-
-
 def field_specs(kind: str, table: dict) -> list[FieldSpec]:
     """Every editable field of a preset, filled from its (validated) table."""
     if kind == "devices":
-        return [FieldSpec(name, ann, f, table.get(name)) for name, (f, ann) in fields(DevicePreset).items()]
+        return [FieldSpec(key, ann, f, value_at(table, key)) for key, (f, ann) in leaves(DevicePreset).items()]
     preset = presets.workload_from_table(table, "preset")
     specs = [FieldSpec("description", str, None, preset.description)]
     for section, cls, obj in (("train", TrainSettings, preset.train), ("params", type(preset.params), preset.params)):
@@ -80,8 +77,9 @@ def full_table(kind: str, raw: dict, where: str, base: Path | None = None) -> di
 
 
 def flat(kind: str, table: dict) -> dict[str, Any]:
+    """Form key -> value: a nested table's keys dotted ('slurm.partition', 'train.epochs')."""
     if kind == "devices":
-        return dict(table)
+        return {key: value_at(table, key) for key in leaves(DevicePreset)}
     out = {"description": table.get("description", "")}
     for section in ("train", "params"):
         out.update({f"{section}.{k}": v for k, v in table.get(section, {}).items()})
@@ -257,15 +255,10 @@ one puts your copy in your preset dir, where it shadows the shipped one.
         return parse_value(widget.value.strip(), spec.annotation)
 
     def table(self) -> dict:
-        values = {s.key: self._raw(s) for s in self.specs}
-        if self.kind == "devices":
-            return values
-        table: dict[str, Any] = {"workload": self.workload, "description": values["description"],
-                                 "train": {}, "params": {}}
-        for key, value in values.items():
-            section, name = _section(key)
-            if section:
-                table[section][name] = value
+        table: dict[str, Any] = {} if self.kind == "devices" else \
+            {"workload": self.workload, "description": "", "train": {}, "params": {}}
+        for spec in self.specs:   # 'train.epochs', 'slurm.partition': into their tables
+            assign(table, spec.key, self._raw(spec))
         return table
 
     def values_or_none(self) -> dict[str, Any] | None:
@@ -294,8 +287,7 @@ one puts your copy in your preset dir, where it shadows the shipped one.
                 if key in errors:
                     return errors  # a cross-field rule the loaded value does not settle
                 errors[key] = e.problem
-                section, name = _section(key)
-                (table[section] if section else table)[name] = loaded[key]
+                assign(table, key, loaded[key])
         return errors
 
     def _owner(self, key: str | None) -> str:

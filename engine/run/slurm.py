@@ -32,12 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import ConfigError
+from engine.preset_types import SLURM_WARNING_S
 from engine.record.events import EventWriter
 from engine.record.rundir import RunDir
 from engine.run.launch import child_env
 from engine.run.supervisor import Supervisor
 
-WARNING_S = 120      # the warning signal's lead on the time limit (Lightning's and submitit's 90-120)
+WARNING_S = SLURM_WARNING_S   # the warning signal's lead on the time limit (a device preset's [slurm])
 RECORD = "slurm.json"   # the job, beside run.toml: what `cockpit runs` asks SLURM about
 JOB_STATES = {"PD": "pending", "R": "running", "CG": "completing", "CD": "completed", "F": "failed",
               "CA": "cancelled", "TO": "timed out", "PR": "preempted", "NF": "node failed",
@@ -46,7 +47,7 @@ JOB_STATES = {"PD": "pending", "R": "running", "CG": "completing", "CD": "comple
 
 @dataclass(frozen=True)
 class JobSpec:
-    """What the job asks SLURM for (`cockpit submit`'s flags)."""
+    """What the job asks SLURM for: the device preset's [slurm], `cockpit submit`'s flags over it."""
 
     time: str = ""                # --time, e.g. 2:00:00 ('' : the partition's default)
     partition: str = ""
