@@ -278,3 +278,17 @@ def test_max_steps_is_a_budget_of_samples_at_the_first_global_batch(home):
     assert half.total_samples == 160 and half.total_steps == 2 + 8  # 96 left: 8 steps of 12
     assert half.fit() == "finished" and half.samples_seen == 160
     assert checkpoint.load(checkpoint.latest(run.checkpoints))["first_global_batch"] == 32
+
+
+def test_a_stop_another_rank_was_asked_for_takes_the_stop_path_here(home):
+    # Its own signal has not come (another machine's supervisor was asked, or torchrun is
+    # restarting the others): the stop agreed over the process group is this rank's too, so
+    # it checkpoints where the others stop instead of evaluating and finishing alone.
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", TINY + ["train.epochs=4"]))
+    trainer = trainer_for(run)
+    trainer.world.any = lambda flag: flag or trainer.step >= 3   # type: ignore[method-assign]
+    assert trainer.fit() == "stopped"
+    assert trainer.step == 3 and not trainer.stop.requested
+    events = run.events()
+    assert [e["step"] for e in events if e["type"] == "checkpoint"][-1] == 3
+    assert not [e for e in events if e["type"] == "eval"]

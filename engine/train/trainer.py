@@ -163,6 +163,7 @@ class Trainer:
         self.micro_batch_hook: Callable[[int, int], None] | None = None
         self._first_step_s: float | None = None     # this attempt's first step, timed
         self._compile_told = not preset.compile     # its compile time said in a step event
+        self.stopping = False                        # a stop agreed by every rank (should_continue)
 
     # ------------------------------------------------------------ the loop
 
@@ -182,7 +183,7 @@ class Trainer:
             self.maybe_eval()
             self.maybe_checkpoint()
         self.report()
-        if self.stop.requested and self.step < self.total_steps:
+        if self.stopping and self.step < self.total_steps:
             self.save_checkpoint()
             self.finish_checkpoints()
             return "stopped"
@@ -195,7 +196,10 @@ class Trainer:
     def should_continue(self) -> bool:
         # Every rank must stop at the same step: a stop request reaching one of them is shared
         # over a host-side group (no device sync).
-        return self.step < self.total_steps and not self.world.any(self.stop.requested)
+        # What was agreed is kept: a rank whose own signal has not come yet (another machine's
+        # stop, or torchrun restarting the others) must take the stop path too, not the end's.
+        self.stopping = self.stopping or self.world.any(self.stop.requested)
+        return self.step < self.total_steps and not self.stopping
 
     def train_step(self) -> None:
         """One optimizer step over the global group of samples: `accumulation` micro-batches
