@@ -2,8 +2,8 @@
 
 - On a terminal: one live status line (progress bar, step, loss, the main metric, samples/s --
   steps/s where the samples per step are not known -- tokens/s, ETA, pressure), redrawn in
-  place, with every event worth a line (eval, checkpoint, crash, fallback, warnings) printed
-  above it.
+  place, with every event worth a line (eval, checkpoint, crash, fallback, a machine of several
+  lost or back, warnings) printed above it.
 - Not on a terminal (nohup, a pipe, a file): a plain progress line at most every `log_every_s`
   seconds of the run's own clock (the events' times), the first and last of each attempt, and
   every event worth a line: a five-hour run is a few hundred lines, not tens of thousands.

@@ -1,13 +1,14 @@
 """One line per event, as a person reads it: the step line, the live status line that fits a
 terminal's width, and the sentence for every event worth one (eval, checkpoint, crash, fallback,
-warning...). The headless printer writes them; the TUI's log and events show them.
+a machine of several lost or back, warning...). The headless printer writes them; the TUI's log
+and events show them.
 """
 
 from __future__ import annotations
 
 from cockpit.present.words import (checkpoint_step, duration, eta_text, memory_text, resume_text,
                                    shown_per_sample, shown_rates, summary_text)
-from engine.numbers import metric
+from engine.numbers import count, metric
 from engine.text import strip_ansi
 from engine.record.metrics import shown_metrics
 from engine.record.state import MainMetric
@@ -180,6 +181,8 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
         return f"attempt {e['attempt']} ({e['preset']}) refused its configuration:\n" + _indent(strip_ansi(e.get("tail", "")), 4)
     if kind == "fallback":
         return fallback_line(e)
+    if kind == "nodes_changed":
+        return nodes_changed_line(e)
     if kind == "run_failed":
         return f"no further attempt: {e.get('why') or e.get('reason', '?')}"  # the supervisor writes 'reason'
     if kind == "run_finished":
@@ -189,6 +192,18 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
 
 def _indent(text: str, last: int) -> str:
     return "\n".join("    " + line for line in text.rstrip().splitlines()[-last:])
+
+
+def nodes_changed_line(e: dict) -> str:
+    """'attempt 2: world 2 -> 1 machines, 2 processes (a machine lost); resumed at step 40,
+    2 steps lost': a machine of several restarted its workers in another world."""
+    before, now, world = e["nodes_before"], e["nodes"], e["world_size"]
+    gone = before - now
+    what = (("a machine" if abs(gone) == 1 else f"{abs(gone)} machines") + (" lost" if gone > 0 else " back")
+            if gone else "the same machines")
+    lost = f"{count(e['steps_lost'], 'step')} lost" if e["steps_lost"] else "no step lost"
+    return (f"attempt {e['attempt']}: world {before} -> {now} machines, {world} process{'es' * (world != 1)} "
+            f"({what}); resumed at step {e['resumed_step']}, {lost}")
 
 
 def fallback_line(e: dict) -> str:

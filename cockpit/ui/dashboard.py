@@ -7,6 +7,8 @@ the plots get the rest (six data rows at 80x24), but a crash that needs more lin
 compactly, takes two from the plots; below NARROW columns memory and hardware
 share one slot (h switches) and two plots share a row; at 200x50 up to four in a row, all
 panels side by side and a log that takes what is left. m maximises one plot at a time.
+A run on several machines shows its lead machine's dashboard (cockpit.ui.machines) and the
+machines panel above the log: two lines at 80x24, where the log keeps one.
 
 Threading: a worker thread (cockpit.ui.follow) starts the supervisor when asked and follows
 events.jsonl; it only post_message's batches. Here each batch is folded into the RunModel at
@@ -38,9 +40,11 @@ from cockpit.present.words import STATUS_STYLE, duration, eta_text
 from cockpit.ui.alerts import ScreenAlerts
 from cockpit.ui.follow import RunEvents, follow
 from cockpit.ui.logs import LogScreen
+from cockpit.ui.machines import shown, stop as stop_machines
 from cockpit.ui.model import Change, RunModel
 from cockpit.ui.widgets.attempts import AttemptsPanel
 from cockpit.ui.widgets.hardware import HardwarePanel
+from cockpit.ui.widgets.machines import MachinesPanel
 from cockpit.ui.widgets.memory import MemoryPanel
 from cockpit.ui.widgets.plot_grid import WINDOWS, PlotGrid
 from cockpit.ui.widgets.plots import fit
@@ -96,7 +100,8 @@ Progress and ETA; plots over time since the run started of throughput (`t`: samp
 steps/s; its title has the run's average and GFLOP/s), loss (`y`: log scale), the eval
 metrics and the learning rate when it changes, crashes as red dashed lines; then
 memory (pressure, swap, RSS, device memory), hardware (CPU, GPUs), every attempt with how it
-ended, the evidence, the fallback taken and where it resumed, and the log's tail.
+ended, the evidence, the fallback taken and where it resumed, and the log's tail. A run on
+several machines shows the lead machine's (global rank 0's) and a row per machine (▸ this one).
 `w` plots the last 30, 5 or 1 minutes, `m` maximises one plot (again: the next, esc: all).
 `s` stops the run gracefully (checkpoint, then exit); `d` leaves it running without the
 cockpit, which attaches to it again later. Neither is offered once the run has ended.
@@ -119,7 +124,10 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
     DashboardScreen.-narrow #panels AttemptsPanel { width: 1fr; }
     DashboardScreen.-narrow.-hardware #panels MemoryPanel { display: none; }
     DashboardScreen.-narrow.-hardware #panels HardwarePanel { display: block; }
-    DashboardScreen.-max #panels, DashboardScreen.-max #log { display: none; }
+    DashboardScreen.-max #panels, DashboardScreen.-max #log, DashboardScreen.-max #machines { display: none; }
+    DashboardScreen.-short.-machines #plots { min-height: 7; }
+    DashboardScreen.-short.-machines.-tall-attempts #plots { min-height: 6; }
+    DashboardScreen.-short.-machines #log { height: 2; min-height: 2; }
     DashboardScreen.-max #plots { height: 1fr; }
     /* toasts (a crash, a fallback) at the top right, over the plots: never over the attempts
        panel, which tells the same crash in full, nor the log */
@@ -128,10 +136,11 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
 
     def __init__(self, run: RunDir, *, start: bool = False):
         super().__init__()
-        self.run = run
+        self.run, self.machines = shown(run)   # several machines: the lead's, the run's id in the title
         self.start = start
-        self.model = RunModel(run_id=run.id, main_metric=run.main_metric())
-        self.model.workload, self.model.device_preset = run.preset_names()
+        self.model = RunModel(run_id=self.machines.run.id if self.machines else run.id,
+                              main_metric=self.run.main_metric())
+        self.model.workload, self.model.device_preset = self.run.preset_names()
         self._dirty: set[str] = set()
         self._paint_due: float | None = None
         self._paint_timer: Timer | None = None
@@ -161,11 +170,14 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
             yield MemoryPanel(id="memory")
             yield HardwarePanel(id="hardware")
             yield AttemptsPanel(id="attempts")
+        if self.machines is not None:
+            yield MachinesPanel(self.machines, self.run.path.name, id="machines")
         yield Static(id="log")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#log", Static).border_title = "log"
+        self.set_class(self.machines is not None, "-machines")
         self._fit_to_size()
         self._dirty = {"status", "progress", "plots", "plot-titles", "memory", "attempts", "log"}
         self._paint()
@@ -176,7 +188,8 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         (resumed from the runs screen, or by `cockpit runs resume`) is shown as it is now, by a
         fresh dashboard, not as it was when this one stopped following it."""
         if self.ended and self._events_size() > (self._ended_at or 0):
-            self.post_message(self.Stale(self.run))   # the app puts a fresh one in its place
+            # the app puts a fresh one in its place (of a run on several machines: its lead's now)
+            self.post_message(self.Stale(self.machines.run if self.machines else self.run))
 
     def _events_size(self) -> int:
         try:
@@ -195,6 +208,8 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
     def _fit_to_size(self) -> None:
         width, height = self.size
         self.set_class(height < SHORT, "-short")
+        for panel in self.query(MachinesPanel):
+            panel.fit(short=height < SHORT)
         narrow = width < NARROW
         if narrow != self.has_class("-narrow"):
             self.set_class(narrow, "-narrow")
@@ -233,6 +248,9 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
             self.ended = True
             self._ended_at = self._events_size()
             changed |= Change.RUN
+        for panel in self.query(MachinesPanel):   # the world changed, or the run ended: now
+            panel.read_soon(ended=self.ended,
+                            changed=any(e.get("type") == "nodes_changed" for e in message.events))
         self._dirty |= regions(changed)
         self._schedule_paint()
 
@@ -412,7 +430,10 @@ cockpit, which attaches to it again later. Neither is offered once the run has e
         return True
 
     def action_stop(self) -> None:
-        if detached.request_stop(self.run):
+        if self.machines is not None and (asked := stop_machines(self.machines.run)):
+            self.notify(f"asked the run to stop on {', '.join(asked)}: every machine checkpoints and exits "
+                        "after the same step")
+        elif detached.request_stop(self.run):
             self.notify("asked the run to stop: it checkpoints and exits after the current step")
         else:
             self.notify(f"run {self.run.id} is not running", severity="warning")

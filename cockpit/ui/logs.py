@@ -82,7 +82,7 @@ class EventLines:
 def event_style(line: str) -> str | None:
     if " crashed: " in line or "no further attempt" in line or "run failed" in line:
         return "bold red"
-    if "warning:" in line or "fallback:" in line:
+    if "warning:" in line or "fallback:" in line or ": world " in line:   # a machine of several lost or back
         return "yellow"
     return None
 

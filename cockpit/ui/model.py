@@ -331,7 +331,7 @@ _VIEW: dict[str, Callable[[RunModel, dict], Change]] = {
     "step": _step, "eval_started": _just(Change.PROGRESS), "eval": _eval,
     "mining_started": _just(Change.PROGRESS), "mining": _mining, "checkpoint": _checkpoint,
     "memory": _just(Change.MEMORY), "warning": _warning, "crash": _crash, "attempt_ended": _attempt_ended,
-    "fallback": _logged(Change.ATTEMPTS | Change.LOG), "run_failed": _run_failed,
+    "fallback": _logged(Change.ATTEMPTS | Change.LOG), "run_failed": _run_failed, "nodes_changed": _logged(Change.LOG),
     "run_finished": _logged(Change.RUN | Change.PROGRESS | Change.LOG), "fault_injected": _logged(Change.LOG),
 }
 

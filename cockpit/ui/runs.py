@@ -28,6 +28,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from cockpit.comparison import devices
 from cockpit.present.words import STATUS_STYLE, average_rate, duration, throughput_parts
 from cockpit.ui.compare import CompareScreen
+from cockpit.ui import machines
 from engine.run import adoption, detached, resume as resumption
 from engine.run.launchers import adopted
 from engine.errors import ConfigError
@@ -51,8 +52,10 @@ def opener(app: App) -> RunOpener:
     return cast(RunOpener, app)
 
 
-# Digests of the runs with a live supervisor, kept between calls of live_runs().
+# Digests of the runs with a live supervisor, kept between calls of live_runs(); those of runs
+# on several machines, their machines'.
 _live: dict[Path, RunDigest] = {}
+_live_several = machines.GatheredRuns()
 _live_lock = threading.Lock()
 
 
@@ -62,14 +65,24 @@ def live_runs() -> list[RunDir]:
     at a live run, a call reads only what the run appended since the last (summarizing a
     five-hour run's events from the start takes a second)."""
     with _live_lock:
-        alive = [run for run in list_runs() if run.supervised()]   # here, or a SLURM job's node
+        runs = list_runs()
+        several = {run.path: found for run in runs if (found := _live_several.machines(run)) is not None}
+        # here, or a SLURM job's node; a run on several machines: a supervisor of one of them
+        alive = [run for run in runs if (several[run.path].supervised() if run.path in several
+                                         else run.supervised())]
         for gone in set(_live) - {run.path for run in alive}:
             del _live[gone]
+        _live_several.forget({run.path for run in alive})
         live = []
         for run in alive:
-            digest = _live.setdefault(run.path, RunDigest(run))
-            digest.refresh()
-            if digest.summarized.status == "running":
+            if run.path in several:
+                gathered = several[run.path].summary()
+                status = gathered[0].status if gathered is not None else "broken"
+            else:
+                digest = _live.setdefault(run.path, RunDigest(run))
+                digest.refresh()
+                status = digest.summarized.status
+            if status == "running":
                 live.append(run)
         return live
 
@@ -175,6 +188,7 @@ follows it, marked "adopted" in the device column.
         self.marked: set[str] = set()   # run ids, kept across refreshes
         # Kept by the screen while it lives: each refresh reads only what runs appended.
         self._digests = RunDigests()
+        self._several = machines.GatheredRuns()   # the runs on several machines: theirs
         self._refresh_timer = None
         self._shown_ids: dict[str, str] = {}   # run id -> what the id column shows of it
         self._resuming: set[str] = set()       # run ids r is checking before they continue
@@ -206,8 +220,17 @@ follows it, marked "adopted" in the device column.
     def load(self) -> None:
         # The first look reads every events file: off the UI thread, handed over by message.
         digests = self._digests.refresh()
-        self.post_message(RunsLoaded([(RunDir(d.run.path), d.summarized) for d in digests],
-                                     {d.run.id: d.averages for d in digests}))
+        rows, averages = [], {}
+        for d in digests:
+            summary, average = d.summarized, d.averages
+            # a run on several machines has no events of its own: its machines' gathered
+            if (not d.state.events_seen and (found := self._several.machines(d.run)) is not None
+                    and (gathered := found.summary()) is not None):
+                summary, average = gathered
+            rows.append((RunDir(d.run.path), summary))
+            averages[d.run.id] = average
+        self._several.forget({d.run.path for d in digests})
+        self.post_message(RunsLoaded(rows, averages))
 
     def _cells(self, run: RunDir, s: RunSummary) -> tuple:
         status = "resuming" if run.id in self._resuming else s.status
@@ -354,7 +377,7 @@ follows it, marked "adopted" in the device column.
             return
         from cockpit.ui.logs import LogScreen   # here: the runs screen opens without it
 
-        self.app.push_screen(LogScreen(run))
+        self.app.push_screen(LogScreen(machines.shown(run)[0]))   # a run on several machines: its lead's
 
     def action_open(self) -> None:
         run = self._selected()
@@ -363,7 +386,12 @@ follows it, marked "adopted" in the device column.
 
     def action_stop(self) -> None:
         run = self._selected()
-        if run is not None and detached.request_stop(run):
+        if run is not None and machines.several(run):
+            if asked := machines.stop(run):
+                self.notify(f"asked {run.id} to stop on {', '.join(asked)}: every machine stops after the same step")
+            else:
+                self.notify(f"{run.id} has no machine running here", severity="warning")
+        elif run is not None and detached.request_stop(run):
             self.notify(f"asked {run.id} to stop")
         elif run is not None:
             self.notify(f"{run.id} is not running", severity="warning")
