@@ -121,6 +121,8 @@ class AttemptEndedFields(TypedDict):
     last_step: NotRequired[int | None]  # the step it reached (engine.record.reached), or reported
     samples_seen: NotRequired[int | None]  # ... and the samples seen by then, where published
     tail: NotRequired[str]          # the end of the attempt's log
+    sentence: NotRequired[str]      # a refused configuration its launcher judged (a rendezvous
+                                    # that never formed): what to fix, for a person
 
 
 class CrashFields(TypedDict):

@@ -86,7 +86,8 @@ class DevicePreset:
                                    "on at fewer after a node is lost and grow back when it returns; "
                                    "above 1 needs rdzv_endpoint and `cockpit --node` on each machine",
                                 min=1, aka=("num_nodes",))
-    rdzv_endpoint: str = setting("", "host:port of the rendezvous for a multi-machine run")
+    rdzv_endpoint: str = setting("", "host:port of the rendezvous for a multi-machine run (in a SLURM "
+                                     "job: the job's first node when empty)")
     max_restarts: int = setting(3, "times a node re-forms the run after a node is lost (nnodes "
                                    "'MIN:MAX'); the supervisor counts them, not torchrun", min=0)
     env: Mapping[str, str] = setting({}, "environment for the trainer process, set before torch loads")
@@ -124,9 +125,10 @@ class DevicePreset:
             if found is None or not 1 <= int(found[1]) <= int(found[2]):
                 raise FieldError("nnodes", f"got {self.nnodes!r}, expected a positive integer or "
                                            "'MIN:MAX' with 1 <= MIN <= MAX (e.g. '1:2')")
-        if self.nodes[1] > 1 and not re.fullmatch(r"[^\s:]+:\d+", self.rdzv_endpoint):
-            raise FieldError("rdzv_endpoint", f"got {self.rdzv_endpoint!r}; nnodes = {self.nnodes!r} "
-                                              "needs the rendezvous as 'host:port'")
+        # empty: a SLURM job's first node (engine.run.slurm); elsewhere `--node` asks for it
+        if self.rdzv_endpoint and not re.fullmatch(r"[^\s:]+:\d+", self.rdzv_endpoint):
+            raise FieldError("rdzv_endpoint", f"got {self.rdzv_endpoint!r}; expected the rendezvous "
+                                              "as 'host:port' (e.g. 'node1:29400')")
         if self.device == "mps" and self.precision == "fp16":
             raise FieldError("precision", "'fp16' needs a GradScaler, which MPS lacks; expected "
                                           "'fp32' or 'bf16'")

@@ -147,7 +147,8 @@ def test_a_run_whose_nnodes_is_a_number_stops_saying_which_machine_was_lost(home
     (["--set", "nnodes=2", "--set", "rdzv_endpoint=127.0.0.1:29400", "--node", "a b", "--run-id", "r1"],
      "--node"),
     (["--set", "nnodes=2:1"], "nnodes"),
-    (["--set", "nnodes=2"], "rdzv_endpoint"),
+    (["--set", "nnodes=2", "--node", "a", "--run-id", "r1"], "rdzv_endpoint: missing"),
+    (["--set", "nnodes=2", "--set", "rdzv_endpoint=node1", "--node", "a", "--run-id", "r1"], "'host:port'"),
 ])
 def test_bad_machine_arguments_are_one_line_naming_the_argument(home, capsys, args, said):
     assert cli.main(["--no-ui", "-w", "matmul", "-d", "cpu", *args]) == 2
@@ -166,3 +167,26 @@ def test_a_machine_joining_with_another_workload_is_refused(home):
         nodes.join(runconfig.resolve("trm-tiny", "cpu", setting), "r1", "b", home / "runs")
     assert not (home / "runs" / "r1" / "nodes" / "b").exists()
     assert os.path.exists(home / "runs" / "r1" / "run.toml")
+
+
+def test_a_rendezvous_that_never_formed_is_bad_input_naming_the_endpoint(home):
+    # what torchrun's agent ends with when the endpoint cannot be reached (seen with an
+    # unroutable address after 60 s; too slow to wait for here: the judge reads its log)
+    from engine import runconfig
+    from engine.run.launchers.node import NodeLauncher
+    from engine.run.watch import AttemptWatch
+
+    node = nodes.join(runconfig.resolve("matmul", "cpu", ["nnodes=2", "rdzv_endpoint=10.255.255.1:29400"]),
+                      "r1", "a", home / "runs")
+    launcher = NodeLauncher(node, node.config())
+    launch = launcher.launch(1, "cpu", node.config().device)
+    assert "--rdzv-endpoint=10.255.255.1:29400" in launch.argv and "--rdzv-id=r1" in launch.argv
+    tail = ("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to "
+            "the C10d store has failed. See inner exception for details.\n")
+    facts = dict(hung_for=None, unstarted=None, stop_requested=False, memory_percent=None, injected_crash=False)
+    verdict, _, _ = launcher.judge(AttemptWatch(1), launch, 1, tail, **facts)
+    assert verdict.kind == "config" and not verdict.crashed
+    assert "10.255.255.1:29400 never formed" in verdict.sentence and "--run-id r1" in verdict.sentence
+    # the same broken connection once the world had formed is a machine lost
+    launcher.see({"type": "trainer_ready", "attempt": 1, "nodes": 2, "world_size": 2}, lambda *a, **k: None)
+    assert launcher.judge(AttemptWatch(1), launch, 1, tail, **facts)[0].kind == "node-lost"

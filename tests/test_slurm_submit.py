@@ -15,7 +15,9 @@ import sys
 import pytest
 
 from conftest import TINY, child_env, cockpit_cmd, wait_until as waited
+from engine import runconfig
 from engine.record.rundir import RunDir, find_run
+from engine.run import slurm as engine_slurm
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SLURM runs on Linux")
 TIMEOUT = 300.0
@@ -183,13 +185,40 @@ def test_bad_submissions_are_one_line_exit_2_and_leave_no_run(home, slurm_cluste
                         env={"PATH": str(tmp_path)})
     unknown = cockpit(slurm_cluster, "submit", "-w", "matmul", "-d", "cpu", "--partition", "no-such-partition")
     bad_time = cockpit(slurm_cluster, "submit", "-w", "matmul", "-d", "cpu", "--time", "an hour")
-    nodes = cockpit(slurm_cluster, "submit", "-w", "matmul", "-d", "cpu", "--set", "nnodes=2",
-                    "--set", "rdzv_endpoint=127.0.0.1:29400")
+    nodes = cockpit(slurm_cluster, "submit", "-d", "cpu", "--set", "nnodes=2", "--", "python", "train.py")
     for done, words in ((no_sbatch, "sbatch: not found on PATH"),
                         (unknown, "sbatch: refused the job: "),
                         (bad_time, "--time: an hour: expected a SLURM time limit"),
-                        (nodes, "nnodes: 2: a job on several nodes is not supported yet")):
+                        (nodes, "a command workload runs one command")):
         assert done.returncode == 2, done.stderr
         assert done.stderr.count("\n") == 1 and words in done.stderr and "Traceback" not in done.stderr
     assert "partition" in unknown.stderr.lower()
     assert not list((home / "runs").glob("*"))   # nothing written for bad input
+
+
+@linux_only
+def test_a_job_on_two_nodes_runs_a_node_supervisor_each_warned_requeued_and_resumed(home, slurm_cluster, jobs,
+                                                                                   monkeypatch):
+    """srun starts a node supervisor per node (here two tasks of the one-host cluster, its nodes
+    as tasks: sbatch's options over the script's --nodes=2), meeting in torchrun's rendezvous at
+    the job's first node; SLURM's warning to every task checkpoints the world at one step, the
+    first task requeues the job, and both machines resume there: one run, no step lost."""
+    for key, value in slurm_cluster.env.items():
+        monkeypatch.setenv(key, value)
+    overrides = TINY + ["train.epochs=40", "train.checkpoint_every_steps=4", "nnodes=2", "inject=['slow@1']"]
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", overrides))
+    job = engine_slurm.submit(run, engine_slurm.JobSpec(nodes=2), overrides=("--nodes=1", "--ntasks-per-node=2"))
+    jobs.append(job)
+    machines = [RunDir(run.path / "nodes" / name) for name in ("localhost-0", "localhost-1")]
+    wait_until(lambda: all(m.events_path.exists() and any(e["type"] == "step" and e["step"] >= 2
+                                                          for e in m.events()) for m in machines),
+               "both machines training")
+    assert all(of_type(m, "trainer_ready")[0]["nodes"] == 2 for m in machines)
+    slurm(slurm_cluster, "scancel", "-s", "USR1", job)   # what --signal=USR1@S sends every task
+    s = finished(slurm_cluster, run)
+    assert s["status"] == "finished" and s["slurm"]["restarts"] == 1
+    assert {m["name"] for m in s["nodes"]} == {"localhost-0", "localhost-1"}
+    (step,) = {of_type(m, "attempt_ended")[0]["last_step"] for m in machines}   # the world's one step
+    for m in machines:
+        assert [e["outcome"] for e in of_type(m, "attempt_ended")] == ["stopped", "finished"]
+        assert next(e for e in of_type(m, "trainer_ready") if e["attempt"] == 2)["resumed_from"]["step"] == step

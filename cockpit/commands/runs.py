@@ -300,6 +300,12 @@ def _stop_machines(run, members) -> int:
     job's nodes, its job is cancelled); the others stop at the same step, through the trainer's
     stop agreement over the process group, after a checkpoint."""
     asked = [m.path.name for m in members if detached.request_stop(m)]
+    job = slurm.record_of(run)
+    if not asked and job is not None and any(m.supervisor_elsewhere() for m in members):
+        slurm.cancel(str(job["job_id"]))   # its node supervisors stop gracefully on its SIGTERM
+        print(f"cancelled SLURM job {job['job_id']}; every machine checkpoints and exits, and "
+              f"{continue_hint(run)}")
+        return 0
     if not asked:
         print(f"run {run.id} is not running here (machines {', '.join(m.path.name for m in members)}: "
               "no live supervisor on this one)")
@@ -312,6 +318,10 @@ def _stop_machines(run, members) -> int:
 def resume(args: argparse.Namespace) -> int:
     """Continue a stopped, failed or interrupted run from its newest checkpoint."""
     run = find_run(args.run)
+    if nodes.nodes_of(run):
+        raise ConfigError(f"run {run.id}", None, "runs on several machines, each its own supervisor: "
+                                                 "continue it with the same cockpit --no-ui --node NAME "
+                                                 f"--run-id {run.id} ... on each machine")
     settings.load()  # a broken settings.toml is bad input, said before anything is written
     resume_args = None
     if args.resume_args is not None:

@@ -82,10 +82,6 @@ def submit(args: argparse.Namespace) -> int:
         config = runconfig.resolve_command(argv, name, args.device, overrides)
     else:
         config = runconfig.resolve(args.workload, args.device, overrides)
-    if config.device.nodes[1] > 1:
-        raise ConfigError(f"device preset {config.device_preset!r}", "nnodes",
-                          f"{config.device.nnodes}: a job on several nodes is not supported yet "
-                          "(one node supervisor per node, over torchrun's rendezvous); expected 1")
     # the job's settings, in run.toml as it asks for them: the preset's [slurm], the flags over it
     config = dataclasses.replace(config, device=dataclasses.replace(
         config.device, slurm=job_settings(args, config.device.slurm)))
@@ -115,4 +111,4 @@ def job_spec(device: DevicePreset) -> slurm.JobSpec:
     gpus = job.gpus_per_node if isinstance(job.gpus_per_node, int) else \
         device.nproc_per_node if device.device == "cuda" else 0
     return slurm.JobSpec(time=job.time, partition=job.partition, account=job.account,
-                         gpus_per_node=gpus, warning_s=job.warning_s)
+                         gpus_per_node=gpus, warning_s=job.warning_s, nodes=device.nodes[1])

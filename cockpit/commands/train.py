@@ -47,6 +47,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--run-id", args.run_id, "names the run that several machines join; "
                                                    "expected it with --node")
     if several:
+        if not config.device.rdzv_endpoint:
+            raise ConfigError(f"device preset {config.device_preset!r}", "rdzv_endpoint",
+                              "missing; a run on several machines meets at 'host:port' (one of "
+                              "them, e.g. 'node1:29400'; in a SLURM job cockpit submit fills it in)")
         if not args.run_id:
             raise ConfigError("--run-id", None, "missing; every machine of a run joins it by the "
                                                 "same id (e.g. --run-id $SLURM_JOB_ID or a name)")

@@ -178,6 +178,8 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
             line += "\n" + _indent(strip_ansi(message), 3)
         return line
     if kind == "attempt_ended" and e["outcome"] == "config":
+        if e.get("sentence"):   # its launcher judged it (a rendezvous that never formed)
+            return f"attempt {e['attempt']} ({e['preset']}) could not start: {e['sentence']}"
         return f"attempt {e['attempt']} ({e['preset']}) refused its configuration:\n" + _indent(strip_ansi(e.get("tail", "")), 4)
     if kind == "fallback":
         return fallback_line(e)

@@ -89,7 +89,7 @@ def _check_same_run(run: RunDir, config: RunConfig) -> None:
                                ("nnodes", config.device.nnodes, first.device.nnodes),
                                ("nproc_per_node", config.device.nproc_per_node, first.device.nproc_per_node),
                                ("rdzv_endpoint", config.device.rdzv_endpoint, first.device.rdzv_endpoint)):
-        if mine != theirs:
+        if mine != theirs and theirs != "":   # '': a SLURM job's, filled in on its nodes
             raise ConfigError("--run-id", run.id, f"is a run whose {what} is {theirs!r} (its run.toml), "
                                                   f"this machine's is {mine!r}; expected the same on "
                                                   "every machine of a run")

@@ -96,11 +96,12 @@ class AttemptState:
     crash: dict | None = None         # its crash event
     fallback: dict | None = None      # the fallback event that followed it
     failed_why: str | None = None     # run_failed's reason, when no attempt followed
+    refused: str | None = None        # attempt_ended's sentence: a configuration its launcher refused
 
     @property
     def sentence(self) -> str | None:
-        """Its crash in a sentence, when it crashed."""
-        return self.crash.get("sentence") if self.crash is not None else None
+        """Its crash in a sentence, when it crashed (or the configuration it refused)."""
+        return self.crash.get("sentence") if self.crash is not None else self.refused
 
 
 class RunState:
@@ -360,7 +361,7 @@ def _attempt_ended(s: RunState, e: dict) -> None:
     a = s.attempt(e["attempt"]) if "attempt" in e else s.current
     if a is None:
         return
-    a.outcome, a.exit = e.get("outcome", "?"), e.get("exit", "")
+    a.outcome, a.exit, a.refused = e.get("outcome", "?"), e.get("exit", ""), e.get("sentence")
     if (last := e.get("last_step")) is not None:   # where it got to, past its last report
         a.last_step = last
         s.step = max(s.step, last)

@@ -182,7 +182,9 @@ class Attempt:
         self.events.emit("attempt_ended", attempt=self.number, preset=self.name, outcome=verdict.kind,
                          exit_code=result.exit_code, signal=sig,
                          exit=launcher.exit_text(code, sig, self.process),
-                         last_step=watch.last_step, samples_seen=watch.last_samples, tail=tail)
+                         last_step=watch.last_step, samples_seen=watch.last_samples, tail=tail,
+                         **({"sentence": verdict.sentence} if verdict.kind == "config"
+                            and verdict.evidence.get("judged_by") else {}))
         self.context.pump()
         return result
 

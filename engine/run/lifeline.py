@@ -165,8 +165,9 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m engine.run.lifeline RUN_DIR (stdin: the supervisor's pipe)",
               file=sys.stderr)
         return 2
-    # Signals meant for the terminal's foreground job are not for the lifeline.
-    for sig in (signal.SIGINT, signal.SIGHUP):
+    # Signals meant for the terminal's foreground job are not for the lifeline, nor SLURM's
+    # warning, which reaches every process of a job's step (the supervisor acts on it).
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
         signal.signal(sig, signal.SIG_IGN)
     watch(Path(argv[0]), sys.stdin.buffer)
     return 0

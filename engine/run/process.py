@@ -21,6 +21,7 @@ needed, an attempt's spare (engine.run.spare), becomes one when its launcher han
 
 from __future__ import annotations
 
+import functools
 import os
 import select
 import signal
@@ -47,14 +48,21 @@ def spawn(argv: list[str] | str, *, restore_sigint: bool = False, **popen) -> su
     KeyboardInterrupt only if it was not ignored when the script started; a supervisor started
     from a shell's `&` inherits it ignored and would pass that on. Only then is a preexec
     needed (it is unsafe beside threads, so it is not used otherwise)."""
-    preexec = None
-    if restore_sigint and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-        preexec = _default_sigint
+    restore = restore_sigint and signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    # SLURM's warning (SIGUSR1) reaches every process of a job's step, on each of several nodes:
+    # a supervisor that handles it (engine.run.slurm) owns it, and what it starts must not die of
+    # it (a handled signal is SIG_DFL after exec, an ignored one stays ignored; a process that
+    # wants it, as Lightning does, installs its own handler).
+    ignore_warning = callable(signal.getsignal(signal.SIGUSR1))
+    preexec = functools.partial(_child_signals, restore, ignore_warning) if restore or ignore_warning else None
     return subprocess.Popen(argv, start_new_session=True, preexec_fn=preexec, **popen)
 
 
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+def _child_signals(default_sigint: bool, ignore_warning: bool) -> None:
+    if default_sigint:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    if ignore_warning:
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 
 def signal_group(leader: int, sig: signal.Signals, *, strays: bool = True) -> None:

@@ -20,6 +20,7 @@ KillWait).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -54,15 +55,19 @@ class JobSpec:
     account: str = ""
     gpus_per_node: int = 0
     warning_s: int = WARNING_S    # --signal=B:USR1@warning_s
+    nodes: int = 1                # the device preset's nnodes (its MAX): a node supervisor each
 
 
 def script(run: RunDir, spec: JobSpec) -> str:
     """The batch script: SLURM's directives, then the supervisor, exec'd so that the batch
     shell's signals (the warning, a preemption's SIGTERM) reach it."""
     slurm_dir = run.path.resolve() / "slurm"
+    # On several nodes the warning goes to every node supervisor (srun's tasks: no B:), as
+    # SLURM's SIGTERM does; on one, to the batch shell, which is the supervisor (exec).
+    warning = f"USR1@{spec.warning_s}" if spec.nodes > 1 else f"B:USR1@{spec.warning_s}"
     lines = ["#!/bin/bash", f"#SBATCH --job-name=cockpit-{run.id}"[:200],
              f"#SBATCH --output={slurm_dir}/job-%j.out", "#SBATCH --requeue",
-             f"#SBATCH --signal=B:USR1@{spec.warning_s}", "#SBATCH --nodes=1",
+             f"#SBATCH --signal={warning}", f"#SBATCH --nodes={spec.nodes}",
              "#SBATCH --ntasks-per-node=1"]
     lines += [f"#SBATCH --{key}={value}" for key, value in
               (("time", spec.time), ("partition", spec.partition), ("account", spec.account))
@@ -70,15 +75,23 @@ def script(run: RunDir, spec: JobSpec) -> str:
     if spec.gpus_per_node:
         lines.append(f"#SBATCH --gpus-per-node={spec.gpus_per_node}")
     env = child_env({})
+    supervisor = f"{shlex.quote(sys.executable)} -P -m engine.run.slurm {shlex.quote(str(run.path.resolve()))}"
     lines += ["", "# cockpit's supervisor: it continues the run after a requeue",
-              f"export PYTHONPATH={shlex.quote(env['PYTHONPATH'])}",
-              f"exec {shlex.quote(sys.executable)} -P -m engine.run.slurm {shlex.quote(str(run.path.resolve()))}", ""]
+              f"export PYTHONPATH={shlex.quote(env['PYTHONPATH'])}"]
+    if spec.nodes > 1:
+        # a node supervisor per node, over its torchrun agent (engine.run.launchers.node); a
+        # machine lost is theirs to judge, not a reason for srun to end the others
+        lines += ["# one node supervisor per node, meeting in torchrun's rendezvous",
+                  f"exec srun --kill-on-bad-exit=0 {supervisor} --node", ""]
+    else:
+        lines += [f"exec {supervisor}", ""]
     return "\n".join(lines)
 
 
-def submit(run: RunDir, spec: JobSpec) -> str:
+def submit(run: RunDir, spec: JobSpec, overrides: tuple[str, ...] = ()) -> str:
     """Write the job script and submit it; returns the job id. ConfigError (one line) when
-    sbatch is missing or refuses (an unknown partition, munge down...)."""
+    sbatch is missing or refuses (an unknown partition, munge down...). `overrides`: sbatch
+    options over the script's #SBATCH lines (a cluster on one host: its nodes as tasks)."""
     if any(c.isspace() for c in str(run.path.resolve())):
         raise ConfigError("--runs-dir", str(run.path.parent), "has a space in its path, which a "
                           "job script's #SBATCH lines cannot hold; expected a path without one")
@@ -92,7 +105,8 @@ def submit(run: RunDir, spec: JobSpec) -> str:
     job.write_text(script(run, spec))
     job.chmod(0o755)
     try:
-        done = subprocess.run([sbatch, "--parsable", str(job)], capture_output=True, text=True, timeout=60)
+        done = subprocess.run([sbatch, "--parsable", *overrides, str(job)], capture_output=True,
+                              text=True, timeout=60)
     except subprocess.TimeoutExpired:
         raise ConfigError("sbatch", None, "did not answer in 60 s: is slurmctld reachable from "
                                           "here? (scontrol ping)") from None
@@ -209,7 +223,10 @@ class JobRun:
 
     def _requeue(self) -> None:
         """The same job again, SLURM_RESTART_COUNT one more; a requeue refused is a warning in
-        the run (its next start is then the user's: `cockpit runs resume`)."""
+        the run (its next start is then the user's: `cockpit runs resume`). On several nodes,
+        the first task's supervisor asks for it, once."""
+        if os.environ.get("SLURM_PROCID", "0") != "0":
+            return
         try:
             done = subprocess.run(["scontrol", "requeue", self.job_id], capture_output=True,
                                   text=True, timeout=60)
@@ -227,17 +244,51 @@ class JobRun:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m engine.run.slurm RUN_DIR  (the batch script cockpit submit wrote)",
-              file=sys.stderr)
+    if not args or len(args) > 2 or args[1:] not in ([], ["--node"]):
+        print("usage: python -m engine.run.slurm RUN_DIR [--node]  (the batch script cockpit "
+              "submit wrote)", file=sys.stderr)
         return 2
     try:
-        status = JobRun(RunDir(Path(args[0]))).supervise()
+        run = RunDir(Path(args[0]))
+        status = JobRun(node_of(run) if args[1:] else run).supervise()
     except ConfigError as e:
         print(f"cockpit: {e.line()}", file=sys.stderr)
         return 2
     # a stop the user asked for is not the job failing (SLURM would say FAILED)
     return {"finished": 0, "preempted": 0, "stopped": 0}.get(status, 1)
+
+
+def node_of(run: RunDir) -> RunDir:
+    """This task's node directory of a run on several nodes (engine.record.nodes), named for its
+    node (and its task, where a node runs several: a cluster on one host), the rendezvous at
+    the job's first node where the device preset names none. Its port follows the job id, so
+    that two jobs sharing a node do not meet."""
+    from engine.record import nodes
+
+    name = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+    if os.environ.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0] not in ("", "1"):
+        name += f"-{os.environ.get('SLURM_LOCALID', '0')}"
+    config = run.config()
+    if not config.device.rdzv_endpoint:
+        first = first_node()
+        endpoint = f"{first}:{29400 + int(os.environ.get('SLURM_JOB_ID', '0') or 0) % 1000}"
+        config = dataclasses.replace(config, device=dataclasses.replace(config.device, rdzv_endpoint=endpoint))
+    return nodes.join(config, run.id, name, root=run.path.parent)
+
+
+def first_node() -> str:
+    """The job's first node, where the rendezvous is (scontrol expands SLURM_JOB_NODELIST)."""
+    listed = os.environ.get("SLURM_JOB_NODELIST", "")
+    try:
+        done = subprocess.run(["scontrol", "show", "hostnames", listed], capture_output=True,
+                              text=True, timeout=60)
+        hosts = done.stdout.split()
+    except (OSError, subprocess.TimeoutExpired):
+        hosts = []
+    if not hosts:
+        raise ConfigError("SLURM_JOB_NODELIST", listed or None, "names no node scontrol can expand; "
+                          "expected to run inside the job cockpit submit wrote")
+    return "127.0.0.1" if hosts[0] == "localhost" else hosts[0]
 
 
 if __name__ == "__main__":

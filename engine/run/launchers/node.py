@@ -57,6 +57,9 @@ RDZV_CONF = "last_call_timeout=3,keep_alive_interval=1,keep_alive_max_attempt=5"
 AGENT_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 # How long a rehearsed lost machine stays away at most (its peers re-form in seconds).
 AWAY_S = 120.0
+# What a rendezvous that never formed says: the endpoint unreachable, too few machines in time.
+_UNFORMED = re.compile(r"RendezvousTimeoutError|RendezvousConnectionError|Connection refused|"
+                       r"DistNetworkError|timed out after \d+ms")
 # What a peer's loss looks like in a survivor's log: gloo's and NCCL's broken connections, the
 # c10d store's, the rendezvous's.
 _PEER_LOST = re.compile(r"Connection (?:reset|closed) by peer|Broken pipe|ncclRemoteError|"
@@ -81,6 +84,7 @@ class NodeLauncher(TorchrunLauncher):
         self.last_step = 0
         for event in run.events() if run.events_path.exists() else ():
             self.see(event, lambda *a, **k: None)
+        self.formed = False                         # its workers started in a world, this attempt
         self.rehearsed = False                      # --inject node-lost fired in this attempt
 
     def launch(self, attempt: int, name: str, preset: DevicePreset, resume: dict | None = None) -> Launch:
@@ -105,7 +109,7 @@ class NodeLauncher(TorchrunLauncher):
         if kind != "trainer_ready" or event.get("world_size") is None:
             return
         world = (int(event.get("nodes") or 1), int(event["world_size"]))
-        before, self.world = self.world, world
+        before, self.world, self.formed = self.world, world, True
         if before is not None and before != world:
             resumed = (event.get("resumed_from") or {}).get("step") or 0
             say("nodes_changed", attempt=int(event.get("attempt") or 0), nodes_before=before[0],
@@ -134,9 +138,27 @@ class NodeLauncher(TorchrunLauncher):
     def judge(self, watch: AttemptWatch, launch: Launch, code: int | None, tail: str, **facts
               ) -> tuple[Verdict, int | None, str | None]:
         verdict, code, sig = super().judge(watch, launch, code, tail, **facts)
-        if verdict.crashed and (lost := self._lost(verdict, tail, sig, facts.get("hung_for"))) is not None:
+        if not verdict.crashed or facts.get("stop_requested"):
+            return verdict, code, sig
+        if not self.formed and not self.rehearsed and (
+                (line := _first_line(_UNFORMED, tail)) is not None or facts.get("hung_for") is not None):
+            return self._unformed(verdict, line or verdict.sentence), code, sig
+        if (lost := self._lost(verdict, tail, sig, facts.get("hung_for"))) is not None:
             return lost, code, sig
         return verdict, code, sig
+
+    def _unformed(self, verdict: Verdict, line: str) -> Verdict:
+        """The rendezvous never formed a world: the endpoint unreachable, or too few machines
+        came before torchrun's join timeout (or the hang gap). Bad input to say, not to retry."""
+        endpoint = self.config.device.rdzv_endpoint
+        low = self.config.device.nodes[0]
+        run = nodes.run_of(self.run)
+        return Verdict("config", f"The rendezvous at {endpoint} never formed a world of {low} or more "
+                                 f"machines ({line.strip()[:160]}): each machine must reach {endpoint} "
+                                 f"and run cockpit --no-ui --node NAME --run-id {run.id if run else '?'} "
+                                 "with the same device preset.",
+                       {**verdict.evidence, "message": line, "node": self.run.path.name,
+                        "judged_by": self.name})
 
     def _lost(self, verdict: Verdict, tail: str, sig: str | None, hung_for: float | None) -> Verdict | None:
         """A crash that is a machine lost: this one's (its agent killed), or a peer's (a broken
