@@ -190,3 +190,15 @@ def test_a_rendezvous_that_never_formed_is_bad_input_naming_the_endpoint(home):
     # the same broken connection once the world had formed is a machine lost
     launcher.see({"type": "trainer_ready", "attempt": 1, "nodes": 2, "world_size": 2}, lambda *a, **k: None)
     assert launcher.judge(AttemptWatch(1), launch, 1, tail, **facts)[0].kind == "node-lost"
+
+
+def test_a_run_on_several_machines_is_supervised_while_any_machine_is(home):
+    from engine import runconfig
+
+    config = runconfig.resolve("matmul", "cpu", ["nnodes=2", "rdzv_endpoint=127.0.0.1:29400"])
+    a = nodes.join(config, "r1", "a", home / "runs")
+    nodes.join(config, "r1", "b", home / "runs")
+    whole = RunDir(home / "runs" / "r1")
+    assert not whole.supervised()
+    a.write_supervisor_pid(os.getpid())   # this process, alive, as a's supervisor
+    assert whole.supervised()

@@ -110,8 +110,13 @@ class RunDir:
         return found[1] if found is not None and found[1] not in (None, socket.gethostname()) else None
 
     def supervised(self) -> bool:
-        """A supervisor works on the run: here and alive, or on another machine (one read)."""
+        """A supervisor works on the run: here and alive, or on another machine (one read); for
+        a run on several machines, on any of them (engine.record.nodes)."""
         found = self._supervisor()
+        if found is None and (self.path / "nodes").is_dir():
+            from engine.record import nodes
+
+            return any(member.supervised() for member in nodes.nodes_of(self))
         return found is not None and (found[1] not in (None, socket.gethostname()) or found[0].alive())
 
     def _supervisor(self) -> tuple[ProcessId, str | None] | None:
