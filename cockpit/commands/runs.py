@@ -109,10 +109,13 @@ def node_lines(machines: list[nodes.NodeView]) -> list[str]:
     if not machines:
         return []
     lines = [f"nodes     {count(len(machines), 'machine')} (figures above: global rank 0's)"]
+    names = min(10, max(len(m.name) for m in machines))
     for m in machines:
-        world = f"world {m.nodes}x{(m.world_size or 0) // max(1, m.nodes or 1)}" if m.nodes else "no world yet"
+        # its world (machines x processes) and its first process's global rank (0 checkpoints)
+        world = (f"{m.nodes}x{(m.world_size or 0) // max(1, m.nodes or 1)} rank {m.rank}"
+                 if m.nodes else "no world yet")
         speed = f"{rate(m.samples_per_s)} samples/s" if m.samples_per_s else "-"
-        lines.append(f"  {m.name:<10} {m.status:<11} step {m.step:<7} {world:<11} {speed:<18} "
+        lines.append(f"  {m.name:<{names}} {m.status:<11} step {m.step:<7} {world:<12} {speed:<17} "
                      f"rss {size(m.rss) if m.rss else '-'}"[:80])
         lines += textwrap.wrap(f"lost: {m.lost}", 80, initial_indent=" " * 13, subsequent_indent=" " * 13) \
             if m.lost else []
