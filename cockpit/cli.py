@@ -65,7 +65,7 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
                              "plus every event (default: 30)")
     parser.add_argument("--notify-command", metavar="CMD",
                         help="run CMD through the shell with each alert (crash, fallback, finish, "
-                             "failure, slowdown, hang) as JSON on stdin, instead of settings.toml's "
+                             "failure, slowdown, hang, health) as JSON on stdin, instead of settings.toml's "
                              "notify_command; '' for none")
 
 

@@ -93,6 +93,10 @@ class Emit(Protocol):
                  **fields: Unpack[event_types.HeartbeatFields]) -> object: ...
 
     @overload
+    def __call__(self, type: Literal["health"], attempt: int | None = None,
+                 **fields: Unpack[event_types.HealthFields]) -> object: ...
+
+    @overload
     def __call__(self, type: Literal["nodes_changed"], attempt: int | None = None,
                  **fields: Unpack[event_types.NodesChangedFields]) -> object: ...
 

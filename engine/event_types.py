@@ -260,6 +260,20 @@ class NodesChangedFields(TypedDict):
     steps_lost: int                 # steps trained past it before the restart, to train again
 
 
+class HealthFields(TypedDict):
+    """A run going bad and going on: a loss spike, a gradient explosion, divergence
+    (engine.run.training_health), with its evidence and what was done."""
+
+    kind: str                       # loss-spike | grad-explosion | divergence
+    step: int
+    value: float                    # the loss or gradient norm (the window's largest), the eval loss
+    mean: float | None              # the window's it was judged against
+    std: float | None
+    rule: str                       # the rule it broke, in words with its numbers
+    action: str                     # warn | stop
+    sentence: str                   # for a person
+
+
 class HeartbeatFields(TypedDict):
     """A rank alive inside a long accumulation group, or a rank other than 0 at a report."""
 
@@ -322,6 +336,14 @@ class StepFields(TypedDict):
     tokens_per_s: NotRequired[float]
     compile_s: NotRequired[float]   # the first window's: what compiling its first step cost
     epoch_base: NotRequired[int]    # a command's printed epochs, counted from 0 or 1
+    # The instruments (the trainer's engine.train.window; a command's what it printed or
+    # reported): the gradient's total L2 norm before clipping (unscaled under fp16), the mean
+    # of the window's steps (a command's: the last seen) and the largest; the largest step
+    # loss (`loss` is the window's mean); steps whose loss or norm was NaN/Inf, where any.
+    grad_norm: NotRequired[float]
+    grad_norm_max: NotRequired[float]
+    loss_max: NotRequired[float]
+    nonfinite: NotRequired[int]
 
 
 class EvalStartedFields(TypedDict):
@@ -475,6 +497,7 @@ EVENT_FIELDS: dict[str, type] = {
     "fault_injected": FaultInjectedFields,
     "trainer_ready": TrainerReadyFields,
     "heartbeat": HeartbeatFields,
+    "health": HealthFields,
     "nodes_changed": NodesChangedFields,
     "parity": ParityFields,
     "step": StepFields,

@@ -57,6 +57,28 @@ class SlurmSettings:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class HealthSettings:
+    """[health]: what a run that goes bad and keeps going looks like (engine.run.training_health).
+    The defaults are the field's: OLMo-core's z-score of 6 over the last 128 steps, llm-foundry's
+    2x the window's mean, Megatron's 10x for a gradient norm."""
+
+    window: int = setting(128, "reports (step events) the mean and spread are taken over", min=8)
+    min_reports: int = setting(16, "reports seen before anything is judged", min=2)
+    loss_z: float = setting(6.0, "a loss spike: this many standard deviations above the window's "
+                                 "mean ...", above=0.0)
+    loss_ratio: float = setting(2.0, "... and this many times the window's mean", above=1.0)
+    grad_z: float = setting(6.0, "a gradient-norm explosion: this many standard deviations above "
+                                 "the window's mean ...", above=0.0)
+    grad_ratio: float = setting(10.0, "... and this many times the window's mean", above=1.0)
+    diverge_evals: int = setting(3, "divergence: the eval loss rose this many evals in a row; 0 = off",
+                                 min=0)
+    on_spike: Literal["warn", "stop"] = setting("warn", "a loss spike or gradient explosion: 'warn' "
+                                                        "(a health event and an alert) or 'stop' "
+                                                        "(also stop the run gracefully)")
+    on_divergence: Literal["warn", "stop"] = setting("warn", "divergence: 'warn' or 'stop'")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class DevicePreset:
     """How to run: the device and everything that decides memory and speed on it."""
 
@@ -106,6 +128,9 @@ class DevicePreset:
     inject: tuple[str, ...] = setting([], "faults to inject, KIND@STEP or KIND@SECONDSs (e.g. "
                                           "'native-crash@117', 'hang@30s'); each fires once per "
                                           "run, with + in every attempt")
+    health: HealthSettings = setting(HealthSettings(), "what a run going bad looks like (loss "
+                                                         "spikes, gradient explosions, divergence) "
+                                                         "and what is done about it")
     slurm: SlurmSettings = setting(SlurmSettings(), "the job `cockpit submit` asks SLURM for "
                                                     "([slurm]); its flags override each key")
 

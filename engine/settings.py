@@ -24,7 +24,7 @@ from engine.errors import ConfigError
 from engine.files import read_toml
 from engine.schema import FieldError, from_table, setting, unknown_key
 
-ALERT_EVENTS = ("crash", "fallback", "finish", "failure", "slowdown", "hang")
+ALERT_EVENTS = ("crash", "fallback", "finish", "failure", "slowdown", "hang", "health")
 TerminalMode = Literal["auto", "osc9", "osc99", "osc777", "bell", "off"]
 
 

@@ -152,6 +152,9 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
         built = f", index built in {e['index_build_s']:.1f} s" if "index_build_s" in e else ""
         return (f"mining epoch {e['epoch']}: {e['mode']} over {e['index']} ({exact}), "
                 f"{e['queries']:,} queries in {e['mining_s']:.1f} s{built}")
+    if kind == "health":
+        done = "; stopping the run" if e.get("action") == "stop" else ""
+        return f"health: {e.get('sentence', e.get('kind'))}{done}"
     if kind == "warning":
         lines = [f"warning: {e.get('message', '')}"]
         for tip in e.get("advice") or []:

@@ -13,7 +13,8 @@ checks every emit against it; tests/test_architecture.py checks this list is the
   GPUs), `warning`, `fault_injected`, `stop_requested`, `crash`, `fallback`, `attempt_ended`,
   `run_finished`, `run_failed` (a crash ended the run), `slurm_job` (the SLURM job it runs
   in, at each start and requeue: engine.run.slurm), `nodes_changed` (a machine of several:
-  its workers restarted in another world, engine.run.launchers.node); and from the lifeline
+  its workers restarted in another world, engine.run.launchers.node), `health` (a loss spike,
+  a gradient explosion, divergence: engine.run.training_health); and from the lifeline
   (engine.run.lifeline), `supervisor_lost` and `run_interrupted`;
 - the trainer (engine.train): `trainer_ready`, `parity` (the device's check against the CPU,
   engine.train.parity), `step` (with `"partial": true` when a checkpoint or the end cut its
@@ -119,6 +120,10 @@ class EventWriter:
     @overload
     def emit(self, type: Literal["heartbeat"], attempt: int | None = None,
              **fields: Unpack[event_types.HeartbeatFields]) -> dict[str, Any]: ...
+
+    @overload
+    def emit(self, type: Literal["health"], attempt: int | None = None,
+             **fields: Unpack[event_types.HealthFields]) -> dict[str, Any]: ...
 
     @overload
     def emit(self, type: Literal["nodes_changed"], attempt: int | None = None,

@@ -325,6 +325,9 @@ class RunSummary:
     main_metric_source: str | None = None
     attempts: list[AttemptSummary] = field(default_factory=list)
     fallbacks: list[dict] = field(default_factory=list)
+    # each health finding (a loss spike, a gradient explosion, divergence): {"step", "kind",
+    # "sentence", "action", "value", "mean", "std", "rule"} (engine.run.training_health)
+    health: list[dict] = field(default_factory=list)
     steps_lost: int = 0                # steps trained again, or lost past a checkpoint, after crashes
     goodput: dict | None = None        # where its wall time went (engine.record.goodput, as_dict)
     checkpoints: int = 0               # checkpoint events: 0, and a resume starts over
@@ -418,7 +421,10 @@ def summary_of(run: RunDir, state: RunState, config: dict | None = None) -> RunS
         attempts=[AttemptSummary(attempt=a.attempt, device=a.device or "?", preset=a.preset,
                                  outcome=a.outcome, exit=a.exit, last_step=a.last_step or 0, crash=a.sentence)
                   for a in state.attempts if a.attempt is not None],
-        fallbacks=list(state.fallbacks), steps_lost=averages.steps_lost, goodput=state.goodput().as_dict(),
+        fallbacks=list(state.fallbacks),
+        health=[{k: e.get(k) for k in ("step", "kind", "sentence", "action", "value", "mean", "std", "rule")}
+                for e in state.health],
+        steps_lost=averages.steps_lost, goodput=state.goodput().as_dict(),
         checkpoints=state.stats.checkpoints,
         checkpoint_writes=[{k: e.get(k) for k in ("attempt", "step", "step_source", "path")}
                            for e in state.checkpoints],

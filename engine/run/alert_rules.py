@@ -18,7 +18,7 @@ from engine.numbers import count
 from engine.record.rundir import interrupted_next
 
 TITLE_WORDS = {"crash": "crashed", "hang": "hung", "fallback": "fell back", "failure": "failed",
-               "finish": "finished", "slowdown": "slowed down"}
+               "finish": "finished", "slowdown": "slowed down", "health": "is going bad"}
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,9 @@ class AlertRules:
                 self._failed = self._failed and kind != "run_resumed"   # a resumed run may fail anew
             elif kind == "warning" and e.get("kind") == "slowdown":
                 alerts += self._alert(("slowdown",), (e,), e.get("message", "throughput fell"))
+            elif kind == "health":   # a loss spike, a gradient explosion, divergence
+                done = " (stopping it)" if e.get("action") == "stop" else ""
+                alerts += self._alert(("health",), (e,), e.get("sentence", e.get("kind", "?")) + done)
         return alerts
 
     def flush(self) -> list[Alert]:

@@ -32,6 +32,7 @@ from engine.run.launchers import Launcher
 from engine.run.lifeline import Lifeline
 from engine.run.process import AttemptProcess
 from engine.run.spare import Spare
+from engine.run.training_health import TrainingHealth
 from engine.run.rehearsal import Rehearsal
 from engine.run.watch import AttemptResult, AttemptWatch
 from engine.runconfig import RunConfig
@@ -67,6 +68,8 @@ class Context:
     delivered: Callable[[], int] = lambda: 0   # of the stops, those signalled to it from outside
     poll_s: float = 0.1
     wake_on_exit: bool = True         # the loop wakes as the process exits (else at its poll)
+    training: TrainingHealth | None = None   # the run's loss and gradient detectors
+    stop: Callable[[], None] = lambda: None  # ask the run to stop (a health rule's 'stop')
 
 
 class Attempt:
@@ -220,6 +223,13 @@ class Attempt:
             self._on_warning(self.health.saw(event))
         self.kind.see(event)
         self.launcher.see(event, self.events.emit)
+        if self.context.training is not None:
+            for finding in self.context.training.see(event):
+                self.events.emit("health", attempt=self.number, kind=finding.kind, step=finding.step,
+                                 value=finding.value, mean=finding.mean, std=finding.std,
+                                 rule=finding.rule, action=finding.action, sentence=finding.sentence())
+                if finding.action == "stop" and not self.context.stop_requests():
+                    self.context.stop()
 
     def lose(self) -> None:
         """`--inject node-lost@N`: its machine lost, at once (engine.run.launchers.node)."""

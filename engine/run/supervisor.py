@@ -50,6 +50,7 @@ from engine.run.fallback import Decision, Ladder, Rung
 from engine.run.launchers import Launcher
 from engine.run.lifeline import Lifeline
 from engine.run.spare import Spare
+from engine.run.training_health import TrainingHealth
 from engine.run.resume import History
 from engine.record.rundir import RunDir
 from engine.run.watch import AttemptResult
@@ -90,7 +91,9 @@ class Supervisor:
         self.context = Context(run=run, config=self.config, events=self.events, kind=self.kind,
                                 pace=Pace(), stop_requests=lambda: self.stop_requests,
                                 preempted=lambda: self.preempted, delivered=lambda: self.delivered,
-                                pump=self._pump, poll_s=poll_s, wake_on_exit=wake_on_exit)
+                                pump=self._pump, poll_s=poll_s, wake_on_exit=wake_on_exit,
+                                training=TrainingHealth(self.config.device.health),
+                                stop=self.request_stop)
         self._attempt: Attempt | None = None   # the one running (engine.run.attempt)
         self._lifeline: Lifeline | None = None
         self._first_attempt = 1   # above 1 when this supervisor continues a run

@@ -1,0 +1,106 @@
+"""A run that goes bad and keeps going: loss spikes, gradient-norm explosions, divergence.
+
+A crash ends an attempt; these do not. The supervisor reads them from the step and eval events
+every attempt writes (the built-in trainer's, a command's, parsed from its output), whatever
+launches it, and says each finding as a `health` event with its evidence: the step, the value,
+the window's mean and spread, the rule. What is done is the device preset's [health] table's
+(engine.preset_types.HealthSettings): `warn`, or `stop` the run gracefully.
+
+    loss spike          the window's largest step loss (`loss_max`, else its mean `loss`) more
+                        than loss_z standard deviations above the mean of the last `window`
+                        reports' and more than loss_ratio times that mean (OLMo-core: z 6 over
+                        128 steps; llm-foundry: 2x the mean)
+    gradient explosion  the same test on the gradient norm (`grad_norm_max`, else `grad_norm`)
+                        with grad_z and grad_ratio (Megatron flags 10x)
+    divergence          the eval loss rose diverge_evals evals in a row
+
+A spike's report is kept out of the window it is judged against, so that one spike does not
+raise the bar for the next. The history spans attempts (a fallback is the same training).
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from engine.preset_types import HealthSettings
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str          # loss-spike | grad-explosion | divergence
+    step: int
+    value: float
+    mean: float | None
+    std: float | None
+    rule: str          # the rule it broke, in words with its numbers
+    action: str        # warn | stop
+
+    def sentence(self) -> str:
+        what = {"loss-spike": "loss spike", "grad-explosion": "gradient norm explosion",
+                "divergence": "divergence"}[self.kind]
+        return f"{what} at step {self.step:,}: {self.rule}"
+
+
+class TrainingHealth:
+    """The run's detectors, fed every step and eval event of its attempts."""
+
+    def __init__(self, settings: HealthSettings):
+        self.settings = settings
+        self.losses: deque[float] = deque(maxlen=settings.window)
+        self.norms: deque[float] = deque(maxlen=settings.window)
+        self.evals: list[float] = []
+
+    def see(self, event: dict) -> list[Finding]:
+        kind = event.get("type")
+        if kind == "step":
+            found = [f for f in (self._spike(event, "loss", self.losses, "loss-spike",
+                                             self.settings.loss_z, self.settings.loss_ratio),
+                                 self._spike(event, "grad_norm", self.norms, "grad-explosion",
+                                             self.settings.grad_z, self.settings.grad_ratio))
+                     if f is not None]
+            return found
+        if kind == "eval":
+            return [f for f in (self._diverging(event),) if f is not None]
+        return []
+
+    def _spike(self, event: dict, field: str, history: deque[float], kind: str,
+               z_limit: float, ratio_limit: float) -> Finding | None:
+        value = event.get(f"{field}_max", event.get(field))
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            return None   # a non-finite loss is a crash of its own (numerical)
+        finding = None
+        if len(history) >= self.settings.min_reports:
+            mean = sum(history) / len(history)
+            std = math.sqrt(sum((x - mean) ** 2 for x in history) / len(history))
+            z = (value - mean) / std if std > 0 else math.inf
+            if z > z_limit and mean > 0 and value > ratio_limit * mean:
+                finding = Finding(kind, int(event.get("step") or 0), float(value), mean, std,
+                                  f"{field.replace('_', ' ')} {value:.4g} is {_z(z)} and "
+                                  f"{value / mean:.1f}x the mean {mean:.4g} of the last "
+                                  f"{len(history)} reports (limits: z {z_limit:g}, {ratio_limit:g}x)",
+                                  self.settings.on_spike)
+        if finding is None:
+            history.append(float(value))
+        return finding
+
+    def _diverging(self, event: dict) -> Finding | None:
+        metrics = event.get("metrics") or {}
+        value = metrics.get("eval_loss", metrics.get("loss"))
+        k = self.settings.diverge_evals
+        if not isinstance(value, (int, float)) or not math.isfinite(value) or not k:
+            return None
+        self.evals.append(float(value))
+        last = self.evals[-(k + 1):]
+        if len(last) == k + 1 and all(b > a for a, b in zip(last, last[1:])):
+            self.evals = self.evals[-1:]   # said once; a further rise is counted anew
+            return Finding("divergence", int(event.get("step") or 0), float(value), None, None,
+                           f"the eval loss rose {k} evals in a row, "
+                           + " -> ".join(f"{x:.4g}" for x in last), self.settings.on_divergence)
+        return None
+
+
+def _z(z: float) -> str:
+    return "z inf (the window was flat)" if math.isinf(z) else f"z {z:.1f}"

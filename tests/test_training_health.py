@@ -1,0 +1,108 @@
+"""Training health's detectors (engine.run.training_health), fed step and eval events as the
+supervisor reads them: a loss spike, a gradient explosion and divergence are found with their
+evidence; a noisy, falling loss is not a finding."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from cockpit import cli
+from engine.preset_types import HealthSettings
+from engine.run.training_health import TrainingHealth
+
+
+def steps(health: TrainingHealth, losses, first: int = 1, **extra) -> list:
+    found = []
+    for i, loss in enumerate(losses, start=first):
+        found += health.see({"type": "step", "step": i, "loss": loss, **extra})
+    return found
+
+
+def falling(n: int, seed: int = 0) -> list[float]:
+    """A loss as training gives it: falling fast, then slowly, with noise of a few percent."""
+    rng = random.Random(seed)
+    return [(2.0 / (1 + i / 20) + 0.05) * (1 + rng.gauss(0, 0.03)) for i in range(n)]
+
+
+def test_a_noisy_falling_loss_is_no_finding():
+    for seed in range(20):
+        assert steps(TrainingHealth(HealthSettings()), falling(600, seed)) == []
+
+
+def test_a_spike_is_found_with_its_evidence_and_kept_out_of_the_window():
+    health = TrainingHealth(HealthSettings())
+    history = falling(300)
+    assert steps(health, history) == []
+    (spike,) = steps(health, [history[-1] * 8], first=301)
+    assert (spike.kind, spike.step, spike.action) == ("loss-spike", 301, "warn")
+    assert spike.value > 6 * spike.mean and (spike.value - spike.mean) / spike.std > 6
+    assert "loss spike at step 301" in spike.sentence() and "limits: z 6, 2x" in spike.rule
+    # the spike did not raise the bar: the next one is found too, a normal step is not
+    assert steps(health, [history[-1]], first=302) == []
+    assert [f.kind for f in steps(health, [history[-1] * 8], first=303)] == ["loss-spike"]
+
+
+def test_the_window_largest_step_is_what_is_judged():
+    health = TrainingHealth(HealthSettings())
+    for i in range(50):   # a window's mean hides one bad step; its loss_max does not
+        assert health.see({"type": "step", "step": i, "loss": 1.0, "loss_max": 1.1 + 0.01 * (i % 3)}) == []
+    (spike,) = health.see({"type": "step", "step": 50, "loss": 1.05, "loss_max": 9.0})
+    assert spike.value == 9.0
+
+
+def test_a_gradient_explosion_is_found_on_the_gradient_norm():
+    health = TrainingHealth(HealthSettings())
+    rng = random.Random(1)
+    for i in range(100):
+        assert health.see({"type": "step", "step": i, "loss": 1.0, "grad_norm": 1 + rng.random() * 0.2}) == []
+    assert health.see({"type": "step", "step": 100, "loss": 1.0, "grad_norm": 5.0}) == []   # below 10x
+    (found,) = health.see({"type": "step", "step": 101, "loss": 1.0, "grad_norm": 40.0})
+    assert found.kind == "grad-explosion" and "grad norm 40" in found.rule
+
+
+def test_nothing_is_judged_before_the_first_reports():
+    health = TrainingHealth(HealthSettings(min_reports=16))
+    assert steps(health, [1.0] * 15 + [50.0]) == []
+
+
+def test_divergence_is_the_eval_loss_rising_k_evals_in_a_row_and_said_once():
+    health = TrainingHealth(HealthSettings(diverge_evals=3, on_divergence="stop"))
+    evals = [2.0, 1.5, 1.6, 1.7]
+    found = [f for i, v in enumerate(evals) for f in health.see({"type": "eval", "step": i * 100,
+                                                                 "metrics": {"eval_loss": v}})]
+    assert found == []
+    (rising,) = health.see({"type": "eval", "step": 400, "metrics": {"eval_loss": 1.8}})
+    assert (rising.kind, rising.action, rising.step) == ("divergence", "stop", 400)
+    assert "1.5 -> 1.6 -> 1.7 -> 1.8" in rising.rule
+    assert health.see({"type": "eval", "step": 500, "metrics": {"eval_loss": 1.9}}) == []
+
+
+def test_a_non_finite_loss_is_left_to_the_numerical_crash():
+    health = TrainingHealth(HealthSettings())
+    steps(health, falling(100))
+    assert steps(health, [float("nan"), float("inf")], first=101) == []
+
+
+@pytest.mark.parametrize("setting, said", [
+    ("health.loss_ratio=0.5", "health.loss_ratio: got 0.5, expected a number > 1"),
+    ("health.on_spike=rewind", "health.on_spike: got 'rewind', expected one of 'warn', 'stop'"),
+    ("health.lose_z=3", "did you mean"),
+])
+def test_bad_health_settings_are_one_line_naming_the_key(home, capsys, setting, said):
+    assert cli.main(["--no-ui", "-w", "matmul", "-d", "cpu", "--set", setting]) == 2
+    err = capsys.readouterr().err
+    assert said in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_finding_alerts_once_with_its_sentence_and_what_was_done():
+    from engine.run.alert_rules import AlertRules
+    from engine.settings import ALERT_EVENTS
+
+    finding = {"type": "health", "t": 1.0, "kind": "loss-spike", "action": "stop",
+               "sentence": "loss spike at step 1,204: loss 9.1 is z 9.1 and 8.0x the mean"}
+    (alert,) = AlertRules(frozenset(ALERT_EVENTS), "trm").see([finding])
+    assert alert.event == "health" and "trm is going bad" in alert.title
+    assert alert.message.startswith("loss spike at step 1,204") and alert.message.endswith("(stopping it)")
+    assert AlertRules(frozenset({"crash"}), "trm").see([finding]) == []
