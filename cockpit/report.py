@@ -19,7 +19,8 @@ so the script runs as before anywhere:
 - `report.step(step, total=None, loss=None, samples=None, **metrics)`: the optimizer step,
   the total steps, the loss, the samples seen so far (cumulative: cockpit measures throughput
   from it) and any other scalars (grad_norm=...); `lr=` and `epoch=` are shown as the
-  learning rate and the (fractional) epoch.
+  learning rate and the (fractional) epoch, and `grad_norm=` (the gradient's total norm
+  before clipping) is the step event's `grad_norm`, which the training-health detectors read.
 - `report.eval(**metrics)`: held-out metrics, recorded at the last step reported.
 - `report.checkpoint(path, step, samples=None)`: a checkpoint the script has written; cockpit
   resumes from the newest one, with your command's `resume` arguments, after a crash or a

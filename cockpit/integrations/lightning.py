@@ -10,8 +10,10 @@ Under cockpit (`cockpit run -- python train.py ...`) it reports:
 - steps: the trainer's global step (optimizer steps) of the steps `max_steps` and
   `max_epochs` allow (Lightning's estimated_stepping_batches: the ETA); the samples seen (global step x the batch x
   `accumulate_grad_batches` x the world size); the epoch; the first optimizer's learning
-  rate; and at each of its logging steps (`log_every_n_steps`) the loss and what the module
-  logged;
+  rate; and at each of its logging steps (`log_every_n_steps`) the loss, what the module
+  logged and the gradient's total L2 norm (`grad_norm`: measured in `on_before_optimizer_step`,
+  where Lightning hands over the accumulated gradient unscaled and not yet clipped, with
+  torch's foreach norm at those steps only, and read with the loss);
 - evaluations: the metrics logged during each validation (not the sanity check);
 - checkpoints: every checkpoint the trainer writes (ModelCheckpoint's, or your own
   `trainer.save_checkpoint`) but weights-only ones, so a crash or a fallback resumes from it
@@ -74,6 +76,7 @@ class CockpitCallback(_Callback):
         self._stepped = None          # the global step at the last batch's end
         self._batch = None            # samples in one micro-batch on one process
         self._total = None
+        self._norm = None             # the gradient norm of the step about to log (a tensor)
         self._before_validation = {}
         self._eval_names = set()
         self._broken = False          # something went wrong in a hook: quiet from then on
@@ -135,11 +138,22 @@ class CockpitCallback(_Callback):
             self._batch = _batch_size(batch)
         report.reached(step, samples=self._samples(trainer))  # every step: a crash is told at it
         if step % max(1, trainer.log_every_n_steps) == 0:
-            self._step(trainer, batch_idx, loss=self._loss(trainer, outputs),
-                       **self._logged(trainer))
+            logged = self._logged(trainer)
+            if self._norm is not None and "grad_norm" not in logged:
+                logged["grad_norm"] = float(self._norm)
+            self._norm = None
+            self._step(trainer, batch_idx, loss=self._loss(trainer, outputs), **logged)
             self._throttle.reported()
         elif self._throttle.due(final=self._total is not None and step >= self._total):
             self._step(trainer, batch_idx)
+
+    @guarded
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        # Only before a step that logs: the norm is a device tensor, read with the loss there
+        # (a read every step would wait for the device every step).
+        if not self._speaks or (trainer.global_step + 1) % max(1, trainer.log_every_n_steps):
+            return
+        self._norm = _total_norm(pl_module.parameters())
 
     @guarded
     def on_train_end(self, trainer, pl_module):
@@ -200,6 +214,20 @@ class CockpitCallback(_Callback):
         if self._reported_step != trainer.global_step:
             self._step(trainer)  # an evaluation is recorded at the last step reported
         report.eval(**logged)
+
+
+def _total_norm(parameters):
+    """The gradients' total L2 norm, a device tensor (torch 2.6+: get_total_norm, a foreach
+    norm; before, a norm per gradient and the norm of those)."""
+    import torch
+
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return None
+    total = getattr(torch.nn.utils, "get_total_norm", None)
+    if total is not None:
+        return total(grads)
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
 
 
 def _batch_size(batch) -> int | None:

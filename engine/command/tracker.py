@@ -21,6 +21,11 @@ The total: the preset's `total_steps`, else what the output counts to (a bar, `s
 what the script stated (`Total optimization steps = N`, `Overriding: max_iters = N`), else its
 argv (`--max_steps 300`), each with its source in the event.
 
+The gradient norm: the last one printed (HF's log dicts' `grad_norm`, `gnorm`) or reported
+(cockpit.report.step(grad_norm=...)) is the step event's `grad_norm`, as the trainer's is (it
+stays among the metrics too); a reading whose loss or norm was NaN or infinite is counted in
+the window's `nonfinite`, and a non-finite norm is not shown as the last one.
+
 Reported values win over parsed ones: once the script has reported a step, parsed steps are
 ignored; once it has reported an eval, parsed evals are.
 Pure: no clock, no I/O; the caller passes times (time.time()).
@@ -36,6 +41,9 @@ from typing import Any
 from engine.monitor.throughput import RateMeter
 
 REPORT_EVERY_S = 1.0
+# The names a script prints or reports its gradient's total norm under (HF: grad_norm;
+# fairseq: gnorm).
+GRAD_NORM_NAMES = ("grad_norm", "gnorm", "gradient_norm")
 STEPLESS_LOSSES = 3  # losses read with no step number before the tracker says it sees no steps
 # Five minutes of the script's time: long enough that an eval pause every few minutes is
 # averaged in rather than swinging the ETA, short enough to follow a real change of speed.
@@ -112,6 +120,7 @@ class Tracker:
     lr: float | None = None
     epoch: float | None = None
     metrics: dict = field(default_factory=dict)
+    grad_norm: float | None = None       # the last finite gradient norm read, where any
     source: str = ""
     counter: str = "steps"               # "batches": a batch counter whose accumulation is unknown
     stated_total: int | None = None      # what the script stated its total to be
@@ -125,6 +134,7 @@ class Tracker:
     _last_finite_t: float | None = None  # when a finite loss was last seen
     _windows: int = 0                    # step events made
     _stepless_losses: int = 0            # losses read while no step number has been
+    _nonfinite: int = 0                  # readings since the last window with a NaN/Inf loss or norm
 
     def __post_init__(self) -> None:
         self._meter = RateMeter(full_window_s=self.report_every_s, horizon_s=HORIZON_S,
@@ -232,6 +242,11 @@ class Tracker:
         self.lr = lr if lr is not None else self.lr
         self.epoch = epoch if epoch is not None else self.epoch
         self.metrics.update(metrics or {})
+        norm = next((metrics[n] for n in GRAD_NORM_NAMES if n in (metrics or {})), None)
+        if isinstance(norm, (int, float)) and not isinstance(norm, bool):
+            self.grad_norm = float(norm) if math.isfinite(norm) else None
+        if any(isinstance(v, float) and not math.isfinite(v) for v in (loss, norm)):
+            self._nonfinite += 1
         self.total = total if total else self.total
         if step is not None:  # where the steps come from (a loss-only line does not say)
             self.source = source or self.source
@@ -372,6 +387,8 @@ class Tracker:
                  "loss": self.loss, "lr": self.lr, "source": self.source, "units": self._units()}
         if (tokens := self.tokens_seen) is not None:
             where["tokens_seen"] = tokens
+        if self.grad_norm is not None:
+            where["grad_norm"] = self.grad_norm
         if self.epoch_base is not None:  # so that a continued run counts its epochs alike
             where["epoch_base"] = self.epoch_base
         return where
@@ -405,6 +422,8 @@ class Tracker:
             event["partial"] = True  # flush's last window: too short to show as a rate
         if self.metrics:
             event["metrics"] = {k: v for k, v in self.metrics.items() if _finite_number(v)}
+        if self._nonfinite:
+            event["nonfinite"], self._nonfinite = self._nonfinite, 0
         self._window = _Window(t, step, seen)
         return event
 

@@ -56,7 +56,7 @@ from engine.train.distributed import World
 from engine.train.failures import (NonFiniteLoss, all_finite, checked_loss,
                                    refuse_unreachable_faults, report_failure, step_set_by)
 from engine.train.faults import Injector
-from engine.train.window import Window
+from engine.train.window import Window, grad_norm
 from engine.vocabulary import EXIT_FINISHED, EXIT_STOPPED
 
 
@@ -77,6 +77,10 @@ class StopRequest:
 
 
 class Trainer:
+    # Measure each step's gradient norm (the step event's grad_norm, grad_norm_max): off only
+    # for benchmarks/instruments.py, which times the loop without it.
+    grad_norms = True
+
     def __init__(self, run: RunDir, events: EventWriter, preset_name: str, preset: DevicePreset,
                  stop: StopRequest | None = None):
         config = run.config()
@@ -239,9 +243,7 @@ class Trainer:
             self.after_micro_batch(m + 1, micro_batches)
         if self.faults.wrong_grad:
             parity.perturb_gradients(self.model)
-        if self.train.grad_clip:
-            self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train.grad_clip)
+        norm = self.clip_and_measure()
         self.set_lr(self.samples_seen + group)
         self.lr = self.optimizer.param_groups[0]["lr"]  # this step's, for its report
         self.scaler.step(self.optimizer)
@@ -253,7 +255,23 @@ class Trainer:
         self.samples_seen += group
         if self.reached is not None:
             self.reached.publish(self.step, self.samples_seen)
-        self.window.count(group)
+        self.window.count(group, norm)
+
+    def clip_and_measure(self) -> torch.Tensor | None:
+        """The step's gradient, clipped where train.grad_clip says, and its total L2 norm
+        before clipping (unscaled under fp16's GradScaler), a 0-d device tensor that the window
+        keeps until its report reads it: no sync. Clipping measures it already (no second
+        norm); else it is one foreach norm over the gradients (benchmarks/instruments.py
+        measures it), skipped where `grad_norms` is off. Under DDP the gradient is already
+        all-reduced: each rank's norm is the global one."""
+        if not self.train.grad_clip and not self.grad_norms:
+            return None
+        # The true gradient: fp16's scaled one unscaled (once: scaler.step does not again)
+        self.scaler.unscale_(self.optimizer)
+        if self.train.grad_clip:
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train.grad_clip)
+            return norm if self.grad_norms else None
+        return grad_norm(self.model.parameters())
 
     def after_micro_batch(self, done: int, of: int) -> None:
         """A long accumulation group is still a sign of life: the supervisor's hang watch sees a
@@ -325,9 +343,11 @@ class Trainer:
         w = self.window
         if not w.steps:
             return
-        loss = w.loss()  # the sync point
+        figures = w.read()  # the sync point
+        loss = figures.loss
         if not math.isfinite(loss):
-            raise NonFiniteLoss(self.step, f"loss {loss} over the last {w.steps} steps")
+            bad = f", {figures.nonfinite} of them non-finite" if figures.nonfinite else ""
+            raise NonFiniteLoss(self.step, f"loss {loss} over the last {w.steps} steps{bad}")
         elapsed = w.measure(time.monotonic())
         steps_per_s = w.steps / elapsed
         samples_per_s = w.samples / elapsed
@@ -341,6 +361,14 @@ class Trainer:
             best_samples_per_s=round(w.meter.best_samples_per_s or 0.0, 3),
             device_memory=devices.memory(self.device),
         )
+        # The instruments (issue 38): the largest step loss, the gradient norm's mean and
+        # largest, the steps that were not finite (an fp16 step the scaler skipped included)
+        if figures.loss_max is not None:
+            event["loss_max"] = figures.loss_max
+        if figures.grad_norm is not None and figures.grad_norm_max is not None:
+            event["grad_norm"], event["grad_norm_max"] = figures.grad_norm, figures.grad_norm_max
+        if figures.nonfinite:
+            event["nonfinite"] = figures.nonfinite
         if self.workload.flops_per_sample:
             event["gflop_s"] = round(samples_per_s * self.workload.flops_per_sample / 1e9, 2)
             if self.peak is not None:  # model FLOP utilisation of every rank's GPU together
