@@ -86,6 +86,7 @@ class FaultKind(StrEnum):
     COMPILE_ERROR = "compile-error"
     PREEMPT = "preempt"
     NODE_LOST = "node-lost"
+    SPIKE = "spike"
 
 
 FAULT_KINDS: tuple[FaultKind, ...] = tuple(FaultKind)

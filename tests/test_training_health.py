@@ -4,12 +4,15 @@ evidence; a noisy, falling loss is not a finding."""
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
 
 import pytest
 
 from cockpit import cli
 from engine.preset_types import HealthSettings
+from engine.record.rundir import list_runs
 from engine.run.training_health import TrainingHealth
 
 
@@ -106,3 +109,57 @@ def test_a_finding_alerts_once_with_its_sentence_and_what_was_done():
     assert alert.event == "health" and "trm is going bad" in alert.title
     assert alert.message.startswith("loss spike at step 1,204") and alert.message.endswith("(stopping it)")
     assert AlertRules(frozenset({"crash"}), "trm").see([finding]) == []
+
+
+def test_a_converged_loss_wandering_in_float_noise_is_no_spike():
+    health = TrainingHealth(HealthSettings())
+    rng = random.Random(3)
+    found = steps(health, [2.0 / (1 + i) for i in range(50)]   # the run's scale: 2.0
+                  + [10 ** rng.uniform(-11, -9) for _ in range(300)], )
+    assert found == []
+
+
+def test_an_incident_is_said_once_and_a_lasting_new_level_becomes_the_window():
+    health = TrainingHealth(HealthSettings())
+    steps(health, falling(300))
+    level = falling(300)[-1]
+    found = steps(health, [level * 8] * 10, first=301)   # knocked off course, and staying there
+    assert [f.step for f in found] == [301]
+    assert steps(health, [level * 8] * 20, first=311) == []   # the new level, no longer news
+
+
+# The sine example with noisy targets: its loss levels off at the noise's variance (0.25), where
+# a spike is a spike (a loss falling by orders of magnitude is no place for a z-score).
+SINE = ["batch_size=64", "accumulation=1", "params.samples=1024", "params.noise=0.5",
+        "train.epochs=30", "threads=1", "train.report_every_s=0.01"]
+
+
+def sine(home, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    from conftest import ROOT, cockpit_cmd
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(ROOT), str(ROOT / "examples"))),
+           "COCKPIT_CONFIG_DIR": str(ROOT / "examples"), "COCKPIT_RUNS_DIR": str(home / "runs")}
+    done = subprocess.run(cockpit_cmd("--no-ui", "-w", "sine", "-d", "cpu", *[a for s in SINE for a in ("--set", s)],
+                                      *args), capture_output=True, text=True, env=env, timeout=300)
+    (run,) = [r for r in list_runs(home / "runs") if r.id not in seen]
+    seen.add(run.id)
+    return done, run.events()
+
+
+seen: set[str] = set()
+
+
+def test_a_rehearsed_spike_is_caught_at_its_step_and_stops_the_run_where_asked(home):
+    done, events = sine(home, "--inject", "spike@300", "--set", "health.on_spike=stop")
+    (finding,) = [e for e in events if e["type"] == "health"]
+    # caught at the first report that holds step 300, whatever the window's length
+    first = min(e["step"] for e in events if e["type"] == "step" and e["step"] >= 300)
+    assert finding["kind"] == "loss-spike" and finding["step"] == first
+    assert finding["value"] > 2 * finding["mean"] and finding["action"] == "stop"
+    assert done.returncode == 130, done.stdout[-2000:]
+    assert f"health: loss spike at step {finding['step']}" in done.stdout
+    ended = [e for e in events if e["type"] == "attempt_ended"][-1]
+    assert ended["outcome"] == "stopped" and ended["last_step"] < 480
+    # the unspiked twin: no finding at all (the suite's other runs are the wider check)
+    done, events = sine(home)
+    assert done.returncode == 0 and not [e for e in events if e["type"] == "health"]

@@ -14,9 +14,13 @@ the window's mean and spread, the rule. What is done is the device preset's [hea
                         with grad_z and grad_ratio (Megatron flags 10x)
     divergence          the eval loss rose diverge_evals evals in a row
 
-A spike's report is kept out of the window it is judged against, so that one spike does not
-raise the bar for the next. The history spans attempts (a fallback is the same training).
-Torch-free.
+A rise must also be at least MIN_RISE of the largest value the run has seen: a loss that
+has converged to 1e-10 wanders by orders of magnitude in float noise, which is no spike. An
+incident is said once: the reports after its first that are still out of line are part of it;
+they are kept out of the window it is judged against (one spike does not raise the bar for the
+next) until SETTLE of them in a row, when the new level is the window's (a shift, not a spike,
+as llm-foundry counts 5 steps in a row). The history spans attempts (a fallback is the same
+training). Torch-free.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ from collections import deque
 from dataclasses import dataclass
 
 from engine.preset_types import HealthSettings
+
+SETTLE = 5          # reports in a row out of line that make the new level the window's
+MIN_RISE = 1e-4     # of the largest value the run has seen: a smaller rise is float noise
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,8 @@ class TrainingHealth:
         self.losses: deque[float] = deque(maxlen=settings.window)
         self.norms: deque[float] = deque(maxlen=settings.window)
         self.evals: list[float] = []
+        self.largest: dict[str, float] = {}     # by series: the largest value seen
+        self.incident: dict[str, int] = {}      # by series: reports in a row out of line
 
     def see(self, event: dict) -> list[Finding]:
         kind = event.get("type")
@@ -71,20 +80,28 @@ class TrainingHealth:
         value = event.get(f"{field}_max", event.get(field))
         if not isinstance(value, (int, float)) or not math.isfinite(value):
             return None   # a non-finite loss is a crash of its own (numerical)
-        finding = None
-        if len(history) >= self.settings.min_reports:
-            mean = sum(history) / len(history)
-            std = math.sqrt(sum((x - mean) ** 2 for x in history) / len(history))
-            z = (value - mean) / std if std > 0 else math.inf
-            if z > z_limit and mean > 0 and value > ratio_limit * mean:
-                finding = Finding(kind, int(event.get("step") or 0), float(value), mean, std,
-                                  f"{field.replace('_', ' ')} {value:.4g} is {_z(z)} and "
-                                  f"{value / mean:.1f}x the mean {mean:.4g} of the last "
-                                  f"{len(history)} reports (limits: z {z_limit:g}, {ratio_limit:g}x)",
-                                  self.settings.on_spike)
-        if finding is None:
-            history.append(float(value))
-        return finding
+        value = float(value)
+        largest = self.largest[field] = max(self.largest.get(field, value), value)
+        if len(history) < self.settings.min_reports:
+            history.append(value)
+            return None
+        mean = sum(history) / len(history)
+        std = math.sqrt(sum((x - mean) ** 2 for x in history) / len(history))
+        z = (value - mean) / std if std > 0 else math.inf
+        if not (z > z_limit and mean > 0 and value > ratio_limit * mean
+                and value - mean >= MIN_RISE * largest):
+            self.incident[field] = 0
+            history.append(value)
+            return None
+        run = self.incident[field] = self.incident.get(field, 0) + 1
+        if run > SETTLE:
+            history.append(value)   # out of line this long: the new level
+        if run > 1:
+            return None             # the incident its first report said
+        return Finding(kind, int(event.get("step") or 0), value, mean, std,
+                       f"{field.replace('_', ' ')} {value:.4g} is {_z(z)} and {value / mean:.1f}x "
+                       f"the mean {mean:.4g} of the last {len(history)} reports (limits: z "
+                       f"{z_limit:g}, {ratio_limit:g}x)", self.settings.on_spike)
 
     def _diverging(self, event: dict) -> Finding | None:
         metrics = event.get("metrics") or {}

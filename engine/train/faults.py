@@ -85,6 +85,9 @@ def attempt_started(env: dict[str, str] | None = None) -> float | None:
         return None
 
 
+SPIKE = 50.0   # what a rehearsed spike multiplies its step's loss by
+
+
 class Injector:
     """Fires the attempt's faults: step faults at the start of their step, timed faults at the
     first check after their time (each step's start, and after each micro-batch)."""
@@ -99,6 +102,7 @@ class Injector:
         self.device_type = device_type
         self.emit = emit
         self.poison_loss = False  # set by a fired 'nan' fault: the loss is NaN from then on
+        self.spiking = False      # set by a fired 'spike' fault: this step's loss is SPIKE times its own
         self.wrong_grad = False   # set by a fired 'wrong-grad' fault: gradients wrong from then on
         self.slow_s: float | None = None  # set by a fired 'slow' fault: extra seconds per step
         self._last_call: float | None = None
@@ -116,6 +120,7 @@ class Injector:
             self._step_s = now - self._last_call  # the last healthy step's duration
         self._last_call = now
         self._step = step
+        self.spiking = False      # a spike is one step's
         if self.slow_s is not None:
             time.sleep(self.slow_s)
         for fault in [f for f in self.faults if f.step is not None and f.step <= step]:
@@ -162,6 +167,12 @@ class Injector:
 
     def _nan(self) -> None:
         self.poison_loss = True
+
+    def _spike(self) -> None:
+        # A corrupted batch: one step's loss, and so its gradient, SPIKE times what it is; the
+        # run goes on, finite, knocked off course (what a loss spike is: a number that stays
+        # finite, which no crash ever shows).
+        self.spiking = True
 
     def _wrong_grad(self) -> None:
         # A backend that computes wrong gradients (pytorch #177116 on MPS): the trainer makes

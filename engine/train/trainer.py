@@ -55,7 +55,7 @@ from engine.train.data import SampleOrder
 from engine.train.distributed import World
 from engine.train.failures import (NonFiniteLoss, all_finite, checked_loss,
                                    refuse_unreachable_faults, report_failure, step_set_by)
-from engine.train.faults import Injector
+from engine.train.faults import SPIKE, Injector
 from engine.train.window import Window, grad_norm
 from engine.vocabulary import EXIT_FINISHED, EXIT_STOPPED
 
@@ -234,6 +234,8 @@ class Trainer:
                     loss = checked_loss(self.workload.loss(forward, batch), self.name, self.workload)
                 if self.faults.poison_loss:
                     loss = loss * float("nan")
+                elif self.faults.spiking:
+                    loss = loss * SPIKE
                 # Weight each micro-batch by its share of the group: the step's gradient is the
                 # mean over all its samples, whatever the split into micro-batches and ranks
                 # (DDP averages over ranks, hence the world size).
