@@ -101,7 +101,9 @@ async def _opened(pilot, app, run_dir: RunDir) -> DashboardScreen:
     await wait_for(pilot, lambda: dash.ended and _painted(dash), what="the replay painted")
     panel = dash.query_one(MachinesPanel)
     await wait_for(pilot, lambda: len(panel.views) == 2 and panel.lines, what="the machines read")
-    await pilot.pause()   # and laid out
+    # and drawn where the panel is laid out (a loaded machine lays out a frame later)
+    await wait_for(pilot, lambda: all(any(f"{v.name} " in row for row in _panel_rows(app, panel))
+                                      for v in panel.views), what="the machines drawn")
     return dash
 
 

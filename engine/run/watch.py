@@ -49,6 +49,13 @@ class AttemptWatch:
     slowdown: dict | None = None   # the warning for which the supervisor stopped it
     ready: bool = False            # past start-up: a step was seen
     compiles: bool = False         # trainer_ready said it compiles (in its first step)
+    total: int | None = None       # the steps it said it trains (trainer_ready, step events)
+
+    @property
+    def done(self) -> bool:
+        """It reached its last step: what is left is its end (evaluation, the last checkpoint,
+        the interpreter's exit), which on a loaded machine can outlast a short hang timeout."""
+        return bool(self.total) and self.last_step is not None and self.last_step >= (self.total or 0)
 
     @property
     def compiling(self) -> bool:
@@ -76,7 +83,9 @@ class AttemptWatch:
         if kind in ("step", "progress") and event.get("step") is not None:
             # the published step may be ahead of the report
             self.last_step, self.ready = max(event["step"], self.last_step or 0), True
+            self.total = event.get("total") or self.total
         elif kind == "trainer_ready":
+            self.total = event.get("total_steps") or self.total
             # Compiling happens in the first step: until that step, the trainer is starting up.
             self.compiles = bool(event.get("compile"))
             self.precision, self.device = event.get("precision"), event.get("device")
@@ -96,8 +105,8 @@ class AttemptWatch:
         """How long it may give no sign of life; `slowest_gap`: the longest quiet interval seen
         in a healthy attempt of the run."""
         floor = preset.hang_timeout_s if self.ready else max(preset.hang_timeout_s, STARTUP_TIMEOUT_S)
-        if self.exception or self.numerical:
-            floor = max(floor, 60.0)  # it said why it is ending; exiting takes a moment
+        if self.exception or self.numerical or self.done:
+            floor = max(floor, 60.0)  # it said why it is ending, or finished; exiting takes a moment
         return max(floor, HANG_GAP_FACTOR * slowest_gap)
 
 
