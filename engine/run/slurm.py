@@ -187,6 +187,7 @@ class JobRun:
                                                    signal.SIGTERM: self.terminated},
                                      begun=self._begun)
         self._requeued_by_slurm = False
+        self._warned_at = time.time()   # when this supervisor's time here began to end
 
     def _begun(self) -> None:
         """The job, once this supervisor holds the run (a job started by hand beside a live one
@@ -204,6 +205,8 @@ class JobRun:
     def warned(self) -> None:
         """SLURM's warning (`--signal=B:USR1@S`): the attempt stops gracefully (it checkpoints)
         and the job is requeued once the supervisor is done."""
+        if self.supervisor.preempted is None:
+            self._warned_at = time.time()
         self.supervisor.preempt("SIGUSR1")
 
     def terminated(self) -> None:
@@ -214,6 +217,8 @@ class JobRun:
         checkpoint')."""
         state = job_state(self.job_id)
         if state["state"] in ("preempted", "requeued", "pending") or "preempt" in state["reason"].lower():
+            if self.supervisor.preempted is None:
+                self._warned_at = time.time()
             self._requeued_by_slurm = True
             self.supervisor.preempt(f"SIGTERM ({state['state']})", delivered=True)
         elif state["state"] == "running":
@@ -227,6 +232,7 @@ class JobRun:
         the first task's supervisor asks for it, once."""
         if os.environ.get("SLURM_PROCID", "0") != "0":
             return
+        self._wait_for_the_other_nodes()
         try:
             done = subprocess.run(["scontrol", "requeue", self.job_id], capture_output=True,
                                   text=True, timeout=60)
@@ -240,6 +246,23 @@ class JobRun:
                     {"text": f"cockpit runs resume {self.run.id}"}],
                     message=f"scontrol requeue {self.job_id} failed ({failed}): the run will not "
                             "start again by itself")
+
+
+    def _wait_for_the_other_nodes(self, timeout_s: float = 90.0) -> None:
+        """On several nodes, until every other node's supervisor has ended its run here (each
+        checkpointing at the world's one step): a requeue ends the job's processes at once, and
+        one still stopping would be killed mid-stop. At most `timeout_s` (SLURM's KillWait is
+        30 s by default: a node gone quiet is not waited for past it)."""
+        from engine.record import nodes
+
+        others = nodes.siblings(self.run)
+        deadline = time.monotonic() + timeout_s
+        while others and time.monotonic() < deadline:
+            others = [n for n in others if not any(
+                e.get("type") == "run_finished" and e.get("t", 0) >= self._warned_at - 1
+                for e in (n.events() if n.events_path.exists() else ()))]
+            if others:
+                time.sleep(0.5)
 
 
 def main(argv: list[str] | None = None) -> int:
