@@ -29,8 +29,7 @@ examples:
   cockpit runs log last --traceback                 the crashed attempt's traceback, whole
   cockpit runs resume last                          continue a stopped, failed or interrupted run
   cockpit adopt 4242 --log train.log                follow a training process cockpit did not start
-  cockpit --no-ui -d two-hosts --node a --run-id r1   one machine of several (the same on each,
-                                                    another --node): torchrun's c10d rendezvous
+  cockpit --no-ui -d two-hosts --node a --run-id r1   a machine of a run on several
   cockpit submit -w trm-tiny -d cuda --time 2:00:00 a SLURM job that survives its limit and preemption
   cockpit presets list
   cockpit probe -w trm-tiny                         which device (and CPU thread count) is fastest here
