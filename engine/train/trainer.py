@@ -558,7 +558,15 @@ def main(argv: list[str] | None = None) -> int:
                     trainer.finish_checkpoints()
             return report_failure(events, e, trainer.step if trainer else None)
     print(f"attempt {args.attempt}: {outcome} at step {trainer.step}/{trainer.total_steps}", flush=True)
-    return EXIT_FINISHED if outcome == "finished" else EXIT_STOPPED
+    code = EXIT_FINISHED if outcome == "finished" else EXIT_STOPPED
+    if trainer.world.size > 1:
+        # Everything is written; the interpreter's own teardown of torch.distributed's threads
+        # aborted one rank in several runs ("terminate called without an active exception",
+        # SIGABRT after "finished"), which its peers then saw as a machine lost. Its end is
+        # decided: leave without it.
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":
