@@ -24,7 +24,11 @@ argv (`--max_steps 300`), each with its source in the event.
 The gradient norm: the last one printed (HF's log dicts' `grad_norm`, `gnorm`) or reported
 (cockpit.report.step(grad_norm=...)) is the step event's `grad_norm`, as the trainer's is (it
 stays among the metrics too); a reading whose loss or norm was NaN or infinite is counted in
-the window's `nonfinite`, and a non-finite norm is not shown as the last one.
+the window's `nonfinite`, and a non-finite norm is not shown as the last one. The largest
+finite loss and norm read in the window are its `loss_max` and `grad_norm_max`, as the
+trainer's largest step's are (absent where the window read none): a window holds every log
+line printed in its second, and the training-health detectors judge its largest, so a norm
+that exploded for one logged step and came back by the next is not hidden behind the last.
 
 Reported values win over parsed ones: once the script has reported a step, parsed steps are
 ignored; once it has reported an eval, parsed evals are.
@@ -135,6 +139,8 @@ class Tracker:
     _windows: int = 0                    # step events made
     _stepless_losses: int = 0            # losses read while no step number has been
     _nonfinite: int = 0                  # readings since the last window with a NaN/Inf loss or norm
+    _loss_max: float | None = None       # the largest finite loss read since the last window
+    _norm_max: float | None = None       # ... and gradient norm
 
     def __post_init__(self) -> None:
         self._meter = RateMeter(full_window_s=self.report_every_s, horizon_s=HORIZON_S,
@@ -245,8 +251,12 @@ class Tracker:
         norm = next((metrics[n] for n in GRAD_NORM_NAMES if n in (metrics or {})), None)
         if isinstance(norm, (int, float)) and not isinstance(norm, bool):
             self.grad_norm = float(norm) if math.isfinite(norm) else None
+            if self.grad_norm is not None:   # the window's largest reading
+                self._norm_max = _larger(self._norm_max, self.grad_norm)
         if any(isinstance(v, float) and not math.isfinite(v) for v in (loss, norm)):
             self._nonfinite += 1
+        if loss is not None and math.isfinite(read := float(loss)):
+            self._loss_max = _larger(self._loss_max, read)
         self.total = total if total else self.total
         if step is not None:  # where the steps come from (a loss-only line does not say)
             self.source = source or self.source
@@ -424,6 +434,10 @@ class Tracker:
             event["metrics"] = {k: v for k, v in self.metrics.items() if _finite_number(v)}
         if self._nonfinite:
             event["nonfinite"], self._nonfinite = self._nonfinite, 0
+        if self._loss_max is not None:   # the window's largest readings (training health's)
+            event["loss_max"], self._loss_max = self._loss_max, None
+        if self._norm_max is not None:
+            event["grad_norm_max"], self._norm_max = self._norm_max, None
         self._window = _Window(t, step, seen)
         return event
 
@@ -434,6 +448,10 @@ def _plausible(count) -> bool:
         return count is None or 0 <= float(count) < 1e15
     except (TypeError, ValueError, OverflowError):
         return False
+
+
+def _larger(largest: float | None, value: float) -> float:
+    return value if largest is None else max(largest, value)
 
 
 def _finite_number(value) -> bool:
