@@ -34,7 +34,7 @@ class Change(Flag):
     RUN = auto()        # the run's status, names, start or end, or which attempt runs where
     ATTEMPTS = auto()   # the attempts: one began, learned its device, stepped, crashed, ended, fell back
     PROGRESS = auto()   # step, loss, rates, ETA, eval metrics, a mining pass or an eval under way
-    SERIES = auto()     # a plotted series got a point, or a crash its mark
+    SERIES = auto()     # a plotted series got a point, a crash or a health finding its mark
     MEMORY = auto()     # a memory sample, or the device's memory with a step
     WARNINGS = auto()   # a warning
     LOG = auto()        # log lines
@@ -309,6 +309,12 @@ def _crash(m: RunModel, e: dict) -> Change:
     return Change.ATTEMPTS | Change.SERIES | Change.LOG
 
 
+def _health(m: RunModel, e: dict) -> Change:
+    # (RunState.health keeps the finding: the loss plot's marker and the attempts panel's line)
+    m._say(e, human_line(e))
+    return Change.ATTEMPTS | Change.SERIES | Change.LOG
+
+
 def _attempt_ended(m: RunModel, e: dict) -> Change:
     m._say(e, human_line(e) or f"attempt {e.get('attempt')} ended: {e.get('outcome')} ({e.get('exit', '')})")
     return Change.RUN | Change.ATTEMPTS | Change.LOG
@@ -330,7 +336,8 @@ _VIEW: dict[str, Callable[[RunModel, dict], Change]] = {
     "trainer_ready": _logged(Change.RUN | Change.ATTEMPTS | Change.PROGRESS | Change.LOG),
     "step": _step, "eval_started": _just(Change.PROGRESS), "eval": _eval,
     "mining_started": _just(Change.PROGRESS), "mining": _mining, "checkpoint": _checkpoint,
-    "memory": _just(Change.MEMORY), "warning": _warning, "crash": _crash, "attempt_ended": _attempt_ended,
+    "memory": _just(Change.MEMORY), "warning": _warning, "health": _health, "crash": _crash,
+    "attempt_ended": _attempt_ended,
     "fallback": _logged(Change.ATTEMPTS | Change.LOG), "run_failed": _run_failed, "nodes_changed": _logged(Change.LOG),
     "run_finished": _logged(Change.RUN | Change.PROGRESS | Change.LOG), "fault_injected": _logged(Change.LOG),
 }

@@ -1,17 +1,21 @@
-"""The crash/fallback panel: every attempt, the device it ran on, how it ended, the evidence,
-the action taken and the step it resumed from.
+"""The crash/fallback panel: every attempt, the device it ran on, the training-health findings
+said while it ran (a line each: what was found and what was done, cockpit.ui.findings), how it
+ended, the evidence, the action taken and the step it resumed from.
 
 Wrapped lines hang under their own paragraph (a sentence never runs back to column 0 under
 the attempt's number), the text wraps before the scrollbar, and when the panel is too short
 for everything (80x24) it tells the attempts compactly, a line each, but the newest crash: its
 sentence, what the fallback did (retried or fell back, with the settings it changed, where it
-resumes) and the attempt running now stay in view together. Its title is the longest of its
-wordings that fits.
+resumes) and the attempt running now stay in view together; an attempt ended to go back
+before a finding (a rewind) is told by its finding's line, which says where it went. Its title
+is the longest of its wordings that fits.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import Callable, Sequence
 
 from rich.console import Console
 from rich.text import Text
@@ -19,6 +23,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from cockpit.present.words import resume_text
+from cockpit.ui.findings import finding_line, findings_of, went_back
 from cockpit.ui.model import Attempt, RunModel
 from engine.run.alert_rules import is_retry
 from engine.numbers import count
@@ -26,6 +31,7 @@ from engine.text import strip_ansi
 
 OUTCOME_STYLE = {"running": "bold cyan", "finished": "bold green", "stopped": "bold yellow"}
 _MEASURE = Console(width=500, color_system=None)  # Text.wrap measures cells through a console
+FINDINGS_COMPACT = 3   # an attempt's newest findings told when the panel is short (the log has all)
 
 
 @dataclass
@@ -33,6 +39,8 @@ class Paragraph:
     text: Text
     indent: int = 0
     hang: int = 3      # continuation lines start this much further in than the first
+    # a line that says less rather than wraps: its text for the cells it has
+    fit: Callable[[int], Text] | None = None
 
 
 def _value(key: str, value) -> str:
@@ -54,12 +62,18 @@ def _evidence(a: Attempt, crash: dict) -> str:
     if ev.get("last_step") is not None and ev["last_step"] != a.last_step:
         parts.append(f"last step {ev['last_step']}")
     for key, value in ev.items():
-        if key not in ("signal", "exit_code", "last_step", "message") and value not in (None, "", [], {}):
+        # (a rewind's `health` is its finding: the finding's own line says it)
+        if key not in ("signal", "exit_code", "last_step", "message", "health") and value not in (None, "", [], {}):
             parts.append(f"{key.replace('_', ' ')} {value}")
     return ", ".join(parts)
 
 
-def attempt_paragraphs(a: Attempt) -> list[Paragraph]:
+def finding_paragraphs(a: Attempt, findings: Sequence[dict]) -> list[Paragraph]:
+    """A line each, the glyph in the indent (as on the loss plot), the text where a crash's is."""
+    return [Paragraph(Text(), 1, fit=functools.partial(finding_line, e, a)) for e in findings]
+
+
+def attempt_paragraphs(a: Attempt, findings: Sequence[dict] = ()) -> list[Paragraph]:
     header = Text()
     header.append(f"#{a.attempt} ", style="bold")
     header.append(f"{a.preset} on {a.device or '?'} ({a.batch}")
@@ -75,6 +89,7 @@ def attempt_paragraphs(a: Attempt) -> list[Paragraph]:
     out = [Paragraph(header, 0, 3)]
     if a.resumed_from:
         out.append(Paragraph(Text(f"resumed from {resume_text(a.resumed_from)}", style="dim"), 3, 2))
+    out += finding_paragraphs(a, findings)
     if a.crash:
         out.append(Paragraph(Text(a.crash.get("sentence", ""), style="red"), 3, 2))
         if evidence := _evidence(a, a.crash):
@@ -89,7 +104,9 @@ def attempt_paragraphs(a: Attempt) -> list[Paragraph]:
         f = a.fallback
         resume = f.get("resume")
         where = f"resume at {resume_text(resume)}" if resume else "start over (no checkpoint yet)"
-        out.append(Paragraph(Text(f"→ {f.get('why', f.get('action', '?'))}: attempt {f.get('next_attempt')} on "
+        # a rewind's why is its finding's line, above: not said twice
+        why = "" if went_back(a, findings) else f"{f.get('why', f.get('action', '?'))}: "
+        out.append(Paragraph(Text(f"→ {why}attempt {f.get('next_attempt')} on "
                                   f"{f.get('to_preset', f.get('to'))}, {where}", style="bold yellow"), 3, 2))
         changes = "; ".join(f"{k} {_value(k, x)}→{_value(k, y)}" for k, (x, y) in (f.get("changed") or {}).items())
         if changes:
@@ -113,10 +130,16 @@ def fallback_words(f: dict) -> str:
     return what + (f" from {resume_text(resume)}" if resume else ", starting over")
 
 
-def compact_paragraphs(a: Attempt, newest_crash: bool) -> list[Paragraph]:
-    """One attempt when the panel is short: a line each, but the newest crash's sentence (with
-    the attempt's name in front of it) and what the fallback did."""
-    if newest_crash and a.crash:
+def compact_paragraphs(a: Attempt, newest_crash: bool, findings: Sequence[dict] = ()) -> list[Paragraph]:
+    """One attempt when the panel is short: a line each, and its newest findings' lines, but
+    the newest crash's sentence (with the attempt's name in front of it) and what the fallback
+    did; a rewind's finding line says both."""
+    shown = finding_paragraphs(a, findings[-FINDINGS_COMPACT:])
+    if len(findings) > FINDINGS_COMPACT:
+        earlier = len(findings) - FINDINGS_COMPACT
+        shown.insert(0, Paragraph(Text(f"{earlier} earlier finding{'s' * (earlier != 1)} in the log (l)",
+                                       style="dim"), 3, 2))
+    if newest_crash and a.crash and went_back(a, findings) is None:
         sentence = Text(f"#{a.attempt} {a.preset} on {a.device or '?'}: ", style="bold red")
         sentence.append(a.crash.get("sentence", ""), style="red")
         out = [Paragraph(sentence, 0, 3)]
@@ -124,7 +147,7 @@ def compact_paragraphs(a: Attempt, newest_crash: bool) -> list[Paragraph]:
             out.append(Paragraph(Text(f"→ {fallback_words(a.fallback)}", style="bold yellow"), 3, 2))
         if a.failed_why:
             out.append(Paragraph(Text(f"✗ no further attempt: {a.failed_why}", style="bold red"), 3, 2))
-        return out
+        return out + shown
     line = Text()
     line.append(f"#{a.attempt} ", style="bold")
     line.append(f"{a.preset} on {a.device or '?'}")
@@ -134,7 +157,10 @@ def compact_paragraphs(a: Attempt, newest_crash: bool) -> list[Paragraph]:
     line.append(a.outcome, style=OUTCOME_STYLE.get(a.outcome, "bold red"))
     if a.last_step is not None and a.outcome != "running":
         line.append(f" after step {a.last_step}" if a.crash else f" at step {a.last_step}", style="dim")
-    return [Paragraph(line, 0, 3)]
+    out = [Paragraph(line, 0, 3)] + shown
+    if newest_crash and a.failed_why:   # a rewind that could not go back
+        out.append(Paragraph(Text(f"✗ no further attempt: {a.failed_why}", style="bold red"), 3, 2))
+    return out
 
 
 def attempts_text(m: RunModel, width: int = 1000) -> Text:
@@ -149,11 +175,12 @@ def attempts_layout(m: RunModel, width: int, height: int | None = None) -> tuple
     it fit where the whole account would not."""
     if not m.attempts:
         return Text("no attempt yet", style="dim"), None
-    full = _layout(m.attempts, width, attempt_paragraphs)
+    full = _layout(m.attempts, width, lambda a: attempt_paragraphs(a, findings_of(m.health, a)))
     newest = max((i for i, a in enumerate(m.attempts) if a.crash), default=None)
     if height is None or newest is None or full[0].plain.count("\n") + 1 <= height:
         return full
-    return _layout(m.attempts, width, lambda a: compact_paragraphs(a, a is m.attempts[newest]))
+    return _layout(m.attempts, width,
+                   lambda a: compact_paragraphs(a, a is m.attempts[newest], findings_of(m.health, a)))
 
 
 def _layout(attempts: list[Attempt], width: int, paragraphs) -> tuple[Text, int | None]:
@@ -172,6 +199,8 @@ def _layout(attempts: list[Attempt], width: int, paragraphs) -> tuple[Text, int 
 
 
 def _wrap(p: Paragraph, width: int) -> list[Text]:
+    if p.fit is not None:
+        return [p.fit(max(8, width - p.indent))]
     first = max(8, width - p.indent)
     rest = max(8, width - p.indent - p.hang)
     lines = list(p.text.wrap(_MEASURE, first))
@@ -248,7 +277,8 @@ class AttemptsPanel(VerticalScroll, can_focus=True):
             self.border_title = title
         # Scroll only when what the panel holds changes (an attempt, a crash, a fallback, an
         # end), not with every step: a user who scrolled keeps their place.
-        shape = tuple((a.attempt, a.outcome, bool(a.crash), bool(a.fallback), bool(a.failed_why)) for a in m.attempts)
+        shape = (tuple((a.attempt, a.outcome, bool(a.crash), bool(a.fallback), bool(a.failed_why)) for a in m.attempts),
+                 len(m.health))   # a new finding's line comes into view
         if shape == self._shape:
             return
         self._shape = shape

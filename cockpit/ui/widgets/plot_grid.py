@@ -1,6 +1,7 @@
 """The dashboard's plots: a grid of cards -- throughput, loss, the eval metrics, lr -- laid out
 for the screen's size, one of them maximised on request, over the whole run or a window of
-its newest minutes, loss linear or logarithmic.
+its newest minutes, loss linear or logarithmic; every plot marks the crashes, the loss plot the
+training-health findings too (a glyph each, under its time: cockpit.ui.findings).
 
 Drawing is the costly part of the screen (~15 us a plot cell: textual-plot, then Textual's
 compositor), so titles follow every step but the lines are drawn at most every
@@ -50,6 +51,7 @@ class PlotGrid(Grid):
         self._arranged: tuple | None = None
         self._force = True              # draw every shown card next time, stale or not
         self._interval: float | None = None
+        self._findings = 0              # health findings drawn: a new one draws the loss anew
 
     def compose(self) -> ComposeResult:
         for name in CARDS:
@@ -139,6 +141,9 @@ class PlotGrid(Grid):
             # the loss under it
             firsts = [s.x[0] for s in (m.samples_series, m.loss_series) if s.x]
             since, window = (min(firsts) if firsts else None), None
+        if len(m.health) != self._findings and draw:
+            # (a finding moves no line by a braille column: staleness would not draw it)
+            self._findings, self._force = len(m.health), True
         force, self._force = self._force and draw, self._force and not draw
         for name in CARDS:
             card = self.card(name)
@@ -201,7 +206,9 @@ class PlotGrid(Grid):
         card.set_title(title_line(parts, width - 1, window))
         if draw:
             xs, ys = m.loss_series.points(since)
-            card.show([(xs, ys, LOSS_STYLE)], m.marks, empty=self._empty("loss", m.loss_series, window),
+            # each at the time it was said: a moment after the report that carried it
+            findings = [(m.elapsed(e.get("t")), e.get("kind", "?")) for e in m.health]
+            card.show([(xs, ys, LOSS_STYLE)], m.marks, findings, empty=self._empty("loss", m.loss_series, window),
                       since=since, until=until, log=self.loss_log)
 
     def _paint_eval(self, card: PlotCard, since, until, window: str | None, width: int, draw: bool) -> None:

@@ -2,7 +2,11 @@
 plot, and a sentence in its place while there is nothing to plot.
 
 The x axis is time since the run started (ticks read 30s, 5m, 1h30); crashes are red dashed
-vertical lines with a ✗ on top, in a colour no series uses. The y axis can be logarithmic
+vertical lines with a ✗ on top, in a colour no series uses (↶ where the attempt was ended to go
+back before a health finding: after it the loss restarts from the checkpoint's, later in time,
+so nothing is drawn backwards). Health findings are yellow glyphs on the bottom row of the plot
+that shows them, under their time (cockpit.ui.findings: ▲ a loss spike, ◆ a gradient norm
+explosion, ↗ divergence). The y axis can be logarithmic
 (a loss of 1e-5 is not a flat line then) and the x axis a window of the newest minutes.
 Plots are not focusable: the dashboard's keys stay the dashboard's (PlotWidget binds arrows).
 """
@@ -15,16 +19,20 @@ from typing import Sequence
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.css.query import NoMatches
 from textual.widgets import Static
 from textual_hires_canvas import Canvas
 from textual_plot import HiResMode, NumericAxisFormatter, PlotWidget
 from textual_plot.axis_formatter import AxisFormatter
+
+from cockpit.ui import findings as health
 
 CRASH_STYLE = "bold red"
 CRASH_CHAR = "┆"                 # dashed: a crash reads as a marker, not as another series
 LEFT_MARGIN = 7                  # y tick labels are at most 6 characters (short_number)
 
 Line = tuple[list[float], list[float], str]   # xs, ys, Rich style
+Mark = tuple[float, str]                      # x, a crash's or a health finding's kind
 
 
 def short_number(v: float) -> str:
@@ -134,6 +142,8 @@ class SeriesPlot(PlotWidget, can_focus=False):
         super().__init__(id=id, allow_pan_and_zoom=False)
         self._shown: tuple | None = None
         self.log_scale = False
+        self._mark_glyphs: list[str] = []      # the glyph on top of each v-line, in order
+        self.findings: list[tuple[float, str]] = []   # drawn: x (inside the x range), glyph
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -146,12 +156,13 @@ class SeriesPlot(PlotWidget, can_focus=False):
     def on_resize(self) -> None:
         self._shown = None  # more or fewer points fit: draw again at the next show()
 
-    def show(self, lines: Sequence[Line], marks: Sequence[tuple[float, str]] = (), *,
+    def show(self, lines: Sequence[Line], marks: Sequence[Mark] = (), findings: Sequence[Mark] = (), *,
              since: float | None = None, until: float | None = None, log: bool = False) -> None:
-        """Replace the plotted lines and crash marks, x limited to [since, until] when given,
-        y logarithmic when `log` (points <= 0 left out); a no-op if nothing changed."""
+        """Replace the plotted lines, crash marks and health findings, x limited to [since,
+        until] when given, y logarithmic when `log` (points <= 0 left out); a no-op if nothing
+        changed."""
         key = (tuple((len(xs), xs[-1] if xs else None, ys[-1] if ys else None, style) for xs, ys, style in lines),
-               len(marks), since, until, log)
+               len(marks), len(findings), since, until, log)
         if key == self._shown:
             return
         self._shown = key
@@ -176,9 +187,25 @@ class SeriesPlot(PlotWidget, can_focus=False):
                 self.scatter(xs, ys, marker="●", marker_style=style)
             else:
                 self.plot(xs, ys, line_style=style, hires_mode=HiResMode.BRAILLE)
-        for x, _ in marks:
+        self._mark_glyphs = []
+        for x, kind in marks:
             if since is None or since <= x <= (until if until is not None else math.inf):
                 self.add_v_line(x, line_style=CRASH_STYLE)
+                self._mark_glyphs.append(health.REWIND_GLYPH if kind == "health" else "✗")
+        self.findings = self._placed(findings, visible, since, until)
+
+    def _placed(self, findings: Sequence[Mark], visible: list[Line], since: float | None,
+                until: float | None) -> list[tuple[float, str]]:
+        """The findings inside the x range _set_limits gave: [since, until], else what the lines
+        and marks span, where one said a moment after the newest point (its report's) goes at
+        the right end."""
+        if not visible:
+            return []
+        if since is not None:
+            low, high = since, until if until is not None and until > since else since + 1
+            return [(x, health.glyph(kind)) for x, kind in findings if low <= x <= high]
+        xs = [x for line in visible for x in (line[0][0], line[0][-1])] + [v.x for v in self._v_lines]
+        return [(min(x, max(xs)), health.glyph(kind)) for x, kind in findings if x >= min(xs)]
 
     def _set_limits(self, visible: list[Line], since: float | None, until: float | None) -> None:
         """The window's x limits; around a single x or a flat y, a range of its own: textual-plot
@@ -220,8 +247,27 @@ class SeriesPlot(PlotWidget, can_focus=False):
         for start, label in place_labels(shown, line._canvas_size.width):
             line.write_text(start, 0, f"[{style}]{label}")
 
+    def _render_plot(self) -> None:
+        super()._render_plot()
+        self._render_findings()
+
+    def _render_findings(self) -> None:
+        """Each finding's glyph on the row above the frame's bottom, under its time: clear of
+        the crash marks' glyphs at the top, whatever the line's height there."""
+        try:
+            canvas = self.query_one("#plot", Canvas)
+        except NoMatches:   # refreshed before it was composed
+            return
+        row = self._scale_rectangle.bottom - 1
+        if canvas._canvas_size is None or row < 1:
+            return
+        for x, glyph in self.findings:
+            column, _ = self.get_pixel_from_coordinate(x, 0)
+            if 0 < column < self._scale_rectangle.right:   # (the frame's columns: its ticks)
+                canvas.set_pixel(column, row, glyph, style=health.STYLE)
+
     def _render_v_line_plot(self, vline) -> None:
-        # textual-plot draws a v-line solid, like a series: dashed, with a ✗ under the frame's top
+        # textual-plot draws a v-line solid, like a series: dashed, with a ✗ (↶) under the frame's top
         canvas = self.query_one("#plot", Canvas)
         x, _ = self.get_pixel_from_coordinate(vline.x, 0)
         if not 0 < x < self._scale_rectangle.right:
@@ -232,7 +278,8 @@ class SeriesPlot(PlotWidget, can_focus=False):
         bottom = self._scale_rectangle.bottom
         canvas.draw_line(x, 1, x, bottom - 1, style=vline.line_style, char=CRASH_CHAR)
         if bottom > 1:
-            canvas.set_pixel(x, 1, "✗", style=vline.line_style)
+            top = next((g for v, g in zip(self._v_lines, self._mark_glyphs) if v is vline), "✗")
+            canvas.set_pixel(x, 1, top, style=vline.line_style)
 
 
 def _visible(xs: list[float], ys: list[float], since: float | None, log: bool) -> tuple[list[float], list[float]]:
@@ -297,9 +344,10 @@ class PlotCard(Vertical):
             self._title = title
             self.query_one(".card-title", Static).update(title, layout=False)
 
-    def show(self, lines: Sequence[Line], marks: Sequence[tuple[float, str]] = (), *,
+    def show(self, lines: Sequence[Line], marks: Sequence[Mark] = (), findings: Sequence[Mark] = (), *,
              empty: str, since: float | None = None, until: float | None = None, log: bool = False) -> None:
-        """Plot the lines, or say `empty` when none has a point (in the window)."""
+        """Plot the lines with the crash marks and health findings, or say `empty` when none
+        has a point (in the window)."""
         self._drawn_until = until
         has_points = any(_visible(xs, ys, since, log)[0] for xs, ys, _ in lines)
         if not has_points:
@@ -313,7 +361,7 @@ class PlotCard(Vertical):
             self._empty = None
             self.query_one(".card-empty").display = False
             self.plot.display = True
-        self.plot.show(lines, marks, since=since, until=until, log=log)
+        self.plot.show(lines, marks, findings, since=since, until=until, log=log)
 
 
 def fit(parts: Sequence[Text | str], width: int, sep: str = " · ") -> Text:
