@@ -150,6 +150,7 @@ class FallbackFields(_FallbackFrom):
     changed: dict[str, list[Any]] | None   # field -> [before, after]
     resume: dict[str, Any] | None
     next_attempt: int
+    rewind: NotRequired[RewindFields]   # action rewind or lower-lr: a health finding's
 
 
 class StopRequestedFields(TypedDict):
@@ -264,14 +265,32 @@ class HealthFields(TypedDict):
     """A run going bad and going on: a loss spike, a gradient explosion, divergence
     (engine.run.training_health), with its evidence and what was done."""
 
-    kind: str                       # loss-spike | grad-explosion | divergence
-    step: int
+    kind: str                       # loss-spike | grad-explosion | divergence | plateau
+    step: int                       # the report's (its window's last step)
+    began: int                      # the first step it may have begun at: a rewind goes before it
     value: float                    # the loss or gradient norm (the window's largest), the eval loss
     mean: float | None              # the window's it was judged against
     std: float | None
+    z: float | None                 # standard deviations above the mean (None: a flat window)
     rule: str                       # the rule it broke, in words with its numbers
-    action: str                     # warn | stop
+    action: str                     # warn | stop | rewind | lower-lr
     sentence: str                   # for a person
+    short: str                      # 'loss spike at step 1,204 (z 9.1)': a panel's line
+
+
+class RewindFields(TypedDict):
+    """A fallback's `rewind`: a health finding answered by going back (engine.run.rewind)."""
+
+    finding: str                    # the health event's kind
+    step: int                       # the finding's
+    began: int                      # where it may have begun
+    to_step: int | None             # the checkpoint's step it resumes from (None: the start)
+    checkpoint: str | None
+    skip_batches: int               # batches skipped after it (0: none, or the command has no way)
+    skips: bool                     # the skip is done (a command without {skip_batches} cannot)
+    lr_scale: float                 # the learning rate's factor from here on (lower-lr halves it)
+    set_aside: list[str]            # the checkpoints after it, renamed *.rewound
+    steps_lost: int                 # steps trained past it, trained again
 
 
 class HeartbeatFields(TypedDict):

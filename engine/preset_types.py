@@ -56,6 +56,10 @@ class SlurmSettings:
         return "expected a SLURM time limit: minutes, h:m:s or d-h:m:s"
 
 
+HealthAction = Literal["warn", "stop", "rewind", "lower-lr"]
+REWINDS = ("rewind", "lower-lr")   # the health actions that go back to a checkpoint
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class HealthSettings:
     """[health]: what a run that goes bad and keeps going looks like (engine.run.training_health).
@@ -72,10 +76,38 @@ class HealthSettings:
     grad_ratio: float = setting(10.0, "... and this many times the window's mean", above=1.0)
     diverge_evals: int = setting(3, "divergence: the eval loss rose this many evals in a row; 0 = off",
                                  min=0)
-    on_spike: Literal["warn", "stop"] = setting("warn", "a loss spike or gradient explosion: 'warn' "
-                                                        "(a health event and an alert) or 'stop' "
-                                                        "(also stop the run gracefully)")
-    on_divergence: Literal["warn", "stop"] = setting("warn", "divergence: 'warn' or 'stop'")
+    plateau_evals: int = setting(0, "a plateau (a warning only): the eval loss has not beaten its "
+                                    "best for this many evals; 0 = off", min=0)
+    on_spike: HealthAction = setting("rewind", "a loss spike: 'warn' (a health event and an alert), "
+                                               "'stop' (stop the run gracefully), 'rewind' (to a "
+                                               "checkpoint before it, skipping the batches after "
+                                               "it) or 'lower-lr' (rewind, and halve the learning "
+                                               "rate from there)")
+    on_explosion: HealthAction = setting("warn", "a gradient-norm explosion: warn, stop, rewind or "
+                                                 "lower-lr (clipping often absorbs one: warn)")
+    on_divergence: HealthAction = setting("warn", "divergence: warn, stop, rewind or lower-lr "
+                                                  "(an eval loss that climbs may be overfitting: "
+                                                  "warn)")
+    rewind_steps: int = setting(100, "a rewind goes to the newest checkpoint at least this many "
+                                     "steps before the spike began (PaLM: about 100); the "
+                                     "trainer keeps one that old whatever keep_checkpoints prunes",
+                                min=0)
+    skip_batches: int = setting(200, "batches skipped after a rewind, past the ones that spiked "
+                                     "(PaLM skipped 200 to 500); a command skips through "
+                                     "{skip_batches} or {data_offset} in its argv", min=0)
+    max_rewinds: int = setting(3, "rewinds within rewind_window steps before the run stops: "
+                                  "a spike that keeps coming back is not the data's", min=1)
+    rewind_window: int = setting(1000, "the steps max_rewinds counts over", min=1)
+
+    def action(self, kind: str) -> str:
+        """What is done about a finding of this kind (a plateau only warns)."""
+        return {"loss-spike": self.on_spike, "grad-explosion": self.on_explosion,
+                "divergence": self.on_divergence}.get(kind, "warn")
+
+    @property
+    def rewinds(self) -> bool:
+        """Some finding is answered by going back to a checkpoint."""
+        return any(a in REWINDS for a in (self.on_spike, self.on_explosion, self.on_divergence))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

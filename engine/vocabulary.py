@@ -87,6 +87,7 @@ class FaultKind(StrEnum):
     PREEMPT = "preempt"
     NODE_LOST = "node-lost"
     SPIKE = "spike"
+    DIVERGE = "diverge"
 
 
 FAULT_KINDS: tuple[FaultKind, ...] = tuple(FaultKind)

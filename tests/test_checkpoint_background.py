@@ -67,7 +67,7 @@ class BlockedSaves:
         with self.lock:
             return table.setdefault(step, threading.Event())
 
-    def save(self, directory, state, keep):
+    def save(self, directory, state, keep, keep_before=0):
         step = state["step"]
         with self.lock:
             self.in_flight += 1
@@ -76,7 +76,7 @@ class BlockedSaves:
             self.event(self.entered, step).set()
             if step in self.blocked:
                 assert self.event(self.release, step).wait(DEADLINE_S), f"step {step}'s write never released"
-            return self.real(directory, state, keep)
+            return self.real(directory, state, keep, keep_before)
         finally:
             with self.lock:
                 self.in_flight -= 1
@@ -188,7 +188,7 @@ def test_background_and_synchronous_checkpoints_hold_the_same_state_and_resume_a
 def test_a_checkpoint_due_while_one_is_written_waits_for_it_and_each_is_told_once_complete(home, monkeypatch):
     monkeypatch.setattr(checkpointer, "BACKGROUND", True)
     saves = BlockedSaves(monkeypatch, blocked={2})
-    run = new_run()
+    run = new_run("health.on_spike=warn")   # the last 3 only: no rewind target kept
     trainer = trainer_for(run)
     waiting = threading.Event()
     join, at_wait = trainer.checkpoints._join, {}
@@ -252,7 +252,7 @@ def test_the_last_checkpoint_is_complete_when_the_attempt_ends(home, monkeypatch
 def test_a_write_that_fails_fails_the_attempt_from_the_training_loop(home, monkeypatch):
     monkeypatch.setattr(checkpointer, "BACKGROUND", True)
 
-    def full(directory, state, keep):
+    def full(directory, state, keep, keep_before=0):
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(checkpoint, "save", full)
     trainer = trainer_for(new_run())

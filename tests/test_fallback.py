@@ -203,7 +203,7 @@ def test_a_bad_inject_flag_is_one_line_and_exit_2(home):
         "cockpit: --inject: 'explode@3' is not a fault; expected KIND@STEP[+] or KIND@SECONDSs[+] "
         "(an optimizer step, 0 = start-up, or seconds after the attempt's start; + for every "
         "attempt) with KIND one of native-crash, oom, backend, openmp, nan, hang, user-code, slow, "
-        "wrong-grad, compile-error, preempt, node-lost, spike (e.g. 'native-crash@117', 'oom@120+', 'hang@30s', "
+        "wrong-grad, compile-error, preempt, node-lost, spike, diverge (e.g. 'native-crash@117', 'oom@120+', 'hang@30s', "
         "'nan@1.5s+')"]
     assert not list_runs()
 

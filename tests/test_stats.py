@@ -139,6 +139,7 @@ def test_run_finished_summary_is_the_folds():
     assert s.checkpoints == 1
     summary = s.summary()
     assert summary.pop("goodput") == s.goodput().as_dict()   # (tests/test_goodput.py: its figures)
+    assert summary.pop("steps_rewound") == 0   # no health finding went back
     assert summary == {
         "attempts": [{"attempt": 1, "preset": "cpu", "device": None, "outcome": "oom", "last_step": 17,
                       "sentence": "It ran out of memory."},

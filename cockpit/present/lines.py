@@ -153,7 +153,9 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
         return (f"mining epoch {e['epoch']}: {e['mode']} over {e['index']} ({exact}), "
                 f"{e['queries']:,} queries in {e['mining_s']:.1f} s{built}")
     if kind == "health":
-        done = "; stopping the run" if e.get("action") == "stop" else ""
+        done = {"stop": "; stopping the run", "rewind": "; going back to a checkpoint before it",
+                "lower-lr": "; going back to a checkpoint before it, the learning rate halved"
+                }.get(e.get("action") or "", "")
         return f"health: {e.get('sentence', e.get('kind'))}{done}"
     if kind == "warning":
         lines = [f"warning: {e.get('message', '')}"]
@@ -172,6 +174,8 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
     if kind == "parity":
         return f"attempt {e['attempt']}: parity check {e['verdict']}: {e['message']}"
     if kind == "crash":
+        if e["kind"] == "health":   # ended by the supervisor, to go back (engine.run.rewind)
+            return f"attempt {e['attempt']} ({e['preset']}) ended to go back: {e['sentence']}"
         line = f"attempt {e['attempt']} ({e['preset']}) crashed: {e['kind']}. {e['sentence']}"
         message = (e.get("evidence") or {}).get("message")
         # a run recorded before its evidence was cleaned may carry Rich's colour codes
@@ -215,5 +219,7 @@ def fallback_line(e: dict) -> str:
     resume = e.get("resume")
     where = f"resuming at {resume_text(resume)}" if resume else "starting over (no checkpoint yet)"
     changes = describe_change(e.get("changed") or {}, sep="; ")
+    if e.get("rewind"):   # a health finding's: the same preset, from before it
+        return f"rewind: attempt {e['next_attempt']} on {e['to_preset']} ({e['why']}); {where}"
     return (f"fallback: attempt {e['next_attempt']} on {e['to_preset']} ({e['why']})"
             + (f": {changes}" if changes else "") + f"; {where}")

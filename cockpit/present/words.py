@@ -144,13 +144,16 @@ def summary_text(summary: dict) -> str:
     text = f"{count(n, 'attempt')} ({'; '.join(parts)})"
     if summary.get("steps_lost"):
         text += f", {count(summary['steps_lost'], 'step')} lost to crashes"
+    if summary.get("steps_rewound"):
+        text += f", {count(summary['steps_rewound'], 'step')} rewound"
     return text
 
 
 # A goodput bucket in words (engine.record.goodput.BUCKETS), as the lines below name them.
 BUCKET_WORDS = {"startup": "start-up", "compile": "compile", "checkpoint_save": "checkpoint saves",
                 "checkpoint_load": "checkpoint loads", "eval": "evaluation", "epoch_prep": "epoch preparation",
-                "lost": "steps trained again", "recovery": "recovery", "stalls": "stalls",
+                "lost": "steps trained again",
+                "rewound": "steps rewound (a health finding went back)", "recovery": "recovery", "stalls": "stalls",
                 "preemption": "preemption (the exit after the warning)",
                 "unknown": "between steps (not told apart)", "other": "exits and the rest"}
 

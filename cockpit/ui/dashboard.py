@@ -525,7 +525,7 @@ def wrap_hanging(line: str, width: int) -> list[str]:
 # A goodput bar's cells, by what the time went to: training kept, steps trained again, a
 # crash's recovery and stalls, and the rest (start-up, checkpoints, evaluation...).
 GOODPUT_CELLS = 10
-GOODPUT_STYLES = (("productive", "green"), ("lost", "red"), ("recovery", "yellow"),
+GOODPUT_STYLES = (("productive", "green"), ("lost", "red"), ("rewound", "red"), ("recovery", "yellow"),
                   ("stalls", "yellow"), ("overhead", "#4e4e4e"))
 
 
@@ -536,6 +536,7 @@ def goodput_bar(g: dict) -> Text | None:
         return None
     buckets = g.get("buckets") or {}
     spent = {"productive": g["productive_s"], "lost": buckets.get("lost") or 0.0,
+             "rewound": buckets.get("rewound") or 0.0,
              "recovery": buckets.get("recovery") or 0.0, "stalls": buckets.get("stalls") or 0.0}
     spent["overhead"] = max(0.0, g["wall_s"] - sum(spent.values()))
     bar, edge, cells = Text("goodput "), 0.0, 0

@@ -46,6 +46,13 @@ PLACEHOLDERS = {
     "checkpoint": "the newest checkpoint (in `resume` only)",
     "steps_left": "the run's total steps less the checkpoint's (in `resume` only), for a script "
                   "that counts its steps from 0 again when it resumes (mlx-lm's --iters)",
+    # After a health finding's rewind (engine.run.rewind): what the script's own checkpoint
+    # does not know. 0 and 1 until then.
+    "skip_batches": "batches to skip past where its checkpoint says the data is: those the run's "
+                    "rewinds skipped ([health] skip_batches), 0 until one does",
+    "data_offset": "the same in samples: skip_batches x effective_batch",
+    "lr_scale": "the factor its learning rate is to be multiplied by: 0.5 after each lower-lr "
+                "rewind, 1 until one",
     # Derived, for the frameworks' own flags (an argument that is one placeholder alone and
     # comes out empty is left out, so `{hf_precision_flag}` adds nothing for fp32):
     "hf_precision_flag": "Hugging Face TrainingArguments' precision flag: --bf16, --fp16, or "
@@ -194,9 +201,9 @@ def resolve_device(device: str) -> str:
 
 
 def values(preset: "DevicePreset", run_dir: Path, attempt: int,
-           checkpoint: Path | None = None) -> dict[str, str]:
+           checkpoint: Path | None = None, rewind: dict | None = None) -> dict[str, str]:
     """What the placeholders stand for in this attempt ({steps_left}: the launch's, which knows
-    the total)."""
+    the total); `rewind`: the run's rewinds so far (engine.run.rewind.Rewinds.attach)."""
     import psutil
 
     device = resolve_device(preset.device)
@@ -212,12 +219,20 @@ def values(preset: "DevicePreset", run_dir: Path, attempt: int,
             "hf_device_flag": "--use_cpu" if device == "cpu" else "",
             "lightning_precision": _LIGHTNING_PRECISION[precision],
             "steps_left": "",
+            "skip_batches": str(skip := int((rewind or {}).get("run_skip_batches", 0))),
+            "data_offset": str(skip * preset.effective_batch),
+            "lr_scale": f"{float((rewind or {}).get('run_lr_scale', 1.0)):g}",
             "mlx_device": "cpu" if device == "cpu" else "gpu"}
 
 
 def used(spec: CommandSpec) -> frozenset[str]:
     """The placeholders its argv takes: what of a device preset the command can feel."""
     return frozenset(n for arg in spec.command for n in placeholders(arg, "command"))
+
+
+def used_in_resume(spec: CommandSpec) -> frozenset[str]:
+    """The placeholders its resume arguments take."""
+    return frozenset(n for arg in spec.resume for n in placeholders(arg, "resume"))
 
 
 def fixed_settings(spec: CommandSpec) -> frozenset[str]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import zipfile
 from pathlib import Path
 
@@ -26,6 +27,11 @@ SCHEMA = 1
 _NAME = re.compile(r"^step-(\d+)\.pt$")
 _TEMP = re.compile(r"^\.step-\d+\.pt\.tmp$")  # a write in progress, or a killed one's leftover
 SET_ASIDE = ".unreadable"  # the suffix an unreadable checkpoint is renamed with
+REWOUND = ".rewound"       # ... one after a rewind's target (engine.run.rewind)
+# A rewind's target must predate what the supervisor saw go bad, and the checkpoints written in
+# the second or so it takes to see it must not prune it: kept this much older than the newest
+# too (the oldest until one is), whatever the steps' pace.
+ANCHOR_AGE_S = 60.0
 
 
 class Unreadable(Exception):
@@ -49,7 +55,11 @@ def latest(directory: Path) -> Path | None:
     return files[-1] if files else None
 
 
-def save(directory: Path, state: dict, keep: int) -> Path:
+def save(directory: Path, state: dict, keep: int, keep_before: int = 0) -> Path:
+    """Write `state` as step-N.pt and prune to the last `keep`; `keep_before` > 0 also keeps the
+    newest checkpoint at least that many steps and ANCHOR_AGE_S older than this one (the
+    oldest until one is): a rewind's target (engine.run.rewind goes back that far before a
+    loss spike), whatever the pruning."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"step-{state['step']:09d}.pt"
     tmp = directory / f".{path.name}.tmp"
@@ -66,12 +76,27 @@ def save(directory: Path, state: dict, keep: int) -> Path:
         raise
     _fsync_directory(directory)  # the rename itself survives a power cut
     # Only now, with the new one complete: the previous ones stay the newest until it is.
-    for old in checkpoint_files(directory)[:-keep]:
-        old.unlink(missing_ok=True)
+    files = checkpoint_files(directory)
+    anchor = _anchor(files, state["step"] - keep_before) if keep_before else None
+    for old in files[:-keep]:
+        if old != anchor:
+            old.unlink(missing_ok=True)
     for stale in directory.iterdir():   # a killed write's leftover (this one's is renamed)
         if _TEMP.match(stale.name):
             stale.unlink(missing_ok=True)
     return path
+
+
+def _anchor(files: list[Path], step: int) -> Path | None:
+    """The newest of `files` at `step` or before it and ANCHOR_AGE_S old, else the oldest."""
+    old = time.time() - ANCHOR_AGE_S
+    for path in reversed(files):
+        try:
+            if step_of(path) <= step and path.stat().st_mtime <= old:
+                return path
+        except OSError:
+            continue
+    return files[0] if files else None
 
 
 def step_of(path: Path) -> int:

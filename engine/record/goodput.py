@@ -20,6 +20,8 @@ and the badput, by bucket:
     epoch_prep       mining events' mining_s
     lost             steps trained again after a crash (engine.record.stats' count) at the
                      attempt's own time a step
+    rewound          the same for the steps a health finding went back from (engine.run.rewind):
+                     trained, then thrown away because the loss went bad
     recovery         a crashed attempt's death to the next attempt's launch: detection, the
                      decision, the fallback
     stalls           a hang's silence until it was killed, and the time a slowdown cost (each
@@ -43,7 +45,7 @@ from dataclasses import dataclass, field
 from engine.vocabulary import CLEAN
 
 BUCKETS = ("startup", "compile", "checkpoint_save", "checkpoint_load", "eval", "epoch_prep",
-           "lost", "recovery", "stalls", "preemption", "unknown", "other")
+           "lost", "rewound", "recovery", "stalls", "preemption", "unknown", "other")
 # What a command's output cannot tell apart: None, said as 'not known'.
 COMMAND_UNKNOWN = ("compile", "checkpoint_save", "checkpoint_load", "eval", "epoch_prep")
 _ENDS = ("run_finished", "run_interrupted")
@@ -242,7 +244,7 @@ class Timeline:
             unexplained = max(0.0, inside - a.train_s - (a.save_s + a.eval_s + a.prep_s - a.after_s))
             b["unknown" if a.command else "other"] += unexplained
             lost_s = min(trained, lost * a.step_s) if a.step_s else 0.0
-            b["lost"] += lost_s
+            b["rewound" if a.outcome == "health" else "lost"] += lost_s
             productive += trained - lost_s
         buckets: dict[str, float | None] = dict(b)
         if command:

@@ -248,8 +248,15 @@ class RunStats:
         """Steps an attempt reached past where the next one resumed (it trained them again),
         and, for an attempt that crashed with no successor that has said where it resumed
         (the last one, or the next before its first step), the steps past its newest
-        checkpoint."""
-        return sum(self.lost_by_attempt().values())
+        checkpoint. Not those a health finding went back from: `steps_rewound`."""
+        rewound = {a.attempt for a in self.attempts if a.outcome == "health"}
+        return sum(n for attempt, n in self.lost_by_attempt().items() if attempt not in rewound)
+
+    @property
+    def steps_rewound(self) -> int:
+        """Steps trained, then thrown away by a rewind: the loss went bad (engine.run.rewind)."""
+        rewound = {a.attempt for a in self.attempts if a.outcome == "health"}
+        return sum(n for attempt, n in self.lost_by_attempt().items() if attempt in rewound)
 
     def lost_by_attempt(self) -> dict[int | None, int]:
         """steps_lost, by the attempt that trained the steps lost."""
@@ -272,6 +279,7 @@ class RunStats:
         attempts = [a for a in self.attempts if a.attempt is not None]
         last = attempts[-1] if attempts else None
         return {"attempts": [a.summary() for a in attempts], "steps_lost": self.steps_lost,
+                "steps_rewound": self.steps_rewound,
                 "goodput": self.goodput().as_dict(),
                 "finished_on": last.preset if last and last.outcome == "finished" else None,
                 "final_step": last.last_step if last else None}

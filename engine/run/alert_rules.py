@@ -141,4 +141,6 @@ def _summary_text(e: dict) -> str:
         text += f" (the last ended {attempts[-1].get('outcome', '?')})"
     if summary.get("steps_lost"):
         text += f", {count(summary['steps_lost'], 'step')} lost to crashes"
+    if summary.get("steps_rewound"):
+        text += f", {count(summary['steps_rewound'], 'step')} rewound"
     return text

@@ -32,7 +32,8 @@ from engine.run.launchers import Launcher
 from engine.run.lifeline import Lifeline
 from engine.run.process import AttemptProcess
 from engine.run.spare import Spare
-from engine.run.training_health import TrainingHealth
+from engine.preset_types import REWINDS
+from engine.run.training_health import Finding, TrainingHealth
 from engine.run.rehearsal import Rehearsal
 from engine.run.watch import AttemptResult, AttemptWatch
 from engine.runconfig import RunConfig
@@ -225,11 +226,26 @@ class Attempt:
         self.launcher.see(event, self.events.emit)
         if self.context.training is not None:
             for finding in self.context.training.see(event):
-                self.events.emit("health", attempt=self.number, kind=finding.kind, step=finding.step,
-                                 value=finding.value, mean=finding.mean, std=finding.std,
-                                 rule=finding.rule, action=finding.action, sentence=finding.sentence())
-                if finding.action == "stop" and not self.context.stop_requests():
-                    self.context.stop()
+                self._on_finding(finding)
+
+    def _on_finding(self, finding: Finding) -> None:
+        """A health finding: said, and done: a stop is the run's graceful one; a rewind ends
+        this attempt at once (a checkpoint now would keep what went bad) for the supervisor to
+        go back (engine.run.rewind), where its launcher can start one again."""
+        action = finding.action
+        if action in REWINDS and not self.launcher.rewinds:
+            action = "warn"
+        fields = finding.fields()
+        if action != finding.action:
+            fields.update(action=action, rule=f"{finding.rule}; {self.launcher.name} attempts are "
+                                              f"not rewound ({finding.action}): warned only")
+        self.events.emit("health", attempt=self.number, **fields)
+        stopping = self.context.stop_requests() or self.watch.health or self.watch.slowdown
+        if action == "stop" and not stopping:
+            self.context.stop()
+        elif action in REWINDS and not stopping and self.running and self.process is not None:
+            self.watch.health = {**fields, "t": time.time()}   # checkpoints after it are suspect
+            self.process.kill()   # at once: every step it trains now is thrown away
 
     def lose(self) -> None:
         """`--inject node-lost@N`: its machine lost, at once (engine.run.launchers.node)."""

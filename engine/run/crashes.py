@@ -120,6 +120,7 @@ class AttemptEnd:
     memory_percent: float | None = None  # system memory in use just before it died
     device: str | None = None           # the device it ran on (trainer_ready)
     slowdown: dict | None = None        # the warning for which the supervisor stopped it
+    health: dict | None = None          # the health finding for which it ended it (a rewind)
     subject: Subject | None = None      # whose end (None: the built-in trainer's, TRAINER)
     resumed_from: str | None = None     # the checkpoint a command was given to resume from
     injected_crash: bool = False        # an injected native-crash it survived ended it (SIGKILL)
@@ -163,6 +164,11 @@ def classify(end: AttemptEnd, memory_limit_percent: float = 92.0) -> Verdict:
                                           unexplained=subject.unexplained, **words)
         return Verdict(kind, sentence, ev)
 
+    if end.health and not end.stop_requested:
+        # ended by the supervisor, at once, to go back before what went bad: whatever its exit
+        # says is the kill's (engine.run.rewind)
+        return Verdict("health", f"The run went bad: {end.health.get('sentence')}.",
+                       {**evidence, "health": end.health})
     if (said := subject.exits(end, verdict)) is not None:   # what its exit codes say
         return said
     if line := _first_match(_OPENMP, end.tail):

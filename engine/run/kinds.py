@@ -79,6 +79,34 @@ class TrainerKind:
         """A checkpoint the attempt could not load: the trainer's own checkpoints are checked
         by itself (checkpoint.newest_intact), nothing to set aside."""
 
+    def rewind_takes(self) -> tuple[bool, bool]:
+        """(skips batches, lowers the learning rate) after a rewind (engine.run.rewind): the
+        trainer does both, by sample position and a factor its checkpoints keep."""
+        return True, True
+
+    def go_back(self, bound: int, finding: dict) -> tuple[dict | None, list[str]]:
+        """A rewind: the newest intact checkpoint at step `bound` or before it (None: none),
+        and those after it set aside, renamed *.rewound (so that no resume, a crash's later
+        included, finds them; kept to be looked at): their paths."""
+        files = checkpoint.checkpoint_files(self.run.checkpoints)
+        target = None
+        for path in reversed([p for p in files if checkpoint.step_of(p) <= bound]):
+            try:
+                checkpoint.verify(path)
+            except checkpoint.Unreadable:
+                continue
+            target = path
+            break
+        after = [p for p in files if target is None or checkpoint.step_of(p) > checkpoint.step_of(target)]
+        for path in after:
+            path.rename(path.with_name(path.name + checkpoint.REWOUND))
+        if target is None:
+            return None, [str(p.relative_to(self.run.path)) for p in after]
+        name = str(target.relative_to(self.run.path))
+        return ({"step": checkpoint.step_of(target), "path": name,
+                 "samples_seen": self.checkpoints.get(name, {}).get("samples_seen")},
+                [str(p.relative_to(self.run.path)) for p in after])
+
     # ------------------------------------------------------------ an attempt
 
     def parser(self, launch: Launch) -> OutputParser | None:
@@ -171,6 +199,25 @@ class CommandKind(TrainerKind):
                         "samples_seen": seen, "path": str(latest)}
             excluded.add(str(latest))  # written at or after the step whose loss went bad
         return None
+
+    def rewind_takes(self) -> tuple[bool, bool]:
+        """A command skips batches through {skip_batches} or {data_offset} in its argv, and
+        lowers its learning rate through {lr_scale}; without them a rewind only goes back."""
+        takes = command.used(self.spec) | command.used_in_resume(self.spec)
+        return bool({"skip_batches", "data_offset"} & takes), "lr_scale" in takes
+
+    def go_back(self, bound: int, finding: dict) -> tuple[dict | None, list[str]]:
+        """A rewind: its newest checkpoint of a step at `bound` or before it, written before the
+        finding (one whose step is not known, only before it); those after it are passed over
+        from now on (the script's own files: not renamed)."""
+        if not self.spec.resume:
+            return None, []
+        target = self.resume_point({"step": bound + 1, "t": finding.get("t")})
+        later = [p for p, e in self.checkpoints.items()
+                 if target is None or (p != target["path"] and (e.get("step") is None or target["step"] is None
+                                                                 or e["step"] > target["step"]))]
+        self.unreadable.update(later)   # never handed to it again, as an unloadable one is not
+        return target, sorted(later)
 
     def unloadable(self, attempt: int, path: str, verdict: Verdict) -> None:
         """A command's checkpoint it could not load: not handed to it again, in this run or a

@@ -49,6 +49,7 @@ from engine.run.attempt import Attempt, Context, Pace
 from engine.run.fallback import Decision, Ladder, Rung
 from engine.run.launchers import Launcher
 from engine.run.lifeline import Lifeline
+from engine.run.rewind import Outcome, Rewinds
 from engine.run.spare import Spare
 from engine.run.training_health import TrainingHealth
 from engine.run.resume import History
@@ -94,6 +95,7 @@ class Supervisor:
                                 pump=self._pump, poll_s=poll_s, wake_on_exit=wake_on_exit,
                                 training=TrainingHealth(self.config.device.health),
                                 stop=self.request_stop)
+        self.rewinds = Rewinds(self.config.device.health)   # health findings gone back from
         self._attempt: Attempt | None = None   # the one running (engine.run.attempt)
         self._lifeline: Lifeline | None = None
         self._first_attempt = 1   # above 1 when this supervisor continues a run
@@ -200,11 +202,21 @@ class Supervisor:
                 return "preempted" if self.preempted and status == "stopped" else status, results
             if not launcher.relaunches:
                 return "failed", results
+            if verdict.kind == "health":   # a finding whose rule goes back (engine.run.rewind)
+                outcome = self.rewinds.go_back(verdict.evidence["health"], result.watch.last_step, self.kind)
+                if outcome.rewind is None:
+                    self.events.emit("run_failed", reason=outcome.why, kind=verdict.kind)
+                    return "failed", results
+                resume = outcome.resume
+                self._emit_rewind(result, outcome)
+                continue
             if verdict.kind == "checkpoint" and resume:
                 self.kind.unloadable(result.attempt, resume["path"], verdict)
-            previous, resume = resume, self.kind.resume_point(result.watch.numerical)
-            # len(results): a continued run gets max_attempts of its own, the user asked for more
-            decision = fallback.decide(verdict, current, ladder, len(results), start.preset.max_attempts,
+            previous, resume = resume, self.rewinds.attach(self.kind.resume_point(result.watch.numerical))
+            # len(results): a continued run gets max_attempts of its own, the user asked for
+            # more; rewinds are not failures (max_rewinds counts them)
+            failed = len(results) - sum(r.verdict.kind == "health" for r in results)
+            decision = fallback.decide(verdict, current, ladder, failed, start.preset.max_attempts,
                                        precision_used=result.watch.precision,
                                        fixed=self.kind.fixed_settings(),
                                        progressed=fallback.got_further(previous, resume),
@@ -227,6 +239,19 @@ class Supervisor:
                                   "why": decision.why, "sentence": result.verdict.sentence,
                                   "changed": decision.changed, "resume": resume,
                                   "next_attempt": result.attempt + 1}
+        self.events.emit("fallback", attempt=result.attempt, **fields)
+        self._pump()
+
+    def _emit_rewind(self, result: AttemptResult, outcome: Outcome) -> None:
+        """A health finding gone back from: a fallback to the same preset, from the checkpoint
+        before it, its `rewind` saying what was skipped."""
+        assert outcome.rewind is not None   # the run goes on
+        fields: FallbackFields = {"from": result.step.name, "to": result.step.name,
+                                  "to_preset": result.step.name, "action": outcome.action,
+                                  "reason": result.verdict.kind, "why": outcome.why,
+                                  "sentence": result.verdict.sentence, "changed": None,
+                                  "resume": outcome.resume, "next_attempt": result.attempt + 1,
+                                  "rewind": outcome.rewind}
         self.events.emit("fallback", attempt=result.attempt, **fields)
         self._pump()
 

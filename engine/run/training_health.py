@@ -4,7 +4,9 @@ A crash ends an attempt; these do not. The supervisor reads them from the step a
 every attempt writes (the built-in trainer's, a command's, parsed from its output), whatever
 launches it, and says each finding as a `health` event with its evidence: the step, the value,
 the window's mean and spread, the rule. What is done is the device preset's [health] table's
-(engine.preset_types.HealthSettings): `warn`, or `stop` the run gracefully.
+(engine.preset_types.HealthSettings): `warn`, `stop` the run gracefully, or `rewind` /
+`lower-lr`, which the supervisor does (engine.run.rewind): the attempt ends at once and the next
+one resumes from a checkpoint before the finding began.
 
     loss spike          the window's largest step loss (`loss_max`, else its mean `loss`) more
                         than loss_z standard deviations above the mean of the last `window`
@@ -13,6 +15,8 @@ the window's mean and spread, the rule. What is done is the device preset's [hea
     gradient explosion  the same test on the gradient norm (`grad_norm_max`, else `grad_norm`)
                         with grad_z and grad_ratio (Megatron flags 10x)
     divergence          the eval loss rose diverge_evals evals in a row
+    plateau             the eval loss has not beaten its best for plateau_evals evals (off by
+                        default; a warning only: a finished curve is flat too)
 
 A rise must also be at least MIN_RISE of the largest value the run has seen: a loss that
 has converged to 1e-10 wanders by orders of magnitude in float noise, which is no spike. An
@@ -37,18 +41,38 @@ MIN_RISE = 1e-4     # of the largest value the run has seen: a smaller rise is f
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str          # loss-spike | grad-explosion | divergence
-    step: int
+    kind: str          # loss-spike | grad-explosion | divergence | plateau
+    step: int          # the report's (its window's last step)
     value: float
     mean: float | None
     std: float | None
     rule: str          # the rule it broke, in words with its numbers
-    action: str        # warn | stop
+    action: str        # warn | stop | rewind | lower-lr
+    began: int = 0     # the first step it may have begun at (its report window's first)
+    z: float | None = None
+
+    @property
+    def what(self) -> str:
+        return WHAT[self.kind]
 
     def sentence(self) -> str:
-        what = {"loss-spike": "loss spike", "grad-explosion": "gradient norm explosion",
-                "divergence": "divergence"}[self.kind]
-        return f"{what} at step {self.step:,}: {self.rule}"
+        return f"{self.what} at step {self.step:,}: {self.rule}"
+
+    def short(self) -> str:
+        """'loss spike at step 1,204 (z 9.1)': the finding in a panel's line."""
+        z = "" if self.z is None else " (z inf)" if math.isinf(self.z) else f" (z {self.z:.1f})"
+        return f"{self.what} at step {self.step:,}{z}"
+
+    def fields(self) -> dict:
+        """The `health` event's fields."""
+        return dict(kind=self.kind, step=self.step, began=self.began, value=self.value,
+                    mean=self.mean, std=self.std, z=None if self.z is None or math.isinf(self.z)
+                    else round(self.z, 2), rule=self.rule, action=self.action,
+                    sentence=self.sentence(), short=self.short())
+
+
+WHAT = {"loss-spike": "loss spike", "grad-explosion": "gradient norm explosion",
+        "divergence": "divergence", "plateau": "plateau"}
 
 
 class TrainingHealth:
@@ -59,6 +83,9 @@ class TrainingHealth:
         self.losses: deque[float] = deque(maxlen=settings.window)
         self.norms: deque[float] = deque(maxlen=settings.window)
         self.evals: list[float] = []
+        self.eval_steps: list[int] = []
+        self.best_eval: float | None = None
+        self.evals_since_best = 0
         self.largest: dict[str, float] = {}     # by series: the largest value seen
         self.incident: dict[str, int] = {}      # by series: reports in a row out of line
 
@@ -72,7 +99,7 @@ class TrainingHealth:
                      if f is not None]
             return found
         if kind == "eval":
-            return [f for f in (self._diverging(event),) if f is not None]
+            return [f for f in (self._diverging(event), self._plateau(event)) if f is not None]
         return []
 
     def _spike(self, event: dict, field: str, history: deque[float], kind: str,
@@ -98,25 +125,55 @@ class TrainingHealth:
             history.append(value)   # out of line this long: the new level
         if run > 1:
             return None             # the incident its first report said
-        return Finding(kind, int(event.get("step") or 0), value, mean, std,
+        step = int(event.get("step") or 0)
+        began = int(event["from_step"]) + 1 if isinstance(event.get("from_step"), int) else step
+        return Finding(kind, step, value, mean, std,
                        f"{field.replace('_', ' ')} {value:.4g} is {_z(z)} and {value / mean:.1f}x "
                        f"the mean {mean:.4g} of the last {len(history)} reports (limits: z "
-                       f"{z_limit:g}, {ratio_limit:g}x)", self.settings.on_spike)
+                       f"{z_limit:g}, {ratio_limit:g}x)", self.settings.action(kind),
+                       began=min(began, step), z=z)
 
     def _diverging(self, event: dict) -> Finding | None:
-        metrics = event.get("metrics") or {}
-        value = metrics.get("eval_loss", metrics.get("loss"))
+        value = _eval_loss(event)
         k = self.settings.diverge_evals
-        if not isinstance(value, (int, float)) or not math.isfinite(value) or not k:
+        if value is None or not k:
             return None
-        self.evals.append(float(value))
+        self.evals.append(value)
+        self.eval_steps.append(int(event.get("step") or 0))
         last = self.evals[-(k + 1):]
         if len(last) == k + 1 and all(b > a for a, b in zip(last, last[1:])):
-            self.evals = self.evals[-1:]   # said once; a further rise is counted anew
-            return Finding("divergence", int(event.get("step") or 0), float(value), None, None,
+            step = int(event.get("step") or 0)
+            # it began after the eval before the first rise: a rewind goes back before that
+            began = self.eval_steps[-(k + 1)] + 1 if len(self.eval_steps) > k else step
+            self.evals, self.eval_steps = self.evals[-1:], self.eval_steps[-1:]   # said once
+            return Finding("divergence", step, float(value), None, None,
                            f"the eval loss rose {k} evals in a row, "
-                           + " -> ".join(f"{x:.4g}" for x in last), self.settings.on_divergence)
+                           + " -> ".join(f"{x:.4g}" for x in last),
+                           self.settings.action("divergence"), began=min(began, step))
         return None
+
+    def _plateau(self, event: dict) -> Finding | None:
+        value, k = _eval_loss(event), self.settings.plateau_evals
+        if value is None or not k:
+            return None
+        if self.best_eval is None or value < self.best_eval:
+            self.best_eval, self.evals_since_best = value, 0
+            return None
+        self.evals_since_best += 1
+        if self.evals_since_best != k:
+            return None   # said once, when it has lasted k evals
+        return Finding("plateau", int(event.get("step") or 0), value, None, None,
+                       f"the eval loss has not beaten its best {self.best_eval:.4g} for {k} evals",
+                       "warn")
+
+
+def _eval_loss(event: dict) -> float | None:
+    """The eval's loss: `eval_loss` (HF), `loss`, else the first metric named *_loss (val_loss,
+    trm's held_out_loss); None when it has none (a recall, an r2: higher is better, and noisier)."""
+    metrics = event.get("metrics") or {}
+    names = ["eval_loss", "loss", *sorted(k for k in metrics if str(k).endswith("_loss"))]
+    value = next((metrics[k] for k in names if k in metrics), None)
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
 def _z(z: float) -> str:

@@ -47,6 +47,7 @@ class AttemptWatch:
     exceptions: dict[int, dict] = field(default_factory=dict)   # by rank
     numericals: dict[int, dict] = field(default_factory=dict)   # by rank
     slowdown: dict | None = None   # the warning for which the supervisor stopped it
+    health: dict | None = None     # the health event for which it ended it, to go back (rewind)
     ready: bool = False            # past start-up: a step was seen
     compiles: bool = False         # trainer_ready said it compiles (in its first step)
     total: int | None = None       # the steps it said it trains (trainer_ready, step events)
@@ -142,5 +143,5 @@ def judge(watch: AttemptWatch, launch: Launch, code: int | None, tail: str, *, s
         hung_for_s=None if watch.compiling else hung_for,
         compiling_hung_for_s=hung_for if watch.compiling else None,
         memory_percent=memory_percent, device=watch.device, slowdown=watch.slowdown,
-        subject=subject, resumed_from=(launch.resume or {}).get("path"),
+        health=watch.health, subject=subject, resumed_from=(launch.resume or {}).get("path"),
         injected_crash=injected_crash)), None if sig else code, sig

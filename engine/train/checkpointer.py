@@ -138,8 +138,11 @@ class Writer:
     """Writes checkpoints to a directory, in the background or (BACKGROUND False, or
     background=False) in the caller's thread; at most one write in flight."""
 
-    def __init__(self, directory: Path, keep: int, background: bool | None = None):
-        self.directory, self.keep = directory, keep
+    def __init__(self, directory: Path, keep: int, background: bool | None = None,
+                 keep_before: int = 0):
+        """`keep_before`: also keep the newest checkpoint at least that many steps older than
+        the newest (engine.record.checkpoint.save): a rewind's target."""
+        self.directory, self.keep, self.keep_before = directory, keep, keep_before
         self.background = BACKGROUND if background is None else background
         self._host = HostCopy()
         self._thread: threading.Thread | None = None
@@ -159,7 +162,7 @@ class Writer:
         started = time.monotonic()
         stall_from = started if stall_from is None else stall_from
         if not self.background:
-            path = checkpoint.save(self.directory, state, keep=self.keep)
+            path = checkpoint.save(self.directory, state, keep=self.keep, keep_before=self.keep_before)
             done = time.monotonic()
             return [Written(path, int(state["step"]), int(state["samples_seen"]), done - stall_from,
                             0.0, done - started)]
@@ -207,7 +210,7 @@ class Writer:
         started = time.monotonic()
         try:
             self._host.ready()
-            job["path"] = checkpoint.save(self.directory, host, keep=self.keep)
+            job["path"] = checkpoint.save(self.directory, host, keep=self.keep, keep_before=self.keep_before)
         except BaseException as e:   # raised in the trainer's thread when it collects the write
             job["error"] = e
         job["write_s"] = time.monotonic() - started

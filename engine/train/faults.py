@@ -86,6 +86,7 @@ def attempt_started(env: dict[str, str] | None = None) -> float | None:
 
 
 SPIKE = 50.0   # what a rehearsed spike multiplies its step's loss by
+DIVERGE = 30.0  # what a rehearsed divergence multiplies the learning rate by, from its step on
 
 
 class Injector:
@@ -103,6 +104,7 @@ class Injector:
         self.emit = emit
         self.poison_loss = False  # set by a fired 'nan' fault: the loss is NaN from then on
         self.spiking = False      # set by a fired 'spike' fault: this step's loss is SPIKE times its own
+        self.diverging = False    # set by a fired 'diverge' fault: the learning rate DIVERGE times its own
         self.wrong_grad = False   # set by a fired 'wrong-grad' fault: gradients wrong from then on
         self.slow_s: float | None = None  # set by a fired 'slow' fault: extra seconds per step
         self._last_call: float | None = None
@@ -173,6 +175,11 @@ class Injector:
         # run goes on, finite, knocked off course (what a loss spike is: a number that stays
         # finite, which no crash ever shows).
         self.spiking = True
+
+    def _diverge(self) -> None:
+        # A learning rate far too high for the rest of the attempt (a schedule misread, a
+        # warmup skipped): the run goes on, finite for a while, its eval loss climbing.
+        self.diverging = True
 
     def _wrong_grad(self) -> None:
         # A backend that computes wrong gradients (pytorch #177116 on MPS): the trainer makes

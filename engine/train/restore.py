@@ -31,6 +31,8 @@ class Restored:
     samples_seen: int
     first_global_batch: int   # the first attempt's global batch (max_steps counts its steps)
     load_s: float             # the load's time, from the first one tried
+    skipped_samples: int = 0  # samples the run's rewinds skipped before it (engine.run.rewind)
+    lr_scale: float = 1.0     # the learning rate's factor its lower-lr rewinds left
 
 
 def newest(run: RunDir, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
@@ -49,7 +51,8 @@ def newest(run: RunDir, *, model: torch.nn.Module, optimizer: torch.optim.Optimi
     for path in reversed(files):
         name = str(path.relative_to(run.path))
         try:
-            step, samples_seen, first = _restore(path, checkpoint.load(path), model, optimizer,
+            state = checkpoint.load(path)
+            step, samples_seen, first = _restore(path, state, model, optimizer,
                                                  scheduler, scaler, first_global_batch)
         except checkpoint.Unreadable as e:
             aside = checkpoint.set_aside(path) if set_aside else None
@@ -58,7 +61,8 @@ def newest(run: RunDir, *, model: torch.nn.Module, optimizer: torch.optim.Optimi
                          + (f"set aside as {aside.name}, " if aside else "")
                          + "trying the one before it", advice=[], fallback=False)
             continue
-        return Restored(name, step, samples_seen, first, round(time.monotonic() - started, 3))
+        return Restored(name, step, samples_seen, first, round(time.monotonic() - started, 3),
+                        int(state.get("skipped_samples", 0)), float(state.get("lr_scale", 1.0)))
     optimizer.load_state_dict(fresh[0])
     scaler.load_state_dict(fresh[1])
     devices.set_rng_state(fresh[2])

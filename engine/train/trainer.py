@@ -48,14 +48,14 @@ from engine.presets import DevicePreset
 from engine.record import reached
 from engine.record.events import EventWriter
 from engine.record.rundir import RunDir
-from engine.schema import to_table
-from engine.train import cadence, checkpointer, optim, parity, peaks, restore
+from engine.train import cadence, checkpointer, optim, parity, peaks
 from engine.train.cadence import Cadence
 from engine.train.data import SampleOrder
 from engine.train.distributed import World
-from engine.train.failures import (NonFiniteLoss, all_finite, checked_loss,
+from engine.train.failures import (NonFiniteLoss, checked_loss,
                                    refuse_unreachable_faults, report_failure, step_set_by)
-from engine.train.faults import SPIKE, Injector
+from engine.train.faults import DIVERGE, SPIKE, Injector
+from engine.train.saving import Saving
 from engine.train.window import Window, grad_norm
 from engine.vocabulary import EXIT_FINISHED, EXIT_STOPPED
 
@@ -76,13 +76,15 @@ class StopRequest:
         self.requested = True
 
 
-class Trainer:
+class Trainer(Saving):
     # Measure each step's gradient norm (the step event's grad_norm, grad_norm_max): off only
     # for benchmarks/instruments.py, which times the loop without it.
     grad_norms = True
 
     def __init__(self, run: RunDir, events: EventWriter, preset_name: str, preset: DevicePreset,
-                 stop: StopRequest | None = None):
+                 stop: StopRequest | None = None, rewind: tuple[int, float] = (0, 1.0)):
+        """`rewind`: (batches to skip, a factor of the learning rate) asked of the checkpoint it
+        resumes from by the run's rewinds to it (engine.run.rewind)."""
         config = run.config()
         self.stop = stop or StopRequest()
         self.run, self.events = run, events
@@ -138,8 +140,14 @@ class Trainer:
         self.first_global_batch = config.device.effective_batch * config.device.world_size
 
         self.step = 0
-        self.samples_seen = 0
+        self.samples_seen = 0      # trained: the schedule, the budget and the ETA count these
+        # Where the data is, past what was trained: the batches rewinds skipped (the position
+        # in the data is samples_seen + skipped_samples), and the learning rate's factor since
+        # lower-lr rewinds; both kept in every checkpoint.
+        self.skipped_samples, self.lr_scale = 0, 1.0
         self.resumed_from = self._resume()
+        if rewind != (0, 1.0):
+            self._skip(*rewind)
         if self.train.max_steps:
             self.total_samples = min(self.total_samples, self.train.max_steps * self.first_global_batch)
         self.total_steps = self.step + math.ceil(
@@ -153,7 +161,12 @@ class Trainer:
         # a time (engine.train.checkpointer); each is told once complete on disk. When: the
         # preset's interval, or with 'auto' the one chosen from the saves measured and the
         # crash rate on this device (engine.train.cadence).
-        self.checkpoints = checkpointer.Writer(self.run.checkpoints, keep=self.train.keep_checkpoints)
+        # With a health rule that rewinds, one checkpoint at least rewind_steps old is kept too,
+        # whatever keep_checkpoints prunes: a spike always has one to go back to.
+        health = config.device.health   # the run's, as the supervisor's detectors have it
+        self.checkpoints = checkpointer.Writer(
+            self.run.checkpoints, keep=self.train.keep_checkpoints,
+            keep_before=max(1, health.rewind_steps) if health.rewinds else 0)
         self.cadence = Cadence(self.train, cadence.crash_history(self.run, self.device.type)
                                if self.train.checkpoint_every_steps == "auto" else (0, 0.0))
         self._last_checkpoint_t = time.monotonic()
@@ -215,7 +228,7 @@ class Trainer:
             self.finish_checkpoints()
         self.faults.before_step(self.step + 1)
         group = min(self.global_batch, self.total_samples - self.samples_seen)
-        first, mine = self.world.share(self.samples_seen, group)
+        first, mine = self.world.share(self.data_position, group)
         micro_batches = self.world.micro_batches(group, self.preset.batch_size)
         for m in range(micro_batches):
             start = m * self.preset.batch_size
@@ -247,6 +260,9 @@ class Trainer:
             parity.perturb_gradients(self.model)
         norm = self.clip_and_measure()
         self.set_lr(self.samples_seen + group)
+        if self.faults.diverging:   # rehearsed: the rate far too high (a scheduler resets it each step)
+            for param_group in self.optimizer.param_groups:
+                param_group["lr"] *= DIVERGE
         self.lr = self.optimizer.param_groups[0]["lr"]  # this step's, for its report
         self.scaler.step(self.optimizer)
         self.scaler.update()
@@ -302,7 +318,7 @@ class Trainer:
         each group's peak (a workload's own scheduler sets it instead)."""
         if self.scheduler is not None:
             return
-        factor = self.schedule.factor(samples)
+        factor = self.schedule.factor(samples) * self.lr_scale
         for group, peak in zip(self.optimizer.param_groups, self.peak_lrs):
             group["lr"] = peak * factor
 
@@ -354,8 +370,9 @@ class Trainer:
         steps_per_s = w.steps / elapsed
         samples_per_s = w.samples / elapsed
         event = StepFields(
-            step=self.step, total=self.total_steps, samples_seen=self.samples_seen,
-            total_samples=self.total_samples, epoch=self.order.epoch_of(max(0, self.samples_seen - 1)),
+            step=self.step, from_step=self.step - w.steps, total=self.total_steps,
+            samples_seen=self.samples_seen,
+            total_samples=self.total_samples, epoch=self.order.epoch_of(max(0, self.data_position - 1)),
             loss=loss, lr=self.lr,
             samples_per_s=round(samples_per_s, 3), steps_per_s=round(steps_per_s, 4),
             window_s=round(elapsed, 4), eta_s=round(self.eta_s(), 1),
@@ -424,82 +441,6 @@ class Trainer:
             self.emit("eval", step=self.step, metrics=metrics, eval_s=round(spent, 3))
         self.window.evaluated(spent)  # not training throughput; the ETA counts the evals to come
 
-    def maybe_checkpoint(self) -> None:
-        self._tell_checkpoints(self.checkpoints.poll())   # a background write that has finished
-        if self.cadence.due(self.step, self._saved_step, time.monotonic() - self._last_checkpoint_t):
-            self.save_checkpoint()
-
-    # ------------------------------------------------------------ checkpoints
-
-    def save_checkpoint(self) -> None:
-        if self.step == self._saved_step:
-            return  # this step is on disk already, or being written (the schedule saved the last step)
-        # Never save a non-finite state: the window's loss and the weights are checked first
-        # (one sync per checkpoint), so a resume always starts from good weights.
-        self.report()
-        started = time.monotonic()   # the loop's stall: the check, a wait, the copy to the host
-        if not all_finite(list(self.model.parameters())):
-            raise NonFiniteLoss(self.step, "non-finite weights")
-        self._saved_step = self.step
-        if not self.world.is_main:
-            return  # every rank holds the same weights; rank 0 writes them
-        done = self.checkpoints.save({
-            "step": self.step,
-            "samples_seen": self.samples_seen,
-            "first_global_batch": self.first_global_batch,
-            "model": self.model.state_dict(),  # the uncompiled module's names
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": (self.scheduler.state_dict() if self.scheduler is not None
-                          else {"schedule": self.schedule.state_dict()}),
-            "scaler": self.scaler.state_dict(),
-            "rng": devices.rng_state(),
-            "config": {"device": to_table(self.preset), "train": to_table(self.train)},
-        }, stall_from=started)
-        self._last_checkpoint_t = time.monotonic()
-        # Only the stall leaves the window: a background write runs alongside training.
-        self.window.exclude(self._last_checkpoint_t - started)
-        self._tell_checkpoints(*done)
-
-    def finish_checkpoints(self) -> None:
-        """Wait for the checkpoint being written, if any, and tell it: the end of an attempt.
-        The wait is in its save_s, and out of the reporting window."""
-        started = time.monotonic()
-        written = self.checkpoints.wait()
-        self.window.exclude(time.monotonic() - started)
-        self._tell_checkpoints(written)
-
-    def _tell_checkpoints(self, *written: checkpointer.Written | None) -> None:
-        """A `checkpoint` event for each write complete on disk: save_s is what the loop paid
-        for it (the copy to the host, and any wait for the write before it: wait_s), write_s
-        the write's own time (in the background, alongside training)."""
-        for w in written:
-            if w is None:
-                continue
-            self.events.emit("checkpoint", step=w.step, samples_seen=w.samples_seen,
-                             path=str(w.path.relative_to(self.run.path)), save_s=round(w.stall_s, 3),
-                             write_s=round(w.write_s, 3), wait_s=round(w.wait_s, 3))
-            rate = self.window.meter.samples_per_s
-            chosen = self.cadence.written(w.stall_s, w.write_s, self.global_batch / rate if rate else None)
-            if chosen is not None:   # 'auto' chose anew: said when it moves by more than a tenth
-                self.emit("checkpoint_interval", steps=chosen.steps, seconds=round(chosen.seconds, 2),
-                          cost_s=round(chosen.cost_s, 4), mtbf_s=round(chosen.mtbf_s, 1),
-                          crashes=chosen.crashes, observed_s=round(chosen.observed_s, 1),
-                          reason=chosen.reason)
-
-    def _resume(self) -> dict | None:
-        """Continue from the newest checkpoint that loads (engine.train.restore): where, and
-        from which step and sample; None for a start from the beginning."""
-        restored = restore.newest(self.run, model=self.model, optimizer=self.optimizer,
-                                  scheduler=self.scheduler, scaler=self.scaler,
-                                  first_global_batch=self.first_global_batch, emit=self.emit,
-                                  set_aside=self.world.is_main)
-        if restored is None:
-            return None
-        self.step, self.samples_seen = restored.step, restored.samples_seen
-        self.first_global_batch = restored.first_global_batch
-        return {"path": restored.path, "step": self.step, "samples_seen": self.samples_seen,
-                "load_s": restored.load_s}
-
     # ------------------------------------------------------------ for the probe (engine.probe.worker)
 
     def restart_window(self, report_every_s: float) -> None:
@@ -536,6 +477,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attempt", type=int, required=True)
     parser.add_argument("--preset", required=True)
     parser.add_argument("--device-json", required=True)
+    # asked by a rewind to the checkpoint it resumes from (engine.run.rewind)
+    parser.add_argument("--skip-batches", type=int, default=0)
+    parser.add_argument("--lr-scale", type=float, default=1.0)
     args = parser.parse_args(argv)
 
     # A native crash prints the Python stack it happened in: evidence for the crash panel.
@@ -547,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     with EventWriter(run.events_path, attempt=args.attempt) as events:
         try:
             preset = presets.device_from_table(json.loads(args.device_json), f"attempt {args.attempt}")
-            trainer = Trainer(run, events, args.preset, preset, stop)
+            trainer = Trainer(run, events, args.preset, preset, stop, (args.skip_batches, args.lr_scale))
             outcome = trainer.fit()
             trainer.world.close()
         except Exception as e:

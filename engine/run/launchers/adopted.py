@@ -72,6 +72,7 @@ class AdoptedLauncher(Launcher):
     name = "adopted"
     subject = COMMAND
     relaunches = False      # not ours to start: `cockpit runs resume` starts it again as a command
+    rewinds = False         # nor ours to start again from an older checkpoint
     interrupt = "release"   # Ctrl-C on a foreground `cockpit adopt` leaves it running
     found = True
     reads = CommandKind     # its log, as a command's output

@@ -48,6 +48,7 @@ class Launcher:
     subject: ClassVar[Subject] = TRAINER
     tail_lines: ClassVar[int] = TAIL_LINES    # how much of its log is the evidence of its end
     relaunches: ClassVar[bool] = True         # a crash goes down the ladder (from the checkpoint)
+    rewinds: ClassVar[bool] = True            # a health finding may go back to a checkpoint
     interrupt: ClassVar[str] = "stop"         # what Ctrl-C to its supervisor means: stop or release
     found: ClassVar[bool] = False             # found running, its log has a past (else started)
     reads: ClassVar[type[TrainerKind]] = TrainerKind   # how its runs' progress and checkpoints are read

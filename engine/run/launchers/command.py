@@ -83,7 +83,7 @@ def command_launch(run: RunDir, config: RunConfig, attempt: int, preset: DeviceP
     in_script = [f.spec for f in inject if f.kind in vocabulary.IN_SCRIPT_KINDS
                  and not (f.timed and f.kind in vocabulary.SIGNAL_KINDS)]
     checkpoint = Path(resume["path"]) if resume else None
-    values = commands.values(preset, run.path, attempt, checkpoint)
+    values = commands.values(preset, run.path, attempt, checkpoint, (resume or {}).get("rewind"))
     argv = commands.fill(spec.command, values)
     known = statements.from_argv(argv)   # before the resume arguments: they name a file
     if checkpoint is not None and spec.resume:

@@ -71,6 +71,8 @@ class NodeLauncher(TorchrunLauncher):
     """engine.train.trainer on this machine, one node of a run on several."""
 
     name = "node"
+    # every machine reports its own loss: a rewind would need all of them to agree to go back
+    rewinds = False
 
     @classmethod
     def fits(cls, config: RunConfig, preset: DevicePreset) -> bool:

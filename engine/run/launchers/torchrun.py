@@ -40,7 +40,8 @@ class TorchrunLauncher(TrainerLauncher):
         return super().fits(config, preset) and preset.world_size > 1
 
     def launch(self, attempt: int, name: str, preset: DevicePreset, resume: dict | None = None) -> Launch:
-        return trainer_launch(self.run, attempt, name, preset, launcher=torchrun_argv(preset))
+        return trainer_launch(self.run, attempt, name, preset, launcher=torchrun_argv(preset),
+                              rewind=(resume or {}).get("rewind"))
 
     def spare(self, attempt: int, name: str, preset: DevicePreset) -> dict | None:
         return None   # torchrun starts its own workers

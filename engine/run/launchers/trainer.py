@@ -40,7 +40,7 @@ class TrainerLauncher(Launcher):
         return not config.workload.is_command
 
     def launch(self, attempt: int, name: str, preset: DevicePreset, resume: dict | None = None) -> Launch:
-        return trainer_launch(self.run, attempt, name, preset)
+        return trainer_launch(self.run, attempt, name, preset, rewind=(resume or {}).get("rewind"))
 
     def spare(self, attempt: int, name: str, preset: DevicePreset) -> dict | None:
         """The next attempt's process, torch and the workload's modules imported ahead."""
@@ -54,10 +54,14 @@ class TrainerLauncher(Launcher):
 
 
 def trainer_launch(run: RunDir, attempt: int, name: str, preset: DevicePreset,
-                   started: float | None = None, launcher: list[str] | None = None) -> Launch:
-    """`python -P -m engine.train.trainer ...`, or behind `launcher` (torchrun's argv)."""
+                   started: float | None = None, launcher: list[str] | None = None,
+                   rewind: dict | None = None) -> Launch:
+    """`python -P -m engine.train.trainer ...`, or behind `launcher` (torchrun's argv);
+    `rewind`: what the rewinds to the checkpoint it resumes from ask (engine.run.rewind)."""
     trainer = ["-m", "engine.train.trainer", str(run.path), "--attempt", str(attempt),
                "--preset", name, "--device-json", json.dumps(to_table(preset))]
+    if rewind and (rewind.get("skip_batches") or rewind.get("lr_scale", 1.0) != 1.0):
+        trainer += ["--skip-batches", str(rewind["skip_batches"]), "--lr-scale", repr(rewind["lr_scale"])]
     # torchrun starts its workers itself; PYTHONSAFEPATH is -P for them (the working directory
     # must not shadow engine or the workload).
     started = time.time() if started is None else started

@@ -1,0 +1,130 @@
+"""A health finding answered by going back (engine.run.rewind): the right checkpoint, the batches
+skipped exactly, the learning rate lowered, the limit, what a command is given, and the
+checkpoint retention that keeps a target to go back to."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.preset_types import HealthSettings
+from engine.record import checkpoint
+from engine.run.rewind import Rewinds
+
+from test_training_health import sine
+
+# Checkpoints every 25 steps, a rewind 20 steps before the spike, 10 batches skipped at least.
+REWINDING = ["--set", "train.checkpoint_every_steps=25", "--set", "health.rewind_steps=20",
+             "--set", "health.skip_batches=10"]
+
+
+def of(events: list[dict], kind: str) -> list[dict]:
+    return [e for e in events if e["type"] == kind]
+
+
+def test_a_spike_is_rewound_to_the_checkpoint_before_it_and_its_batches_skipped_exactly(home):
+    done, events = sine(home, *REWINDING, "--inject", "spike@300")
+    assert done.returncode == 0, done.stdout[-3000:]
+    (finding,) = of(events, "health")
+    first = min(e["step"] for e in events if e["type"] == "step" and e["step"] >= 300)
+    assert finding["kind"] == "loss-spike" and finding["step"] == first and finding["action"] == "rewind"
+    assert finding["began"] <= 300
+    (back,) = of(events, "fallback")
+    rewind = back["rewind"]
+    # the newest checkpoint at least 20 steps before the spike began, kept whatever the pruning
+    assert rewind["to_step"] is not None and rewind["to_step"] <= finding["began"] - 1 - 20
+    assert rewind["to_step"] % 25 == 0 and rewind["to_step"] > finding["began"] - 1 - 20 - 25 - 25
+    assert back["action"] == "rewind" and back["to_preset"] == back["from"]
+    assert f"rewound to {rewind['to_step']:,}, skipping {rewind['skip_batches']:,} batches" in back["why"]
+    # every batch the first attempt trained past the target is skipped, and at least 10
+    first_ended = of(events, "attempt_ended")[0]
+    assert first_ended["outcome"] == "health"
+    assert rewind["skip_batches"] == max(10, first_ended["last_step"] - rewind["to_step"])
+    # the checkpoints after it set aside, so that no resume finds them
+    assert rewind["set_aside"] and all(checkpoint.step_of(Path(p)) > rewind["to_step"] for p in rewind["set_aside"])
+    # the next attempt resumed there, its data that many batches further on, by sample position
+    ready = [e for e in of(events, "trainer_ready") if e["attempt"] == 2][0]
+    resumed = ready["resumed_from"]
+    assert resumed["step"] == rewind["to_step"]
+    assert resumed["data_position"] == resumed["samples_seen"] + rewind["skip_batches"] * 64
+    # the run ends where its twin does, its loss close to the unspiked twin's
+    finished = of(events, "run_finished")[0]
+    assert finished["status"] == "finished" and finished["summary"]["final_step"] == 480
+    assert finished["summary"]["steps_rewound"] == first_ended["last_step"] - rewind["to_step"]
+    assert finished["summary"]["goodput"]["buckets"]["rewound"] > 0
+    assert "rewind: attempt 2 on" in done.stdout and "steps rewound" in done.stdout
+    twin_done, twin = sine(home)
+    assert twin_done.returncode == 0 and not of(twin, "health")
+    loss, twin_loss = (of(e, "step")[-1]["loss"] for e in (events, twin))
+    assert abs(loss - twin_loss) < 0.25 * twin_loss   # the noise's variance: 0.25 each
+
+
+def test_lower_lr_halves_the_learning_rate_from_the_rewind_on(home):
+    done, events = sine(home, *REWINDING, "--inject", "spike@300", "--set", "health.on_spike=lower-lr")
+    assert done.returncode == 0, done.stdout[-3000:]
+    (back,) = of(events, "fallback")
+    assert back["action"] == "lower-lr" and back["rewind"]["lr_scale"] == 0.5
+    assert "the learning rate x0.5" in back["why"]
+    before = {e["lr"] for e in of(events, "step") if e["attempt"] == 1}
+    after = {e["lr"] for e in of(events, "step") if e["attempt"] == 2}
+    (lr,) = before   # a constant schedule
+    assert len(after) == 1 and after.pop() == pytest.approx(lr / 2)
+
+
+def test_a_spike_that_keeps_coming_back_stops_the_run_at_the_limit(home):
+    done, events = sine(home, *REWINDING, "--set", "health.max_rewinds=1",
+                        "--inject", "spike@200", "--inject", "spike@350")
+    assert [e["action"] for e in of(events, "fallback")] == ["rewind"]
+    (failed,) = of(events, "run_failed")
+    assert failed["kind"] == "health" and "max_rewinds 1" in failed["reason"]
+    assert of(events, "run_finished")[0]["status"] == "failed" and done.returncode != 0
+
+
+def test_rewinds_tell_an_attempt_what_to_skip_for_the_checkpoint_it_resumes_from():
+    rewinds = Rewinds(HealthSettings())
+    assert rewinds.attach(None) is None and rewinds.attach({"path": "a"}) == {"path": "a"}
+    rewinds.done += [dict(checkpoint="checkpoints/step-100.pt", skip_batches=200, lr_scale=1.0, step=150),
+                     dict(checkpoint="checkpoints/step-100.pt", skip_batches=300, lr_scale=0.5, step=160),
+                     dict(checkpoint="checkpoints/step-400.pt", skip_batches=200, lr_scale=0.5, step=460)]
+    same = rewinds.attach({"path": "checkpoints/step-100.pt", "step": 100})["rewind"]
+    assert (same["skip_batches"], same["lr_scale"]) == (500, 0.5)   # both went back to it
+    later = rewinds.attach({"path": "checkpoints/step-600.pt", "step": 600})["rewind"]
+    # a later checkpoint of the trainer keeps what was skipped before it: nothing more to skip
+    assert (later["skip_batches"], later["lr_scale"]) == (0, 1.0)
+    # a command's checkpoint keeps nothing of it: the run's whole
+    assert (later["run_skip_batches"], later["run_lr_scale"]) == (700, 0.25)
+
+
+def test_a_command_is_given_the_rewinds_through_its_placeholders():
+    from engine import command
+    from engine.preset_types import DevicePreset
+
+    spec = command.CommandSpec(command=("python", "train.py", "--skip", "{skip_batches}",
+                                        "--offset", "{data_offset}", "--lr-scale", "{lr_scale}"))
+    preset = DevicePreset(device="cpu", batch_size=8, accumulation=4)
+    values = command.values(preset, ".", 2, rewind={"run_skip_batches": 300, "run_lr_scale": 0.5})
+    assert command.fill(spec.command, values)[2:] == ["--skip", "300", "--offset", "9600",
+                                                       "--lr-scale", "0.5"]
+    untouched = command.values(preset, ".", 1)
+    assert (untouched["skip_batches"], untouched["data_offset"], untouched["lr_scale"]) == ("0", "0", "1")
+
+
+def test_retention_keeps_a_checkpoint_old_enough_to_go_back_to(tmp_path):
+    pytest.importorskip("torch")
+    for step in range(10, 110, 10):
+        checkpoint.save(tmp_path, {"step": step}, keep=3, keep_before=30)
+    # written just now: none is a minute old, so the oldest stays the target
+    assert [checkpoint.step_of(p) for p in checkpoint.checkpoint_files(tmp_path)] == [10, 80, 90, 100]
+    old = time.time() - 2 * checkpoint.ANCHOR_AGE_S
+    for p in checkpoint.checkpoint_files(tmp_path):
+        os.utime(p, (old, old))
+    for step in (110, 120):
+        checkpoint.save(tmp_path, {"step": step}, keep=3, keep_before=30)
+    # the newest at least 30 steps and a minute older than the newest: 90 (10 and 80 pruned)
+    assert [checkpoint.step_of(p) for p in checkpoint.checkpoint_files(tmp_path)] == [90, 100, 110, 120]
+    # without a rule that rewinds, the last 3 only
+    checkpoint.save(tmp_path, {"step": 130}, keep=3)
+    assert [checkpoint.step_of(p) for p in checkpoint.checkpoint_files(tmp_path)] == [110, 120, 130]
