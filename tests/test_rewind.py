@@ -12,6 +12,7 @@ import pytest
 
 from engine.preset_types import HealthSettings
 from engine.record import checkpoint
+from engine.record.rundir import list_runs, summarize
 from engine.run.rewind import Rewinds
 
 from test_training_health import sine
@@ -19,6 +20,10 @@ from test_training_health import sine
 # Checkpoints every 25 steps, a rewind 20 steps before the spike, 10 batches skipped at least.
 REWINDING = ["--set", "train.checkpoint_every_steps=25", "--set", "health.rewind_steps=20",
              "--set", "health.skip_batches=10"]
+
+
+def newest(home):
+    return max(list_runs(home / "runs"), key=lambda r: r.path.stat().st_mtime)
 
 
 def of(events: list[dict], kind: str) -> list[dict]:
@@ -56,6 +61,9 @@ def test_a_spike_is_rewound_to_the_checkpoint_before_it_and_its_batches_skipped_
     assert finished["summary"]["steps_rewound"] == first_ended["last_step"] - rewind["to_step"]
     assert finished["summary"]["goodput"]["buckets"]["rewound"] > 0
     assert "rewind: attempt 2 on" in done.stdout and "steps rewound" in done.stdout
+    # runs show: the finding and what was done about it
+    (shown,) = [f for f in summarize(newest(home)).health if f["kind"] == "loss-spike"]
+    assert shown["done"] == f"rewound to {rewind['to_step']:,}, skipping {rewind['skip_batches']:,} batches"
     twin_done, twin = sine(home)
     assert twin_done.returncode == 0 and not of(twin, "health")
     loss, twin_loss = (of(e, "step")[-1]["loss"] for e in (events, twin))

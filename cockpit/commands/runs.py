@@ -93,9 +93,12 @@ def show(args: argparse.Namespace) -> int:
         print(f"attempt {a.attempt}: {a.preset} on {a.device}, {a.outcome}{ended}, last step {a.last_step}")
         if a.crash:
             print(f"          {a.crash}")
-    for finding in s.health:   # a run going bad and going on
-        done = "stopped the run" if finding["action"] == "stop" else "warned"
-        print(textwrap.fill(f"health    {finding['sentence']} ({done})", 80, subsequent_indent=" " * 10))
+    for finding in s.health:   # a run going bad and going on, and what was done
+        print(textwrap.fill(f"health    {finding['sentence']}", 80, subsequent_indent=" " * 10))
+        print(textwrap.fill(f"-> {finding.get('done') or 'warned'}", 80, initial_indent=" " * 10,
+                            subsequent_indent=" " * 13))
+    if s.steps_rewound:
+        print(f"rewound   {count(s.steps_rewound, 'step')} thrown away by going back (health)")
     if s.steps_lost:
         print(f"lost      {count(s.steps_lost, 'step')} to crashes "
               "(trained again after a fallback, or past the last checkpoint)")

@@ -325,10 +325,12 @@ class RunSummary:
     main_metric_source: str | None = None
     attempts: list[AttemptSummary] = field(default_factory=list)
     fallbacks: list[dict] = field(default_factory=list)
-    # each health finding (a loss spike, a gradient explosion, divergence): {"step", "kind",
-    # "sentence", "action", "value", "mean", "std", "rule"} (engine.run.training_health)
+    # each health finding (a loss spike, a gradient explosion, divergence, a plateau): {"step",
+    # "kind", "sentence", "action", "value", "mean", "std", "z", "rule", "done"}, `done` what was
+    # done about it in words (engine.run.training_health, engine.run.rewind)
     health: list[dict] = field(default_factory=list)
     steps_lost: int = 0                # steps trained again, or lost past a checkpoint, after crashes
+    steps_rewound: int = 0             # steps thrown away by rewinds (engine.run.rewind)
     goodput: dict | None = None        # where its wall time went (engine.record.goodput, as_dict)
     checkpoints: int = 0               # checkpoint events: 0, and a resume starts over
     # each checkpoint written: {"attempt", "step", "step_source", "path"}; a command's step
@@ -422,9 +424,10 @@ def summary_of(run: RunDir, state: RunState, config: dict | None = None) -> RunS
                                  outcome=a.outcome, exit=a.exit, last_step=a.last_step or 0, crash=a.sentence)
                   for a in state.attempts if a.attempt is not None],
         fallbacks=list(state.fallbacks),
-        health=[{k: e.get(k) for k in ("step", "kind", "sentence", "action", "value", "mean", "std", "rule")}
+        health=[{**{k: e.get(k) for k in ("step", "kind", "sentence", "action", "value", "mean", "std",
+                                          "z", "rule")}, "done": _done(e, state)}
                 for e in state.health],
-        steps_lost=averages.steps_lost, goodput=state.goodput().as_dict(),
+        steps_lost=averages.steps_lost, steps_rewound=state.stats.steps_rewound, goodput=state.goodput().as_dict(),
         checkpoints=state.stats.checkpoints,
         checkpoint_writes=[{k: e.get(k) for k in ("attempt", "step", "step_source", "path")}
                            for e in state.checkpoints],
@@ -437,3 +440,21 @@ def summary_of(run: RunDir, state: RunState, config: dict | None = None) -> RunS
     if summary.status == "running" and not run.supervised():
         summary.status = "lost"  # the supervisor was killed; nothing will finish this run
     return summary
+
+
+def _done(finding: dict, state: RunState) -> str:
+    """What was done about a health finding, in words: 'warned', 'stopped the run', or its
+    rewind's ('rewound to 1,100, skipping 300 batches'), or why the run stopped instead."""
+    action = finding.get("action")
+    if action == "stop":
+        return "stopped the run"
+    if action not in ("rewind", "lower-lr"):
+        return "warned"
+    said = f"{finding.get('short')}: "   # how engine.run.rewind begins its sentences
+    for fallback in state.fallbacks:
+        rewind = fallback.get("rewind") or {}
+        if rewind.get("step") == finding.get("step") and rewind.get("finding") == finding.get("kind"):
+            return str(fallback.get("why", "")).removeprefix(said)
+    failed = next((a.failed_why for a in state.attempts if a.failed_why and a.outcome == "health"), None)
+    return f"not rewound: {failed.removeprefix(said)}" if failed else "rewinding"
+

@@ -88,6 +88,7 @@ class TrainingHealth:
         self.evals_since_best = 0
         self.largest: dict[str, float] = {}     # by series: the largest value seen
         self.incident: dict[str, int] = {}      # by series: reports in a row out of line
+        self.last: dict[str, float] = {}        # by series: the last value without a window's largest
 
     def see(self, event: dict) -> list[Finding]:
         kind = event.get("type")
@@ -108,6 +109,12 @@ class TrainingHealth:
         if not isinstance(value, (int, float)) or not math.isfinite(value):
             return None   # a non-finite loss is a crash of its own (numerical)
         value = float(value)
+        if f"{field}_max" not in event:
+            # A command's window that read no new value carries the last one again (HF logs
+            # every logging_steps): the same reading, not judged twice.
+            if self.last.get(field) == value:
+                return None
+            self.last[field] = value
         largest = self.largest[field] = max(self.largest.get(field, value), value)
         if len(history) < self.settings.min_reports:
             history.append(value)
