@@ -76,8 +76,8 @@ class HealthSettings:
     grad_ratio: float = setting(10.0, "... and this many times the window's mean", above=1.0)
     diverge_evals: int = setting(3, "divergence: the eval loss rose this many evals in a row; 0 = off",
                                  min=0)
-    plateau_evals: int = setting(0, "a plateau (a warning only): the eval loss has not beaten its "
-                                    "best for this many evals; 0 = off", min=0)
+    plateau_evals: int = setting(10, "a plateau (a warning only): the eval loss has not beaten its "
+                                     "best for this many evals in a row; 0 = off", min=0)
     on_spike: HealthAction = setting("rewind", "a loss spike: 'warn' (a health event and an alert), "
                                                "'stop' (stop the run gracefully), 'rewind' (to a "
                                                "checkpoint before it, skipping the batches after "

@@ -17,15 +17,36 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 @pytest.fixture
-def home(tmp_path, monkeypatch):
+def home(tmp_path, monkeypatch, request):
     """An empty user config dir and runs dir, so no test sees or touches the real ones; alerts
-    off (tests/test_alerts.py turns them on)."""
+    off (tests/test_alerts.py turns them on).
+
+    The suite's runs are the training-health detectors' false-positive check (issue 38): a
+    run of a test that does not mean its runs to go bad (@pytest.mark.health_findings) must
+    have no `health` event, whatever it trains and however the machine is loaded."""
     config, runs = tmp_path / "config", tmp_path / "runs"
     monkeypatch.setenv("COCKPIT_CONFIG_DIR", str(config))
     monkeypatch.setenv("COCKPIT_RUNS_DIR", str(runs))
     monkeypatch.setenv("COCKPIT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("COCKPIT_ALERTS", "off")  # no desktop notifications from the test suite
-    return tmp_path
+    yield tmp_path
+    if request.node.get_closest_marker("health_findings") is None:
+        found = health_findings(runs)
+        assert not found, f"health findings in a run that was not meant to go bad: {found}"
+
+
+def health_findings(runs: Path) -> list[str]:
+    """Every `health` event's sentence in the run directories under `runs` (a node's too)."""
+    found = []
+    for log in sorted(runs.glob("**/events.jsonl")) if runs.is_dir() else []:
+        for line in log.read_text(errors="replace").splitlines():
+            if '"type": "health"' in line or '"type":"health"' in line:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                found.append(f"{log.parent.name}: {event.get('sentence')}")
+    return found
 
 
 def user_preset(home: Path, kind: str, name: str, text: str) -> Path:

@@ -9,6 +9,8 @@ the reports the detectors judge, and the step they judge each at, are the same o
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import signal
 import subprocess
@@ -70,6 +72,7 @@ def norm(event: dict) -> float:
     return event.get("grad_norm_max", event.get("grad_norm"))
 
 
+@pytest.mark.health_findings   # its runs are meant to go bad
 def test_an_hf_commands_printed_grad_norm_explosion_is_caught_at_its_step(home, tmp_path):
     # both at once: each waits on its own supervisor's reports, a second or so each
     runs = [start(tmp_path, "exploded", "--explode-at", str(EXPLODES_AT)), start(tmp_path, "twin")]

@@ -30,6 +30,7 @@ def of(events: list[dict], kind: str) -> list[dict]:
     return [e for e in events if e["type"] == kind]
 
 
+@pytest.mark.health_findings   # its runs are meant to go bad
 def test_a_spike_is_rewound_to_the_checkpoint_before_it_and_its_batches_skipped_exactly(home):
     done, events = sine(home, *REWINDING, "--inject", "spike@300")
     assert done.returncode == 0, done.stdout[-3000:]
@@ -70,6 +71,7 @@ def test_a_spike_is_rewound_to_the_checkpoint_before_it_and_its_batches_skipped_
     assert abs(loss - twin_loss) < 0.25 * twin_loss   # the noise's variance: 0.25 each
 
 
+@pytest.mark.health_findings   # its runs are meant to go bad
 def test_lower_lr_halves_the_learning_rate_from_the_rewind_on(home):
     done, events = sine(home, *REWINDING, "--inject", "spike@300", "--set", "health.on_spike=lower-lr")
     assert done.returncode == 0, done.stdout[-3000:]
@@ -82,6 +84,7 @@ def test_lower_lr_halves_the_learning_rate_from_the_rewind_on(home):
     assert len(after) == 1 and after.pop() == pytest.approx(lr / 2)
 
 
+@pytest.mark.health_findings   # its runs are meant to go bad
 def test_a_spike_that_keeps_coming_back_stops_the_run_at_the_limit(home):
     done, events = sine(home, *REWINDING, "--set", "health.max_rewinds=1",
                         "--inject", "spike@200", "--inject", "spike@350")

@@ -151,6 +151,7 @@ def sine(home, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
 seen: set[str] = set()
 
 
+@pytest.mark.health_findings   # its runs are meant to go bad
 def test_a_rehearsed_spike_is_caught_at_its_step_and_stops_the_run_where_asked(home):
     done, events = sine(home, "--inject", "spike@300", "--set", "health.on_spike=stop")
     (finding,) = [e for e in events if e["type"] == "health"]

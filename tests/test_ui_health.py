@@ -96,6 +96,7 @@ def _rows(app, widget) -> list[str]:
 # ------------------------------------------------------------ the attempts panel
 
 
+@pytest.mark.health_findings   # its runs are meant to go bad
 @pytest.mark.parametrize("size", [(80, 24), (200, 50)])
 def test_each_finding_is_a_line_saying_what_was_done(home, size):
     run_dir = health_run(home)
@@ -160,6 +161,7 @@ def test_a_finding_line_says_less_rather_than_wrap():
 # ------------------------------------------------------------ the loss plot
 
 
+@pytest.mark.health_findings   # its runs are meant to go bad
 def test_the_loss_plot_marks_each_finding_at_its_step_and_the_rewind(home):
     run_dir = health_run(home)
     events = read_events(run_dir.events_path)
@@ -199,6 +201,7 @@ def test_the_loss_plot_marks_each_finding_at_its_step_and_the_rewind(home):
     run(drive())
 
 
+@pytest.mark.health_findings   # its runs are meant to go bad
 def test_the_full_account_says_a_rewind_once(home):
     """Tall enough for everything: the finding's line says the rewind; the crash's sentence and
     where the next attempt resumes follow it, the why not repeated, the evidence without the

@@ -76,7 +76,8 @@ class AlertRules:
             elif kind == "warning" and e.get("kind") == "slowdown":
                 alerts += self._alert(("slowdown",), (e,), e.get("message", "throughput fell"))
             elif kind == "health":   # a loss spike, a gradient explosion, divergence
-                done = " (stopping it)" if e.get("action") == "stop" else ""
+                done = {"stop": " (stopping it)", "rewind": " (going back to a checkpoint before it)",
+                        "lower-lr": " (going back, the learning rate halved)"}.get(e.get("action") or "", "")
                 alerts += self._alert(("health",), (e,), e.get("sentence", e.get("kind", "?")) + done)
         return alerts
 

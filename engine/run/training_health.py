@@ -15,8 +15,8 @@ one resumes from a checkpoint before the finding began.
     gradient explosion  the same test on the gradient norm (`grad_norm_max`, else `grad_norm`)
                         with grad_z and grad_ratio (Megatron flags 10x)
     divergence          the eval loss rose diverge_evals evals in a row
-    plateau             the eval loss has not beaten its best for plateau_evals evals (off by
-                        default; a warning only: a finished curve is flat too)
+    plateau             the eval loss has not beaten its best for plateau_evals evals in a row
+                        (a warning only: a finished curve is flat too)
 
 A rise must also be at least MIN_RISE of the largest value the run has seen: a loss that
 has converged to 1e-10 wanders by orders of magnitude in float noise, which is no spike. An
