@@ -159,7 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
 RUN_EPILOG = """\
 placeholders, filled from the device preset for each attempt:
   {device} {batch_size} {accumulation} {effective_batch} {precision} {threads}
-  {run_dir} {attempt}; in command.resume also {checkpoint}
+  {run_dir} {attempt}; after a health rule's rewind, {skip_batches} {data_offset}
+  {lr_scale} (0, 0 and 1 until one); in command.resume also {checkpoint} {steps_left}
 
 examples:
   cockpit run -- python train.py

@@ -76,6 +76,10 @@ def finish(*processes: subprocess.Popen, timeout: float = 300) -> list[int]:
     return codes
 
 
+# Alone on half the global batch at lr 0.05, the tiny matmul goes unstable: its loss climbs
+# from 0.003 to 0.1 over a hundred steps before it settles, which the health detectors rightly say
+# (a node's findings warn only: every machine reports its own loss).
+@pytest.mark.health_findings
 def test_a_lost_machine_is_said_the_run_goes_on_without_it_and_grows_back(home):
     # long enough that it is still training when b comes back (the test stops it once it grew)
     a, b = start_two(home, ["nnodes=1:2", "train.epochs=400"], "--inject", "node-lost@12")

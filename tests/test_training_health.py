@@ -121,6 +121,21 @@ def test_a_converged_loss_wandering_in_float_noise_is_no_spike():
     assert found == []
 
 
+def test_a_resume_judges_against_the_history_up_to_its_checkpoint():
+    # a curve that fell fast and levelled off: back at a checkpoint from step 70, the loss is
+    # eight times the last window's, and no spike (the reports past the checkpoint are gone)
+    rng = random.Random(0)
+    curve = [(0.016 + 0.97 ** i) * (1 + rng.gauss(0, 0.01)) for i in range(350)]
+    health = TrainingHealth(HealthSettings())
+    assert steps(health, curve) == []
+    health.see({"type": "trainer_ready", "resumed_from": {"step": 70}})
+    assert steps(health, curve[70:200], first=71) == []
+    # whereas the same value with no resume before it is one
+    fresh = TrainingHealth(HealthSettings())
+    steps(fresh, curve)
+    assert [f.kind for f in steps(fresh, curve[70:71], first=351)] == ["loss-spike"]
+
+
 def test_an_incident_is_said_once_and_a_lasting_new_level_becomes_the_window():
     health = TrainingHealth(HealthSettings())
     steps(health, falling(300))

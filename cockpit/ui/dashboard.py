@@ -98,9 +98,11 @@ class DashboardScreen(Screen):
     HELP = """\
 Progress and ETA; plots over time since the run started of throughput (`t`: samples/s or
 steps/s; its title has the run's average and GFLOP/s), loss (`y`: log scale), the eval
-metrics and the learning rate when it changes, crashes as red dashed lines; then
-memory (pressure, swap, RSS, device memory), hardware (CPU, GPUs), every attempt with how it
-ended, the evidence, the fallback taken and where it resumed, and the log's tail. A run on
+metrics and the learning rate when it changes, crashes as red dashed lines (↶ where a health
+finding went back), health findings as yellow marks on the loss plot (▲ a loss spike, ◆ a
+gradient norm explosion, ↗ divergence, ◇ a plateau); then memory (pressure, swap, RSS,
+device memory), hardware (CPU, GPUs), every attempt with how it ended, the evidence, the
+fallback taken and where it resumed, each health finding and what was done, and the log's tail. A run on
 several machines shows the lead machine's (global rank 0's) and a row per machine (▸ this one).
 `w` plots the last 30, 5 or 1 minutes, `m` maximises one plot (again: the next, esc: all).
 `s` stops the run gracefully (checkpoint, then exit); `d` leaves it running without the

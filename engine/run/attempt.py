@@ -81,6 +81,7 @@ class Attempt:
         self.events, self.kind = context.events, context.kind
         self.log_path = context.run.attempt_log(number)
         self.launch: Launch = launcher.launch(number, name, preset, resume)
+        self.resume = resume   # where the supervisor resumes it: {"step", "path", ...}, or None
         self.watch = AttemptWatch(number)
         self.rehearsal = Rehearsal(self.launch, self.watch, self.events)
         self.process: AttemptProcess | None = None
@@ -102,6 +103,8 @@ class Attempt:
                          **self.launcher.describe(self.launch))
         self._output = OutputFollower(self.log_path, self.kind.parser(self.launch))
         self.kind.begin(self.launch, self.watch, self.name, self.preset, self.rehearsal, self._stop_at_once)
+        if self.context.training is not None:   # judged against the history up to its resume
+            self.context.training.resumed(int((self.resume or {}).get("step") or 0))
         try:
             process = self._start(spare)
         except OSError as e:  # the program went away since the run was checked

@@ -80,8 +80,9 @@ class TrainingHealth:
 
     def __init__(self, settings: HealthSettings):
         self.settings = settings
-        self.losses: deque[float] = deque(maxlen=settings.window)
-        self.norms: deque[float] = deque(maxlen=settings.window)
+        # (step, value) of the reports judged against: a resume drops those past its step
+        self.losses: deque[tuple[int, float]] = deque(maxlen=settings.window)
+        self.norms: deque[tuple[int, float]] = deque(maxlen=settings.window)
         self.evals: list[float] = []
         self.eval_steps: list[int] = []
         self.best_eval: float | None = None
@@ -90,8 +91,26 @@ class TrainingHealth:
         self.incident: dict[str, int] = {}      # by series: reports in a row out of line
         self.last: dict[str, float] = {}        # by series: the last value without a window's largest
 
+    def resumed(self, step: int) -> None:
+        """An attempt resumed at `step` (0: from the start): what was reported past it was
+        thrown away, so the run's history is as it was there (a loss back at the checkpoint's
+        level, eight times the last window's on a fast-falling curve, is no spike)."""
+        for history in (self.losses, self.norms):
+            kept = [(s, v) for s, v in history if s <= step]
+            history.clear()
+            history.extend(kept)
+        kept_evals = [(s, v) for s, v in zip(self.eval_steps, self.evals) if s <= step]
+        self.eval_steps, self.evals = [s for s, _ in kept_evals], [v for _, v in kept_evals]
+        self.best_eval = min(self.evals) if self.evals else None
+        self.evals_since_best = 0
+        self.incident.clear()
+        self.last.clear()
+
     def see(self, event: dict) -> list[Finding]:
         kind = event.get("type")
+        if kind == "trainer_ready":   # where this attempt's (or restarted workers') training is
+            self.resumed(int((event.get("resumed_from") or {}).get("step") or 0))
+            return []
         if kind == "step":
             found = [f for f in (self._spike(event, "loss", self.losses, "loss-spike",
                                              self.settings.loss_z, self.settings.loss_ratio),
@@ -103,7 +122,7 @@ class TrainingHealth:
             return [f for f in (self._diverging(event), self._plateau(event)) if f is not None]
         return []
 
-    def _spike(self, event: dict, field: str, history: deque[float], kind: str,
+    def _spike(self, event: dict, field: str, history: deque[tuple[int, float]], kind: str,
                z_limit: float, ratio_limit: float) -> Finding | None:
         value = event.get(f"{field}_max", event.get(field))
         if not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -116,23 +135,24 @@ class TrainingHealth:
                 return None
             self.last[field] = value
         largest = self.largest[field] = max(self.largest.get(field, value), value)
+        step = int(event.get("step") or 0)
         if len(history) < self.settings.min_reports:
-            history.append(value)
+            history.append((step, value))
             return None
-        mean = sum(history) / len(history)
-        std = math.sqrt(sum((x - mean) ** 2 for x in history) / len(history))
+        values = [v for _, v in history]
+        mean = sum(values) / len(values)
+        std = math.sqrt(sum((x - mean) ** 2 for x in values) / len(values))
         z = (value - mean) / std if std > 0 else math.inf
         if not (z > z_limit and mean > 0 and value > ratio_limit * mean
                 and value - mean >= MIN_RISE * largest):
             self.incident[field] = 0
-            history.append(value)
+            history.append((step, value))
             return None
         run = self.incident[field] = self.incident.get(field, 0) + 1
         if run > SETTLE:
-            history.append(value)   # out of line this long: the new level
+            history.append((step, value))   # out of line this long: the new level
         if run > 1:
             return None             # the incident its first report said
-        step = int(event.get("step") or 0)
         began = int(event["from_step"]) + 1 if isinstance(event.get("from_step"), int) else step
         return Finding(kind, step, value, mean, std,
                        f"{field.replace('_', ' ')} {value:.4g} is {_z(z)} and {value / mean:.1f}x "
