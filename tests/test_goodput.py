@@ -76,6 +76,32 @@ def test_every_second_of_a_crash_and_its_recovery_is_where_it_belongs():
     assert set(g.buckets) == set(BUCKETS)
 
 
+def test_steps_trained_again_cost_the_time_those_steps_took():
+    # A command that slowed down: steps 0-20 at 0.1 s (two 1 s windows), steps 20-30 at 1 s
+    # (two 5 s windows); it checkpointed at 20 and died at 30. The 10 steps it trains again
+    # took 10 s, not 10 x its average 12 s / 30 steps = 4 s.
+    command = ["python", "train.py"]
+    events = [
+        ev(0.0, "run_started"),
+        ev(0.0, "attempt_started", 1, command=command),
+        ev(1.0, "step", 1, step=0),                               # first sighting: no window
+        step(2.0, 1, 10, 1.0, from_step=0),
+        step(3.0, 1, 20, 1.0, from_step=10),
+        ev(3.0, "checkpoint", 1, step=20, path="/out/ckpt-20", step_source="name"),
+        step(8.0, 1, 25, 5.0, from_step=20),
+        step(13.0, 1, 30, 5.0, from_step=25),
+        ev(13.0, "attempt_ended", 1, outcome="native-crash", last_step=30),
+        ev(14.0, "attempt_started", 2, command=command,
+           resume={"step": 20, "step_source": "name", "path": "/out/ckpt-20"}),
+        step(16.0, 2, 30, 1.0, from_step=20),
+        ev(16.0, "attempt_ended", 2, outcome="finished", last_step=30),
+        ev(16.0, "run_finished", status="finished"),
+    ]
+    folded = stats.fold(events)
+    assert folded.steps_lost == 10
+    assert folded.goodput().buckets["lost"] == pytest.approx(10.0)
+
+
 def test_a_stopped_stretch_is_shown_but_not_counted():
     events = [
         ev(0.0, "run_started"), ev(0.5, "attempt_started", 1), ev(1.0, "trainer_ready", 1),

@@ -18,8 +18,9 @@ and the badput, by bucket:
     checkpoint_load  the resumed checkpoint's load_s (trainer_ready)
     eval             eval events' eval_s
     epoch_prep       mining events' mining_s
-    lost             steps trained again after a crash (engine.record.stats' count) at the
-                     attempt's own time a step
+    lost             steps trained again after a crash (engine.record.stats' count): the time
+                     those steps took, the attempt's last steps, from the windows that trained
+                     them (a run whose speed changed lost its last steps' time, not its average's)
     rewound          the same for the steps a health finding went back from (engine.run.rewind):
                      trained, then thrown away because the loss went bad
     recovery         a crashed attempt's death to the next attempt's launch: detection, the
@@ -94,6 +95,8 @@ class _Attempt:
     save_s: float = 0.0
     eval_s: float = 0.0
     prep_s: float = 0.0
+    # (steps, seconds training them) of each window in order: the steps lost are the last ones
+    windows: list[tuple[int, float]] = field(default_factory=list)
     after_s: float = 0.0               # eval, save and prep after its last step event (the end's)
     slow_s: float = 0.0                # window time a slowdown cost
     slow_rate: float | None = None     # the rate before the slowdown, once warned
@@ -102,6 +105,20 @@ class _Attempt:
     @property
     def step_s(self) -> float | None:
         return self.train_s / self.steps if self.steps else None
+
+    def last_steps_s(self, steps: int, tail_steps: int, tail_s: float) -> float:
+        """The time its last `steps` took: those after its last report (`tail_steps` in `tail_s`),
+        then its windows from the newest back, each step at its own window's pace; any before
+        its first window (a command's first sighting opens it) at its average."""
+        left, spent = steps, 0.0
+        for n, seconds in [(tail_steps, tail_s), *reversed(self.windows)]:
+            if left <= 0:
+                break
+            if n > 0:
+                taken = min(left, n)
+                spent += seconds * taken / n
+                left -= taken
+        return spent + (left * self.step_s if left > 0 and self.step_s else 0.0)
 
 
 @dataclass(slots=True)
@@ -163,13 +180,19 @@ class Timeline:
             step = e.get("step")
             begun = e.get("from_step", a.window_step)
             if step is not None and begun is not None:
-                a.steps += max(0, int(step) - int(begun))
+                steps = max(0, int(step) - int(begun))
             else:
-                a.steps += round((e.get("steps_per_s") or 0.0) * window)
-            a.train_s += window
-            a.compile_s += float(e.get("compile_s") or 0.0)
+                steps = round((e.get("steps_per_s") or 0.0) * window)
+            compile_s = float(e.get("compile_s") or 0.0)
+            slow_s = 0.0
             if a.slow_rate and e.get("samples_per_s") and not e.get("partial"):
-                a.slow_s += window * max(0.0, 1.0 - float(e["samples_per_s"]) / a.slow_rate)
+                slow_s = window * max(0.0, 1.0 - float(e["samples_per_s"]) / a.slow_rate)
+            a.steps += steps
+            a.train_s += window
+            a.compile_s += compile_s
+            a.slow_s += slow_s
+            # its steps' own time: what compiling and a slowdown cost is in their buckets
+            a.windows.append((steps, max(0.0, window - compile_s - slow_s)))
             a.last_step_t, a.last_step, a.window_step, a.after_s = t, step, step, 0.0
         elif kind == "step":   # a step with no window to time (a command's first sighting)
             a.window_step = e.get("step", a.window_step)
@@ -243,7 +266,7 @@ class Timeline:
             inside = (a.last_step_t or a.first_window) - a.first_window
             unexplained = max(0.0, inside - a.train_s - (a.save_s + a.eval_s + a.prep_s - a.after_s))
             b["unknown" if a.command else "other"] += unexplained
-            lost_s = min(trained, lost * a.step_s) if a.step_s else 0.0
+            lost_s = min(trained, a.last_steps_s(lost, unreported, tail_trained)) if lost else 0.0
             b["rewound" if a.outcome == "health" else "lost"] += lost_s
             productive += trained - lost_s
         buckets: dict[str, float | None] = dict(b)
