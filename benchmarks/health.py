@@ -42,23 +42,24 @@ from engine.record.rundir import list_runs  # noqa: E402
 SINE = ["batch_size=64", "accumulation=1", "params.samples=1024", "params.noise=0.5",
         "train.epochs=30", "threads=1", "train.report_every_s=0.01",
         "train.checkpoint_every_steps=25", "train.eval_every_steps=20"]
-# The shipped workloads at the suite's sizes (tests/test_*.py), each a run of seconds.
+# The shipped workloads at the suite's sizes (tests/test_*.py), each a run of seconds, reporting
+# often enough to be judged (min_reports 16) many times over.
 CLEAN = {
     "matmul": ["params.n=32", "params.products=4", "params.samples=2048", "params.eval_samples=256",
-               "train.epochs=4", "train.report_every_s=0.05", "threads=1", "batch_size=16",
-               "accumulation=2", "train.eval_every_steps=40"],
+               "train.epochs=16", "train.report_every_s=0.005", "threads=1", "batch_size=16",
+               "accumulation=2", "train.eval_every_steps=100"],
     "clip-tiny": ["params.shapes=3", "params.colours=3", "params.samples=2048", "params.eval_samples=256",
                   "train.epochs=2.5", "batch_size=32", "accumulation=1", "threads=1",
-                  "train.report_every_s=0.05", "train.eval_every_steps=40"],
+                  "train.report_every_s=0.02", "train.eval_every_steps=40"],
     "trm-tiny": ["params.hidden_size=32", "params.L_layers=1", "params.num_heads=2", "params.H_cycles=2",
                  "params.L_cycles=1", "params.seq_len=32", "params.corpus_bytes=60000",
-                 "params.eval_bytes=4096", "train.lr=0.01", "train.report_every_s=0.05", "threads=1",
+                 "params.eval_bytes=4096", "train.lr=0.01", "train.report_every_s=0.02", "threads=1",
                  "batch_size=16", "accumulation=1", "train.eval_every_steps=25"],
     "twotower-small": ["params.bank=4000", "params.dim=32", "params.context_len=4",
                        "params.article_len=16", "params.pairs=1500", "params.eval_pairs=300",
                        "params.hidden=64", "params.eval_k=20", "params.schedule=0:none,1-2:faiss@8",
                        "params.index=ivf", "params.ivf_lists=16", "params.ivf_probe=4",
-                       "train.epochs=2", "train.report_every_s=0.05", "threads=1", "batch_size=32",
+                       "train.epochs=2", "train.report_every_s=0.005", "threads=1", "batch_size=32",
                        "accumulation=1"],
     "sine": ["batch_size=64", "accumulation=1", "params.samples=1024", "params.noise=0.5",
              "train.epochs=30", "threads=1", "train.report_every_s=0.01", "train.eval_every_steps=20"],
@@ -105,7 +106,7 @@ def detection(home: Path, seeds: int) -> list[dict]:
     return rows
 
 
-def false_positives(home: Path, seeds: int) -> list[dict]:
+def clean_runs(home: Path, seeds: int) -> list[dict]:
     rows = []
     for workload, settings in CLEAN.items():
         for seed in range(seeds):
@@ -127,7 +128,9 @@ def false_positives(home: Path, seeds: int) -> list[dict]:
 def rewind_vs_twin(home: Path, seeds: int) -> list[dict]:
     rows = []
     for seed in range(seeds):
-        seeded = SINE + [f"train.seed={seed}"]
+        # 20 checkpoints kept: in a run of seconds none is a minute old, so the trainer's
+        # retention would keep only the oldest beyond the last 3 (a real run's are minutes apart)
+        seeded = SINE + [f"train.seed={seed}", "train.keep_checkpoints=20"]
         rewound = run(home, "sine", seeded, "--inject", "spike@300")
         warned = run(home, "sine", seeded + ["health.on_spike=warn"], "--inject", "spike@300")
         twin = run(home, "sine", seeded)
@@ -155,31 +158,41 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=4, help="seeds per workload and per fault (default 4: "
                                                              "20 clean runs over the 5 workloads)")
+    parser.add_argument("--only", default="detection,clean,rewind,instruments",
+                        help="the parts to measure, comma-separated (default: all four)")
     parser.add_argument("--skip-instruments", action="store_true")
     parser.add_argument("--json", metavar="FILE", help="also write the figures here")
     args = parser.parse_args()
-    figures: dict = {}
+    only = set(args.only.split(",")) - ({"instruments"} if args.skip_instruments else set())
+    figures: dict = {"detection": [], "clean": [], "rewind": []}
     with tempfile.TemporaryDirectory(prefix="cockpit-health-") as tmp:
         home = Path(tmp)
-        print("detection delay (steps from the fault to the first finding):", flush=True)
-        figures["detection"] = detection(home, args.seeds)
-        print(f"false positives over clean runs ({len(CLEAN)} workloads x {args.seeds} seeds):", flush=True)
-        figures["clean"] = clean = false_positives(home, args.seeds)
-        print("rewind and skip against the unspiked twin (sine, spike@300):", flush=True)
-        figures["rewind"] = rewind = rewind_vs_twin(home, args.seeds)
-    if not args.skip_instruments:
+        if "detection" in only:
+            print("detection delay (steps from the fault to the first finding):", flush=True)
+            figures["detection"] = detection(home, args.seeds)
+        if "clean" in only:
+            print(f"false positives over clean runs ({len(CLEAN)} workloads x {args.seeds} seeds):", flush=True)
+            figures["clean"] = clean_runs(home, args.seeds)
+        if "rewind" in only:
+            print("rewind and skip against the unspiked twin (sine, spike@300):", flush=True)
+            figures["rewind"] = rewind_vs_twin(home, args.seeds)
+    if "instruments" in only:
         print("instruments (benchmarks/instruments.py):", flush=True)
         figures["instruments"] = instruments()
+    clean, rewind = figures["clean"], figures["rewind"]
     print("\nsummary")
-    for fault in ("spike@300", "nan@300", "diverge@300"):
+    for fault in ("spike@300", "nan@300", "diverge@300") if figures["detection"] else ():
         delays = [r["delay_steps"] for r in figures["detection"] if r["fault"] == fault and r["delay_steps"] is not None]
         caught = len(delays)
         total = sum(r["fault"] == fault for r in figures["detection"])
         print(f"  {fault:12s} caught {caught}/{total}, delay median "
               + (f"{statistics.median(delays):.0f} steps (max {max(delays)})" if delays else "-"))
-    fp = sum(len(r["findings"]) for r in clean)
-    print(f"  false positives: {fp} findings in {len(clean)} clean runs "
-          f"({sum(r['status'] == 'finished' for r in clean)} finished)")
+    if clean:
+        fp = sum(len(r["findings"]) for r in clean)
+        judged = sum(r["reports"] > 16 for r in clean)   # min_reports: judged from the 17th
+        print(f"  false positives: {fp} findings in {len(clean)} clean runs "
+              f"({sum(r['status'] == 'finished' for r in clean)} finished, {judged} long enough to "
+              f"be judged, {sum(r['reports'] for r in clean)} reports in all)")
     ratios = [r["rewound"] / r["twin"] for r in rewind if r["rewound"] and r["twin"]]
     warned = [r["warned"] / r["twin"] for r in rewind if r["warned"] and r["twin"]]
     if ratios:

@@ -69,7 +69,7 @@ SCHEMA_VERSION = 1  # engine.record.events.SCHEMA_VERSION; not imported, to keep
 # are delivered by the supervisor with real signals, from outside, and so is native-crash to
 # a script that never reports. Inside, native-crash aborts as Metal does: a handler a native
 # library installed for SIGABRT cannot stop it, as it can stop a SIGABRT sent from outside.
-_IN_PROCESS = ("native-crash", "oom", "backend", "openmp", "nan", "user-code")
+_IN_PROCESS = ("native-crash", "oom", "backend", "openmp", "nan", "user-code", "spike")
 
 active: bool = False
 _path: str | None = None
@@ -80,6 +80,7 @@ _started = 0.0           # when the attempt started (time.time()): timed faults 
 _fd: int | None = None
 _quiet = False           # an OSError writing the events file: stop trying
 _poison_loss = False     # a fired 'nan' fault: the reported loss is NaN from then on
+_spiking = False         # a fired 'spike' fault: this step's reported loss is fifty times its own
 _last_step: int | None = None
 _resumed: tuple[int, int] | None = None  # read once, with the rest of the environment
 _publisher = None        # engine.record.reached.Publisher, made at the first step told
@@ -162,7 +163,7 @@ def step(step, total=None, loss=None, samples=None, **metrics) -> None:
     """The optimizer step `step` (of `total`), its loss, the samples seen so far and any
     other scalar metrics. Call at the script's logging interval. TypeError, naming the
     argument, for a bool or a non-number; a NaN or infinite loss is reported as it is."""
-    global _last_step
+    global _last_step, _spiking
     step = _integer("step", step)
     total = None if total is None else _integer("total", total)
     loss = None if loss is None else _real("loss", loss)
@@ -175,6 +176,9 @@ def step(step, total=None, loss=None, samples=None, **metrics) -> None:
         _fire(step)
     if _poison_loss:
         loss = math.nan
+    elif _spiking and loss is not None:   # the rehearsal of a loss spike: the detectors see it
+        loss *= 50.0
+    _spiking = False
     _last_step = step
     _emit("progress", step=step, total=total, loss=loss, samples=samples, metrics=values)
 
@@ -276,7 +280,7 @@ def _publish(step: int, samples: int | None) -> None:
 
 def _fire(step: int) -> None:
     """Fire every fault due at `step` or by now, each once, as engine.train.faults.Injector does."""
-    global _poison_loss
+    global _poison_loss, _spiking
     # engine loads into the user's script only when a fault is injected: report is stdlib-only
     from engine.train import faults
 
@@ -290,6 +294,8 @@ def _fire(step: int) -> None:
               **({} if after_s is None else {"at_s": round(elapsed, 3)}))
         if kind == "nan":
             _poison_loss = True
+        elif kind == "spike":
+            _spiking = True
         elif kind == "native-crash":
             sys.stdout.flush()
             sys.stderr.flush()

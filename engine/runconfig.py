@@ -172,9 +172,9 @@ def _step_set_by(device: DevicePreset, start: DevicePreset, start_where: str,
         if getattr(device, key) != getattr(start, key):
             return "--set", f"device.{key}"
     params, before = workload.params, given.params
-    size = workloads.num_samples(workload.workload, params)
+    size = workloads.most_samples(workload.workload, params)
     shrunk = [f"params.{f.name}" for f in dataclasses.fields(params)   # each --set param on its own
-              if getattr(params, f.name) != getattr(before, f.name) and size != workloads.num_samples(
+              if getattr(params, f.name) != getattr(before, f.name) and size != workloads.most_samples(
                   workload.workload, dataclasses.replace(params, **{f.name: getattr(before, f.name)}))]
     if shrunk:
         return "--set", " and ".join(shrunk)
@@ -224,22 +224,23 @@ def configure(workload: WorkloadPreset, workload_name: str, where: str, device_n
     if workload.is_command:
         workload = check_command(workload, where, {device_name: device, **ladder})
         for spec, names in _faults_of({device_name: device, **ladder}).items():
-            for kind, what in (("wrong-grad", "perturbs the gradients of"), ("compile-error", "fails the compile of")):
+            for kind, what in (("wrong-grad", "perturbs the gradients of"), ("compile-error", "fails the compile of"),
+                               ("diverge", "raises the learning rate of")):
                 if spec.startswith(kind + "@"):
                     raise ConfigError(*fault_from(spec, names, device_name, start_where, overrides),
                                       f"{kind} {what} cockpit's own trainer; a command's training "
                                       "loop is its own, expected another fault kind")
     else:  # the first attempt's step vs the data set; the trainer checks every attempt's
-        samples = workloads.num_samples(workload.workload, workload.params)
+        size = workloads.most_samples(workload.workload, workload.params)
         step = device.effective_batch * device.world_size
-        if samples is not None and step > samples:
-            where, key = _step_set_by(device, start, start_where, given, workload)
+        if size is not None and step > size[0]:
+            (samples, exact), (where, key) = size, _step_set_by(device, start, start_where, given, workload)
             if key.startswith("params."):
-                raise ConfigError(where, key, f"makes a data set of {samples} samples, fewer than "
-                                  f"one optimizer step of device preset {device_name!r} ("
-                                  f"{workloads.step_size(device)}); expected at least {step} "
-                                  "samples (or a smaller batch_size or accumulation)")
-            workloads.check_batch(device, samples, where, key)
+                raise ConfigError(where, key, f"makes a data set of {'' if exact else 'at most '}"
+                                  f"{samples} samples, fewer than one optimizer step of device "
+                                  f"preset {device_name!r} ({workloads.step_size(device)}); expected "
+                                  f"at least {step} samples (or a smaller batch_size or accumulation)")
+            workloads.check_batch(device, samples, where, key, exact=exact)
     return RunConfig(workload_preset=workload_name, device_preset=device_name,
                      workload=workload, device=device, ladder=ladder, overrides=tuple(overrides))
 

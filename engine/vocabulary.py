@@ -98,7 +98,7 @@ SIGNAL_KINDS = (FaultKind.NATIVE_CRASH, FaultKind.HANG, FaultKind.SLOW)
 # What cockpit.report raises inside a command that reports its steps: native-crash as both, the
 # script's own abort at its step, else the supervisor's SIGABRT at the step it reads.
 IN_SCRIPT_KINDS = (FaultKind.NATIVE_CRASH, FaultKind.OOM, FaultKind.BACKEND, FaultKind.OPENMP,
-                   FaultKind.NAN, FaultKind.USER_CODE)
+                   FaultKind.NAN, FaultKind.USER_CODE, FaultKind.SPIKE)
 # What the supervisor itself does at a step, whatever launches the attempt: preempt, the warning
 # a cluster sends before a job's time ends (engine.run.supervisor.Supervisor.preempt); node-lost,
 # this machine's torchrun agent and workers killed at once, as a host lost (a node of several).

@@ -178,3 +178,38 @@ def test_a_command_is_rewound_to_its_checkpoint_and_skips_its_bad_batch_by_its_p
     trained = [int(i) for i in (run_dir / "out" / "trained.txt").read_text().split()]
     assert trained.count(bad) == 1 and skip >= 5
     assert [e["outcome"] for e in of(events, "attempt_ended")] == ["health", "finished"]
+
+
+@pytest.mark.health_findings   # its run is meant to go bad
+def test_a_rehearsed_spike_in_a_command_takes_the_whole_path(home, tmp_path):
+    """--inject spike@N on a command that reports through cockpit.report: its reported loss at
+    step N fifty times its own, found, rewound, and the script started again from before it."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import ROOT, child_env, cockpit_cmd
+
+    done = subprocess.run(cockpit_cmd(
+        "run", "-d", "cpu", "--json", "--inject", "spike@200",
+        "--set", 'command.resume=["--resume", "{checkpoint}"]', "--set", "health.min_reports=4",
+        "--set", "health.rewind_steps=10", "--set", "health.skip_batches=5",
+        "--", sys.executable, str(ROOT / "tests" / "scripts" / "bad_batch.py"), "--out", "{run_dir}/out",
+        "--skip", "{skip_batches}", "--bad-index", "-1", "--total", "240"),
+        capture_output=True, text=True, env=child_env(), timeout=600, cwd=tmp_path)
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert done.returncode == 0, (done.stderr[-3000:], events[-5:])
+    (fired,) = of(events, "fault_injected")
+    (finding,) = of(events, "health")
+    assert fired["step"] == 200 and finding["kind"] == "loss-spike" and finding["began"] <= 200
+    (back,) = of(events, "fallback")
+    assert back["rewind"]["to_step"] <= finding["began"] - 1 - 10
+    assert [e["outcome"] for e in of(events, "attempt_ended")] == ["health", "finished"]
+
+
+def test_diverge_is_refused_for_a_command_in_one_line(home, capsys):
+    from cockpit import cli
+
+    assert cli.main(["run", "-d", "cpu", "--inject", "diverge@5", "--", "python", "train.py"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "diverge raises the learning rate of cockpit's own trainer" in err[0]

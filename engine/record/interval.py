@@ -84,7 +84,10 @@ def device_history(device: str, root: Path, exclude: str | None = None) -> tuple
         crashes += sum(1 for a in attempts if a.get("outcome") not in CLEAN)
         share = len(attempts) / len(summary["attempts"])
         goodput = summary.get("goodput") or {}
-        trained = float(goodput.get("productive_s") or 0.0) + float((goodput.get("buckets") or {}).get("lost") or 0.0)
+        buckets = goodput.get("buckets") or {}
+        # a health finding's rewind is a failure too (its outcome not CLEAN), its steps thrown away
+        trained = float(goodput.get("productive_s") or 0.0) + float(buckets.get("lost") or 0.0) \
+            + float(buckets.get("rewound") or 0.0)
         observed += share * trained
     return crashes, observed
 

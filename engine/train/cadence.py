@@ -75,6 +75,7 @@ def crash_history(run: RunDir, device: str) -> tuple[int, float]:
     fold = stats.fold(run.events())
     g = fold.goodput()
     crashes = sum(1 for a in fold.attempts if a.outcome is not None and a.outcome not in CLEAN)
-    trained = g.productive_s + (g.buckets.get("lost") or 0.0)
+    # a rewind (engine.run.rewind) counts as a crash: its outcome is not CLEAN, its steps rewound
+    trained = g.productive_s + (g.buckets.get("lost") or 0.0) + (g.buckets.get("rewound") or 0.0)
     before, seen = interval.device_history(device, run.path.parent, exclude=run.id)
     return crashes + before, trained + seen
