@@ -22,9 +22,11 @@ so the script runs as before anywhere:
   learning rate and the (fractional) epoch, and `grad_norm=` (the gradient's total norm
   before clipping) is the step event's `grad_norm`, which the training-health detectors read.
 - `report.eval(**metrics)`: held-out metrics, recorded at the last step reported.
-- `report.checkpoint(path, step, samples=None)`: a checkpoint the script has written; cockpit
-  resumes from the newest one, with your command's `resume` arguments, after a crash or a
-  fallback. With `samples`, the resumed attempt's `report.resumed_from()` is (step, samples).
+- `report.checkpoint(path, step, samples=None, save_s=None)`: a checkpoint the script has
+  written; cockpit resumes from the newest one, with your command's `resume` arguments, after a
+  crash or a fallback. With `samples`, the resumed attempt's `report.resumed_from()` is (step,
+  samples); with `save_s`, the seconds training waited for the save, cockpit's checkpoint
+  advice weighs the save at its own time (without it, at what the steps around it took).
 - `report.reached(step, samples=None)`: every optimizer step, where a crash is counted from.
   It costs one store into memory (no event, no system call, no sync): with it, a crash between
   two reports is told at the step where training was, and the steps it loses are exact.
@@ -201,9 +203,10 @@ def eval(**metrics) -> None:  # noqa: A001 - the API's name, read as report.eval
     _emit("eval", step=_last_step, metrics=values, source="report")
 
 
-def checkpoint(path, step, samples=None) -> None:
+def checkpoint(path, step, samples=None, save_s=None) -> None:
     """A checkpoint the script has written, at optimizer step `step`, after `samples` samples
-    (optional: given, a resume from it continues the count, see resumed_from)."""
+    (optional: given, a resume from it continues the count, see resumed_from), in `save_s`
+    seconds of training's time (optional)."""
     try:
         path = os.fsdecode(os.path.abspath(os.fspath(path)))
     except TypeError:
@@ -211,10 +214,12 @@ def checkpoint(path, step, samples=None) -> None:
                         f"got {type(path).__name__}") from None
     step = _integer("step", step)
     samples = None if samples is None else _integer("samples", samples)
+    save_s = None if save_s is None else _real("save_s", save_s)
     if not active:
         return
     _emit("checkpoint", step=step, path=path, source="report",
-          **({"samples": samples} if samples is not None else {}))
+          **({"samples": samples} if samples is not None else {}),
+          **({"save_s": round(save_s, 4)} if save_s is not None and math.isfinite(save_s) and save_s >= 0 else {}))
 
 
 # ---------------------------------------------------------------- values

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -109,6 +110,32 @@ def test_hf_callback_reports_steps_evals_and_checkpoints(events_file, tmp_path):
     checkpoints = {e["step"]: Path(e["path"]) for e in got["checkpoint"]}
     assert 8 in checkpoints and checkpoints[8].name == "checkpoint-8"
     assert all(p.is_dir() and command.step_in_name(p) == s for s, p in checkpoints.items())
+
+
+def test_hf_callback_says_how_long_each_save_held_training_up(events_file, tmp_path, monkeypatch):
+    """From the hook before the save (the step's end, its log, its evaluation) to on_save: the
+    save's own time, never the evaluation's before it. A clock that moves only in the save (7 s)
+    and the evaluation (100 s) says exactly which was counted."""
+    import transformers
+
+    from cockpit.integrations import transformers as integration
+
+    now = [0.0]
+    monkeypatch.setattr(integration, "time", SimpleNamespace(monotonic=lambda: now[0]))
+
+    def took(seconds, method):
+        def timed(self, *args, **kwargs):
+            now[0] += seconds
+            return method(self, *args, **kwargs)
+        return timed
+
+    Trainer = transformers.Trainer
+    monkeypatch.setattr(Trainer, "_save_checkpoint", took(7.0, Trainer._save_checkpoint))
+    monkeypatch.setattr(Trainer, "_evaluate", took(100.0, Trainer._evaluate))
+    hf_trainer(tmp_path / "out", [integration.CockpitCallback()]).train()
+    saves = read(events_file)["checkpoint"]
+    assert [e["step"] for e in saves] == [8, 12]
+    assert [e["save_s"] for e in saves] == [7.0, 7.0]
 
 
 def published_steps(monkeypatch) -> list[int]:

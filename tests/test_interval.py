@@ -8,8 +8,9 @@ import math
 
 import pytest
 
-from conftest import TINY
+from conftest import FIXTURES, TINY
 from engine import runconfig
+from engine.record.events import read_events
 from engine.record.rundir import RunDir
 from engine.run.supervisor import Supervisor
 from engine.record.interval import MAX_S, Advice, PRIOR_S, choose, command_advice, device_history, young_daly
@@ -94,6 +95,30 @@ def test_a_commands_interval_far_from_the_one_that_loses_least_gets_advice(tmp_p
     assert 400 < advice.best.steps < 600
     assert advice.text.startswith("checkpoints every 2,000 steps; at a crash every ")
     assert not Advice(advice.best.steps * 3 // 2, advice.best).far   # near it: nothing to say
+
+
+def hf_callback_run() -> list[dict]:
+    """A real run of examples/hf/train_lm.py (transformers 5.23.0, CockpitCallback, a
+    checkpoint every 10 steps, a crash at 35) under `cockpit run -d cpu`, recorded before its
+    checkpoint events said their save's time: steps of 0.4-2.9 s, saves of a tenth of that."""
+    return list(read_events(FIXTURES / "outputs" / "hf_callback_saves.jsonl"))
+
+
+def test_a_save_the_windows_cannot_tell_from_the_steps_is_not_advised_on(tmp_path):
+    """Its saves hide in the steps' own variation: the windows around them took less than their
+    steps as often as more. Not 'a 0 ms save, about every 1 step loses least'."""
+    events = hf_callback_run()
+    assert sum(e["type"] == "checkpoint" for e in events) == 6
+    assert command_advice(events, tmp_path) is None
+
+
+def test_a_commands_saves_are_weighed_at_the_time_they_say(tmp_path):
+    """The callback's save_s (how long each save held training up), not the windows'."""
+    events = [{**e, "save_s": 0.12} if e["type"] == "checkpoint" else e for e in hf_callback_run()]
+    advice = command_advice(events, tmp_path)
+    assert advice is not None and advice.theirs == 10
+    assert advice.best.cost_s == pytest.approx(0.12)
+    assert advice.best.steps > 1 and "a 0.12 s save" in advice.text
 
 
 def test_auto_chooses_its_interval_from_a_measured_save_and_the_devices_crashes(home):

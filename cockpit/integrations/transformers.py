@@ -13,7 +13,8 @@ Under cockpit (`cockpit run -- python train.py ...`) it reports:
 - evaluations: the metrics `evaluate()` returns (its timings left out);
 - checkpoints: each `checkpoint-N` directory the Trainer saves, so a crash or a fallback
   resumes from it with the command's `resume` arguments (`--resume_from_checkpoint
-  {checkpoint}`) through the Trainer's own `resume_from_checkpoint`.
+  {checkpoint}`) through the Trainer's own `resume_from_checkpoint`, and how long the save
+  held training up (from the hook before it: the step's end, its log or its evaluation).
 Outside cockpit it does nothing; nor on any process but the first of a multi-process job, nor
 in a second copy given to the same Trainer; and nothing in it can stop training (a failure in
 a hook is one line on stderr and the callback goes quiet). Without it, cockpit still reads the
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 
 from cockpit import report
 from cockpit.integrations._common import (Owners, Throttle, guarded, needs_framework,
@@ -57,6 +59,9 @@ class CockpitCallback(TrainerCallback):
         self._reported_step = None
         self._broken = False      # something went wrong in a hook: quiet from then on
         self._speaks = False      # under cockpit, the first process, this Trainer's only copy
+        # when the Trainer last came back from a hook of ours: a save starts after the step's
+        # end, its log and its evaluation (_maybe_log_save_evaluate), and on_save follows it
+        self._handed_back: float | None = None
 
     @guarded
     def on_train_begin(self, args, state, control, **kwargs):
@@ -79,10 +84,9 @@ class CockpitCallback(TrainerCallback):
         if not self._speaks:
             return
         report.reached(state.global_step, samples=self._samples(args, state))
-        if _logging_step(args, state):
-            return
-        if self._throttle.due(final=state.global_step >= state.max_steps):
+        if not _logging_step(args, state) and self._throttle.due(final=state.global_step >= state.max_steps):
             self._step(args, state)
+        self._handed_back = time.monotonic()
 
     @guarded
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -95,6 +99,7 @@ class CockpitCallback(TrainerCallback):
             values["lr"] = values.pop("learning_rate")
         self._throttle.reported()
         self._step(args, state, loss=loss, **values)
+        self._handed_back = time.monotonic()
 
     def _step(self, args, state, loss=None, **metrics):
         if state.epoch is not None:
@@ -121,6 +126,7 @@ class CockpitCallback(TrainerCallback):
             if self._reported_step != state.global_step:
                 self._step(args, state)  # an evaluation is recorded at the last step reported
             report.eval(**values)
+        self._handed_back = time.monotonic()
 
     @guarded
     def on_save(self, args, state, control, **kwargs):
@@ -128,7 +134,8 @@ class CockpitCallback(TrainerCallback):
         # saved with save_only_model has no optimizer or schedule: not a place to resume from.
         path = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
         if self._speaks and not args.save_only_model and os.path.isdir(path):
-            report.checkpoint(path, state.global_step, samples=self._samples(args, state))
+            took = None if self._handed_back is None else time.monotonic() - self._handed_back
+            report.checkpoint(path, state.global_step, samples=self._samples(args, state), save_s=took)
 
 
 def _logging_step(args, state) -> bool:

@@ -199,7 +199,9 @@ class Timeline:
         elif kind == "trainer_ready":
             a.load_s += float((e.get("resumed_from") or {}).get("load_s") or 0.0)
             a.window_step = (e.get("resumed_from") or {}).get("step", 0)
-        elif kind == "checkpoint" and e.get("save_s") is not None:
+        elif kind == "checkpoint" and e.get("save_s") is not None and not a.command:
+            # a command's save (the HF callback says its time) is inside the windows its output
+            # timed: not told apart from them
             a.save_s += float(e["save_s"])
             a.after_s += float(e["save_s"]) if a.last_step_t is not None else 0.0
         elif kind == "eval" and e.get("eval_s") is not None:

@@ -5,7 +5,9 @@ average τ/2 of training since the last save: with crashes every M seconds on av
 C/τ + τ/(2M) is least at Young's τ = √(2CM); Daly's refinement, √(2CM) − C, counts the save's
 own time at risk. Here:
 
-    C  the run's measured save stall (the checkpoint events' save_s; the first save measures it)
+    C  the run's measured save stall (the checkpoint events' save_s; the first save measures it;
+       a command's saves: their save_s where it reports them, else what the windows around
+       them took beyond their steps, where that stands out from the steps' own variation)
     M  the mean time between crashes: the training time on this device (this run's and the
        earlier runs' summaries') over the crashes seen in it; before any is seen, that time or a
        day, whichever is longer (so a run with no history checkpoints about every minute and a
@@ -132,9 +134,11 @@ class Advice:
 
 def command_advice(events: list[dict], root: Path | None = None, run_id: str | None = None) -> Advice | None:
     """For a command's run: its checkpoint interval (the steps between the checkpoints it wrote)
-    against the one that loses least. Its save time is what the windows around its checkpoints
-    took beyond their steps; the crash rate is the device's (this run's and `root`'s runs').
-    None where its checkpoints, steps or saves do not say enough."""
+    against the one that loses least. Its save time is the one its checkpoints say (the HF
+    callback's save_s), else what the windows around its checkpoints took beyond their steps;
+    the crash rate is the device's (this run's and `root`'s runs'). None where its checkpoints,
+    steps or saves do not say enough: a save the windows cannot tell from the steps' own
+    variation (their median no longer than its steps) is not measured, never a 0 ms save."""
     steps = sorted({int(e["step"]) for e in events if e.get("type") == "checkpoint"
                     and e.get("step") is not None and e.get("step_source", "name") != "reached"})
     gaps = [b - a for a, b in zip(steps, steps[1:]) if b > a]
@@ -145,11 +149,14 @@ def command_advice(events: list[dict], root: Path | None = None, run_id: str | N
         return None
     per_step = sorted((end - start) / n for start, end, n in windows)
     step_s = per_step[len(per_step) // 2]
-    written = sorted(e["t"] for e in events if e.get("type") == "checkpoint")
-    saves = sorted(max(0.0, (end - start) - n * step_s) for start, end, n in windows
-                   # a checkpoint seen in (start, end]
-                   if bisect.bisect_right(written, start) < bisect.bisect_right(written, end))
+    saves = sorted(float(e["save_s"]) for e in events if e.get("type") == "checkpoint"
+                   and e.get("save_s") is not None)
     if not saves:
+        written = sorted(e["t"] for e in events if e.get("type") == "checkpoint")
+        saves = sorted((end - start) - n * step_s for start, end, n in windows
+                       # a checkpoint seen in (start, end]
+                       if bisect.bisect_right(written, start) < bisect.bisect_right(written, end))
+    if not saves or saves[len(saves) // 2] <= 0:
         return None
     device = str(next((e["device"] for e in events if e.get("type") == "attempt_started" and e.get("device")), "cpu"))
     crashes, observed = device_history(device, root, exclude=run_id) if root is not None else (0, 0.0)
