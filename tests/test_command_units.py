@@ -6,11 +6,12 @@ resumed from is not taken for progress."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
 
-from conftest import child_env, cockpit_cmd
+from conftest import FIXTURES, child_env, cockpit_cmd
 from engine import command
 from engine.command import statements
 from engine.command.progress import OutputParser
@@ -194,9 +195,10 @@ def test_a_lightning_bar_resumed_mid_epoch_counts_on_past_its_total():
 
 def test_each_write_of_a_checkpoint_is_one_checkpoint_a_directory_once_it_is_written(home, tmp_path):
     """One file rewritten (nanoGPT's ckpt.pt) is a checkpoint at each write, with the step read
-    by then; seen again with no step read between, it is the same save. A directory filled a file at a time (the HF Trainer's checkpoint-20/) is one, told
-    once it has stayed the same for a look; written again in place (accelerate's save_state),
-    it is another."""
+    by then; seen again with no step read between, it is the same save. A directory filled a
+    file at a time (the HF Trainer's checkpoint-20/) is one, told once it has stayed the same
+    for a look, and still one when seen again (its name's step); one whose name says no step
+    (accelerate's save_state into state/), written again in place after more steps, is another."""
     import os
     from types import SimpleNamespace
     from engine import runconfig
@@ -237,13 +239,105 @@ def test_each_write_of_a_checkpoint_is_one_checkpoint_a_directory_once_it_is_wri
         kind.look_for_checkpoints()           # still being written
         kind.look_for_checkpoints()           # the same as at the last look: written
         kind.look_for_checkpoints()
-        at(folder / "model.safetensors", 400.0)   # rewritten in place
+        at(folder / "model.safetensors", 400.0)   # seen again, changed: still the save of step 20
+        kind.look_for_checkpoints()
+        kind.look_for_checkpoints()
+        state = out / "state"
+        state.mkdir()
+        at(state / "model.safetensors", 500.0)
+        os.utime(state, (500.0, 500.0))
+        kind.look_for_checkpoints()
+        kind.look_for_checkpoints()
+        kind._steps_read.append((550.0, 30))
+        at(state / "model.safetensors", 600.0)   # written again in place, steps later
         kind.look_for_checkpoints()
         kind.look_for_checkpoints(final=True)
     said = [(e["path"].rsplit("/", 1)[-1], e["step"], e["step_source"])
             for e in run.events() if e["type"] == "checkpoint"]
     assert said == [("ckpt.pt", 7, "reached"), ("ckpt.pt", 12, "reached"),
-                    ("checkpoint-20", 20, "name"), ("checkpoint-20", 20, "name")]
+                    ("checkpoint-20", 20, "name"), ("state", 12, "reached"), ("state", 30, "reached")]
+
+
+def command_kind(home, checkpoints: str):
+    """A command's kind in the middle of attempt 1, its checkpoints the glob `checkpoints`."""
+    from types import SimpleNamespace
+    from engine import runconfig
+    from engine.record.events import EventWriter
+    from engine.record.rundir import RunDir
+    from engine.run.kinds import CommandKind
+
+    config = runconfig.resolve_command(["python", "train.py"], "script", "cpu",
+                                       [f"command.checkpoints={checkpoints}"])
+    run = RunDir.create(config)
+    events = EventWriter(run.events_path, attempt=1)
+    kind = CommandKind(run, config, events)
+    kind.since = 0.0
+    kind._watch = SimpleNamespace(attempt=1, numerical=None)
+    kind._rehearsal = SimpleNamespace(at_step=lambda step, reported: None)
+    kind.tracker = Tracker(Units())
+    return run, events, kind
+
+
+def test_an_hf_save_in_pieces_is_one_checkpoint_however_often_it_is_seen(home, tmp_path):
+    """A real HF save (tests/fixtures/outputs/hf_checkpoint_pieces.json: the Trainer's files in
+    the order it wrote them), looked at twice after each piece, as a loaded supervisor can while
+    the Trainer works on the next one: one checkpoint, not one per pause."""
+    import os
+
+    pieces = json.loads((FIXTURES / "outputs" / "hf_checkpoint_pieces.json").read_text())["files"]
+    out = tmp_path / "out"
+    folder = out / "checkpoint-10"
+    folder.mkdir(parents=True)
+    run, events, kind = command_kind(home, f"{out}/checkpoint-*")
+    with events:
+        for piece in pieces:
+            path, when = folder / piece["name"], 1000.0 + piece["after_s"]
+            path.write_bytes(b"\0" * piece["bytes"])
+            os.utime(path, (when, when))
+            kind.look_for_checkpoints()
+            kind.look_for_checkpoints()
+        kind.look_for_checkpoints(final=True)
+    said = [(e["path"], e["step"]) for e in run.events() if e["type"] == "checkpoint"]
+    assert said == [(str(folder), 10)]
+
+
+def progress(t: float, step: int) -> dict:
+    """cockpit.report.step's event, as the script writes it."""
+    return {"v": 1, "t": t, "type": "progress", "attempt": 1, "step": step, "total": 12,
+            "loss": None, "samples": None, "metrics": {}}
+
+
+def test_a_save_the_script_reports_is_not_told_again_from_its_glob(home, tmp_path):
+    """The HF callback reports checkpoint-10 after the Trainer wrote it; the glob sees the
+    directory first. Told from the glob only once the script has reported a step after the
+    write, by when its own report of the save has been read: one checkpoint. A save it does not
+    report (a final one written after its last step) is told at its exit."""
+    import os
+
+    out = tmp_path / "out"
+    run, events, kind = command_kind(home, f"{out}/checkpoint-*")
+    folder = out / "checkpoint-10"
+    folder.mkdir(parents=True)
+    with events:
+        kind.see(progress(900.0, 10))
+        (folder / "model.safetensors").write_bytes(b"weights")
+        os.utime(folder / "model.safetensors", (1000.0, 1000.0))
+        for _ in range(3):                     # settled, but the script has said nothing since
+            kind.look_for_checkpoints()
+        reported = {"type": "checkpoint", "t": 1000.1, "attempt": 1, "step": 10,
+                    "path": str(folder), "source": "report"}
+        kind.checkpoints[str(folder)] = reported   # as the supervisor's pump records it
+        kind.see(progress(1001.0, 11))
+        kind.look_for_checkpoints()
+        final = out / "checkpoint-12"
+        final.mkdir()
+        (final / "model.safetensors").write_bytes(b"weights")
+        os.utime(final / "model.safetensors", (1100.0, 1100.0))
+        kind.look_for_checkpoints()
+        kind.look_for_checkpoints()
+        kind.look_for_checkpoints(final=True)
+    told = [(e["path"], e["step"]) for e in run.events() if e["type"] == "checkpoint"]
+    assert told == [(str(final), 12)]
 
 
 def test_the_last_window_ends_at_its_last_step_not_at_the_exit():

@@ -170,8 +170,11 @@ class Attempt:
     def _end(self, code: int | None, unstarted: OSError | None = None) -> AttemptResult:
         self._read_output(final=True)
         self._read_reached()   # the step it died at, not the last one it reported
-        self.kind.look_for_checkpoints(final=True)   # one written as it went down
+        # what it reported last (a save the HF callback told as it finished) before the files
+        # are looked at: a save it reported is not told again from its glob
         self.context.pump()
+        self.kind.look_for_checkpoints(final=True)   # one written as it went down
+        self.context.pump()   # ... and its event, for where the next attempt resumes
         watch, launcher = self.watch, self.launcher
         tail = log_tail(self.log_path, lines=launcher.tail_lines)
         verdict, code, sig = launcher.judge(watch, self.launch, code, tail, hung_for=self.hung_for,

@@ -158,6 +158,7 @@ class CommandKind(TrainerKind):
         self._steps_read: deque[tuple[float, int]] = deque(maxlen=STEPS_KEPT)
         self._reached: int | None = None           # reached by the last write looked at (first: the resume step)
         self._told_steps: dict[str, int | None] = {}  # this attempt's: the step last told for each file
+        self._reported_t: float | None = None       # this attempt's newest step reported (the script's clock)
 
     def parser(self, launch: Launch) -> OutputParser | None:
         base = self._parser.epoch_base if self._parser is not None else self._epoch_base
@@ -252,6 +253,7 @@ class CommandKind(TrainerKind):
         # that attempt's checkpoint, already told, not a new one
         self._steps_read.clear()
         self._told_steps.clear()   # a write of the same file at the same step by a new attempt is its own
+        self._reported_t = None
         self._reached = (launch.resume or {}).get("step")
 
     @property
@@ -285,6 +287,7 @@ class CommandKind(TrainerKind):
         if event["type"] == "progress":
             self._emit(tracker.reported(event))
             if event.get("step") is not None:
+                self._reported_t = event["t"]
                 if self.spec.checkpoints:
                     self._steps_read.append((event["t"], event["step"]))
                 self._rehearsal.at_step(event["step"], tracker.reported_steps)
@@ -320,7 +323,11 @@ class CommandKind(TrainerKind):
         file was written: the last step read before its modification time (read, so printed,
         before it: never past the truth), or the step the attempt resumed from. A directory
         (the HF Trainer's checkpoint-500/, accelerate's save_state) is written a file at a
-        time: it is told once it has stayed the same for a look, or the script has exited."""
+        time: it is told once it has stayed the same for a look, or the script has exited; seen
+        mid-write and again, it is still one save (its name's step, or no step read between).
+        A script that reports its steps may report its saves too (the HF callback): a save is
+        told once it has reported a step after the write, by when its own report of the save
+        (written before that step) has been read; never the same save twice."""
         if not self.spec.checkpoints:
             return
         latest = command.newest_checkpoint(self.spec, self.run.path, (), since=self.since)
@@ -334,8 +341,10 @@ class CommandKind(TrainerKind):
             return
         if not final and not latest.is_dir() and time.time() - stamp[1] / 1e9 < FILE_SETTLE_S:
             return  # written a moment ago: torch.save may be part way through (look again)
-        self._newest_file = stamp
         written = stamp[1] / 1e9
+        if not final and self.reported_steps and (self._reported_t is None or self._reported_t <= written):
+            return  # its own report of this save, if it makes one, may not have been read yet
+        self._newest_file = stamp
         said = self.checkpoints.get(str(latest), {})
         if said.get("source") == "report" and said.get("attempt") == self._watch.attempt:
             return  # the script reported it itself, with its step
@@ -344,10 +353,11 @@ class CommandKind(TrainerKind):
             step += self.tracker.step_offset  # mlx-lm's 0000010_adapters after a resume at 20: 30
         if step is None:
             step, source = self._step_at(written), "reached"
-        if step is not None and not latest.is_dir() and self._told_steps.get(str(latest)) == step:
+        if step is not None and self._told_steps.get(str(latest)) == step:
             # the same save seen twice: torch.save rewrites a file in place, and a loaded machine
-            # can look at it mid-write and again when it is done (no step between: one checkpoint;
-            # a directory is told once it has settled)
+            # can look at it mid-write and again when it is done (no step between: one checkpoint);
+            # a directory (the HF Trainer's checkpoint-20/) can stay the same for a look between
+            # two of its files, and checkpoint-20 at step 20 is one save however often it is seen
             return
         self._told_steps[str(latest)] = step
         # the samples seen by its step, where this attempt counts them: the next attempt's
