@@ -414,6 +414,9 @@ class CheckpointFields(TypedDict):
     source: NotRequired[str]        # a command's: "report" or "file"
     step_source: NotRequired[str | None]  # a file's: "name" (its name says) or "reached" (the step read by its write)
     samples: NotRequired[int]       # cockpit.report.checkpoint's samples=
+    # a file's: rewritten faster than it was still for a look, some of its writes before this
+    # one were never told; its count of checkpoints is a lower bound
+    writes_unseen: NotRequired[bool]
 
 
 class CheckpointIntervalFields(TypedDict):

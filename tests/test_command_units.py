@@ -427,3 +427,60 @@ def test_a_continued_run_numbers_its_epochs_as_the_supervisor_before_it_did(home
         launch = SimpleNamespace(parser=lambda epoch_base=None: OutputParser(epoch_base=epoch_base))
         (o,) = kind.parser(launch).feed("epoch 2 batch 1/10 loss 0.5\n")
     assert o.step == 21
+
+
+def test_a_file_rewritten_faster_than_it_is_seen_is_counted_as_a_lower_bound(home, tmp_path, monkeypatch):
+    """A last.pt rewritten every 0.1 s, a step trained between writes: no look ever finds it
+    still for FILE_SETTLE_S, so its writes before the last are never told. The count says so
+    ('at least'), in runs show and its JSON, rather than passing one checkpoint off as all."""
+    import os
+    from types import SimpleNamespace
+
+    from cockpit.commands.runs import checkpoints_text
+    from engine.record.rundir import summarize
+    from engine.run import kinds
+
+    clock = [1000.0]
+    monkeypatch.setattr(kinds, "time", SimpleNamespace(time=lambda: clock[0]))
+    out = tmp_path / "out"
+    out.mkdir()
+    run, events, kind = command_kind(home, f"{out}/last.pt")
+    with events:
+        for step in range(1, 6):
+            clock[0] += 0.1
+            kind.see(progress(clock[0], step))
+            (out / "last.pt").write_bytes(b"state")
+            os.utime(out / "last.pt", (clock[0], clock[0]))
+            kind.look_for_checkpoints()        # a moment after the write: not still yet
+        kind.look_for_checkpoints(final=True)
+    (told,) = [e for e in run.events() if e["type"] == "checkpoint"]
+    assert told["writes_unseen"] is True
+    summary = summarize(run)
+    assert summary.checkpoints_at_least
+    assert checkpoints_text(summary).startswith("at least 1 checkpoint")
+
+
+def test_a_torch_save_seen_mid_write_is_no_lower_bound(home, tmp_path, monkeypatch):
+    """One save seen twice while it was written, no step between: one save, its count exact."""
+    import os
+    from types import SimpleNamespace
+
+    from engine.run import kinds
+
+    clock = [1000.0]
+    monkeypatch.setattr(kinds, "time", SimpleNamespace(time=lambda: clock[0]))
+    out = tmp_path / "out"
+    out.mkdir()
+    run, events, kind = command_kind(home, f"{out}/last.pt")
+    with events:
+        kind.see(progress(clock[0], 1))
+        for _ in range(3):
+            clock[0] += 0.1
+            (out / "last.pt").write_bytes(b"state")
+            os.utime(out / "last.pt", (clock[0], clock[0]))
+            kind.look_for_checkpoints()
+        clock[0] += 1.0
+        kind.see(progress(clock[0], 2))        # still since, and the script has gone on
+        kind.look_for_checkpoints()
+    (told,) = [e for e in run.events() if e["type"] == "checkpoint"]
+    assert told["step"] == 1 and "writes_unseen" not in told

@@ -209,7 +209,9 @@ def checkpoints_text(s: RunSummary) -> str | None:
         return None
     last = s.checkpoint_writes[-1]
     where = checkpoint_step(last)
-    return count(len(s.checkpoint_writes), "checkpoint") + (f", the last{where}" if where else "")
+    # a file rewritten faster than it could be seen: more saves than were told
+    saved = ("at least " if s.checkpoints_at_least else "") + count(len(s.checkpoint_writes), "checkpoint")
+    return saved + (f", the last{where}" if where else "")
 
 
 def main_metric_text(s: RunSummary) -> str | None:

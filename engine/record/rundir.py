@@ -337,6 +337,9 @@ class RunSummary:
     # source says how it is known ("name": its name says; "reached": the step read before it
     # was written; absent: the script or the trainer said it)
     checkpoint_writes: list[dict] = field(default_factory=list)
+    # a command's file rewritten faster than it was still for a look: some of its writes went
+    # untold, so `checkpoints` and `checkpoint_writes` are lower bounds ("at least N")
+    checkpoints_at_least: bool = False
     command: list[str] | None = None   # a command workload's argv template
     # a run made with `cockpit adopt`: the process it followed (pid, start, argv, cwd, logs)
     adopted: dict | None = None
@@ -431,6 +434,7 @@ def summary_of(run: RunDir, state: RunState, config: dict | None = None) -> RunS
         checkpoints=state.stats.checkpoints,
         checkpoint_writes=[{k: e.get(k) for k in ("attempt", "step", "step_source", "path")}
                            for e in state.checkpoints],
+        checkpoints_at_least=any(e.get("writes_unseen") for e in state.checkpoints),
         adopted=state.adopted)
     named = workload.get("main_metric")
     named = named if isinstance(named, str) else ""

@@ -23,7 +23,7 @@ import stat
 import time
 from collections import deque
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from engine import command
 from engine.command.progress import OutputParser
@@ -159,6 +159,8 @@ class CommandKind(TrainerKind):
         self._reached: int | None = None           # reached by the last write looked at (first: the resume step)
         self._told_steps: dict[str, int | None] = {}  # this attempt's: the step last told for each file
         self._reported_t: float | None = None       # this attempt's newest step reported (the script's clock)
+        self._unsettled: dict[str, tuple[int, int | None]] = {}  # a file seen mid-write: (mtime, step then)
+        self._unseen: set[str] = set()             # files rewritten with writes untold (a lower bound)
 
     def parser(self, launch: Launch) -> OutputParser | None:
         base = self._parser.epoch_base if self._parser is not None else self._epoch_base
@@ -323,11 +325,10 @@ class CommandKind(TrainerKind):
         file was written: the last step read before its modification time (read, so printed,
         before it: never past the truth), or the step the attempt resumed from. A directory
         (the HF Trainer's checkpoint-500/, accelerate's save_state) is written a file at a
-        time: it is told once it has stayed the same for a look, or the script has exited; seen
-        mid-write and again, it is still one save (its name's step, or no step read between).
-        A script that reports its steps may report its saves too (the HF callback): a save is
-        told once it has reported a step after the write, by when its own report of the save
-        (written before that step) has been read; never the same save twice."""
+        time: told once it has stayed the same for a look, or the script has exited; seen again,
+        one save (its name's step, or no step read between). A script reporting its steps (the
+        HF callback) has a save told once it reports a step after the write, by when its own
+        report of the save has been read."""
         if not self.spec.checkpoints:
             return
         latest = command.newest_checkpoint(self.spec, self.run.path, (), since=self.since)
@@ -340,7 +341,14 @@ class CommandKind(TrainerKind):
             self._settling = stamp  # look again: it may still be being written
             return
         if not final and not latest.is_dir() and time.time() - stamp[1] / 1e9 < FILE_SETTLE_S:
-            return  # written a moment ago: torch.save may be part way through (look again)
+            # written a moment ago: torch.save may be part way through (look again). Written again
+            # since, steps later (a save spans none), the earlier write went untold: a lower bound
+            now = self.tracker.step if self.tracker is not None else None
+            before = self._unsettled.get(stamp[0])
+            if before is not None and before[0] != stamp[1] and before[1] != now:
+                self._unseen.add(stamp[0])
+            self._unsettled[stamp[0]] = (stamp[1], now)
+            return
         written = stamp[1] / 1e9
         if not final and self.reported_steps and (self._reported_t is None or self._reported_t <= written):
             return  # its own report of this save, if it makes one, may not have been read yet
@@ -356,16 +364,18 @@ class CommandKind(TrainerKind):
         if step is not None and self._told_steps.get(str(latest)) == step:
             # the same save seen twice: torch.save rewrites a file in place, and a loaded machine
             # can look at it mid-write and again when it is done (no step between: one checkpoint);
-            # a directory (the HF Trainer's checkpoint-20/) can stay the same for a look between
-            # two of its files, and checkpoint-20 at step 20 is one save however often it is seen
+            # checkpoint-20/ at step 20 is one save, though still for a look between two files
             return
         self._told_steps[str(latest)] = step
+        self._unsettled.pop(str(latest), None)
+        unseen, self._unseen = str(latest) in self._unseen, self._unseen - {str(latest)}
         # the samples seen by its step, where this attempt counts them: the next attempt's
         # count goes on from there, whatever batch it runs at
         seen = self.tracker.samples_at(step) if self.tracker and step is not None else None
+        more: dict[str, Any] = {**({"samples_seen": int(seen)} if seen is not None else {}),
+                                **({"writes_unseen": True} if unseen else {})}
         self.events.emit("checkpoint", attempt=self._watch.attempt, path=str(latest), step=step,
-                         step_source=source if step is not None else None, source="file",
-                         **({"samples_seen": int(seen)} if seen is not None else {}))
+                         step_source=source if step is not None else None, source="file", **more)
 
     def _step_at(self, when: float) -> int | None:
         """The step this attempt had reached by `when` (time.time()), as far as was read."""
