@@ -119,6 +119,8 @@ def test_a_commands_saves_are_weighed_at_the_time_they_say(tmp_path):
     assert advice is not None and advice.theirs == 10
     assert advice.best.cost_s == pytest.approx(0.12)
     assert advice.best.steps > 1 and "a 0.12 s save" in advice.text
+    one = Advice(10, choose(0.12, 5.0, 1, 60.0))    # steps of 5 s: the shortest interval is one
+    assert one.best.steps == 1 and one.text.endswith("about every 1 step loses least")
 
 
 def test_auto_chooses_its_interval_from_a_measured_save_and_the_devices_crashes(home):

@@ -49,7 +49,7 @@ class Interval:
         seen = (f"{self.crashes} crash{'es' if self.crashes != 1 else ''} seen in "
                 f"{duration(self.observed_s)} of training" if self.crashes else
                 f"no crash seen in {duration(self.observed_s)} of training, one a day assumed")
-        return (f"every {self.steps:,} steps ({duration(self.seconds)}) loses least for a "
+        return (f"every {_steps(self.steps)} ({duration(self.seconds)}) loses least for a "
                 f"{_cost(self.cost_s)} save and a crash every {duration(self.mtbf_s)} ({seen})")
 
 
@@ -129,7 +129,7 @@ class Advice:
         343 steps loses least'."""
         b = self.best
         return (f"checkpoints every {self.theirs:,} steps; at a crash every {duration(b.mtbf_s)} and a "
-                f"{_cost(b.cost_s)} save, about every {b.steps:,} steps loses least")
+                f"{_cost(b.cost_s)} save, about every {_steps(b.steps)} loses least")
 
 
 def command_advice(events: list[dict], root: Path | None = None, run_id: str | None = None) -> Advice | None:
@@ -170,3 +170,8 @@ def command_advice(events: list[dict], root: Path | None = None, run_id: str | N
 def _cost(seconds: float) -> str:
     """A save's time: '3.00 s', '0.11 s', '4 ms'."""
     return f"{seconds:.2f} s" if seconds >= 0.1 else f"{seconds * 1000:.0f} ms"
+
+
+def _steps(n: int) -> str:
+    """'1 step', '1,200 steps'."""
+    return f"{n:,} step" + ("" if n == 1 else "s")
