@@ -62,6 +62,27 @@ def test_its_live_bar_gives_every_step_and_its_val_bar_nothing():
     assert [o.step for o in found if o.kind == "step" and o.source == "table"] == [4, 8, 12]
 
 
+def test_the_frame_drawn_with_a_row_never_moves_the_step_back():
+    """Drawn live, mlx-lm prints its row for an iteration and with it its bar's frame rendered
+    before that iteration: `8  6.307 ▼ ...` then `train ... 7/10` (lora_slow.jsonl, each chunk
+    as it came). A run that dies there reached 8, not 7 (the issue's 25 and `24/60`)."""
+    import json
+
+    chunks = [json.loads(line)["text"] for line in (OUTPUT / "lora_slow.jsonl").read_text().splitlines()]
+    parser = OutputParser()
+    steps = [o.step for text in chunks for o in parser.feed(text) if o.kind == "step"]
+    assert steps == sorted(steps) and steps[-1] == 10
+    # cut right after the row for 8 and the stale frame printed with it
+    row = next(i for i, text in enumerate(chunks) if re.search(r"^\s*8\s+[\d.]+ [▼▲]", strip_ansi(text), re.M))
+    assert re.search(r"\b7\s*/10", strip_ansi(chunks[row].split("\n", 1)[1]))   # it is in the recording
+    parser, tracker, said = OutputParser(), Tracker(), []
+    for t, text in enumerate(chunks[:row + 1]):
+        for o in parser.feed(text):
+            said += tracker.parsed(o, t / 10)
+    said += tracker.flush((row + 1) / 10)
+    assert tracker.step == 8 and [f["step"] for kind, f in said if kind == "step"][-1] == 8
+
+
 def test_a_table_row_that_does_not_fit_its_header_gives_nothing():
     parser = OutputParser()
     found = parser.feed("  iter   train_loss     tok/s     tokens\n"

@@ -279,6 +279,26 @@ def test_key_value_lines(line, kind, loss, metrics):
     assert o.loss == loss or (math.isnan(loss) and math.isnan(o.loss))
 
 
+@pytest.mark.parametrize("line, metrics", [
+    # as people write their loops: names with spaces, at k, and `=`, `:` or a space before the value
+    ("epoch 3 done: train loss 0.4123, val recall@10 0.7800", {"train_loss": 0.4123, "val_recall@10": 0.78}),
+    ("val recall@10: 0.78", {"val_recall@10": 0.78}),
+    ("val recall@10 = 0.78 | test top1 0.5", {"val_recall@10": 0.78, "test_top1": 0.5}),
+    ("eval mrr 0.31 ndcg@10 0.42", {"eval_mrr": 0.31, "ndcg@10": 0.42}),
+    ("val_acc 0.91 val_f1 0.88", {"val_acc": 0.91, "val_f1": 0.88}),
+    ("Validation Accuracy: 0.91", {"validation_accuracy": 0.91}),
+])
+def test_evals_as_hand_written_loops_print_them(line, metrics):
+    o = one(line)
+    assert (o.kind, o.metrics) == ("eval", metrics)
+
+
+@pytest.mark.parametrize("line", ["eval mode: 0", "saving 3 files to disk", "val split 3 ways",
+                                  "test the 2 models"])
+def test_prose_with_a_split_and_a_number_is_no_eval(line):
+    assert OutputParser().feed(line + "\n") == []
+
+
 def test_key_value_step_key():
     o = one("global_step=300, loss=1.1")
     assert (o.step, o.loss) == (300, 1.1)

@@ -9,6 +9,8 @@ import random
 import time
 from types import SimpleNamespace
 
+import pytest
+
 from conftest import TINY
 from engine import runconfig
 from engine.command.observation import Observation
@@ -244,3 +246,58 @@ def test_losses_without_step_numbers_are_said_once():
     said = [kind for i in range(6) for kind, _ in stepped.parsed(
         Observation(kind="step", step=i, loss=1.0, source="tqdm"), float(i))]
     assert "warning" not in said
+
+
+def _replayed(recording: str, units: Units) -> list[dict]:
+    """A recorded command's output (tests/scripts/record_output.py: each chunk with when it came)
+    through the parser and a tracker at the recorded times: its step events."""
+    import json
+
+    from conftest import FIXTURES
+    from engine.command.progress import OutputParser
+
+    parser, tracker, events, t = OutputParser(), Tracker(units), [], 0.0
+    for line in (FIXTURES / recording).read_text().splitlines():
+        chunk = json.loads(line)
+        t = chunk["t"]
+        for observation in parser.feed(chunk["text"]):
+            events += [f for kind, f in tracker.parsed(observation, t) if kind == "step"]
+    return events + [f for kind, f in tracker.flush(t) if kind == "step"]
+
+
+@pytest.mark.parametrize("recording, samples_per_step", [
+    ("outputs/rich_slow", 8),     # tests/scripts/shapes/richbar.py: 8 steps of 2 s, redrawn 10 a second
+    ("mlx_lm/lora_slow", 4),      # mlx-lm on the tiny Llama, 10 iterations of 2.5 s (shapes/mlx_lora.py)
+])
+def test_slow_steps_under_a_bar_that_redraws_itself_are_timed_whole(recording, samples_per_step):
+    """Rich redraws the same count several times a second while a step of seconds trains: a
+    window closed on such a redraw held no step, and its second was lost to the rate (0.98
+    steps/s shown for 0.33, an ETA a third of the time left; mlx-lm's tokens/s 0, 400, 0...).
+    Every window holds a step, and the rate a step line shows, its ETA at half-way and its
+    tokens/s are the script's own clock's (the first window, which holds the start-up, aside)."""
+    import json
+
+    from conftest import FIXTURES
+
+    truth = json.loads((FIXTURES / f"{recording}.truth.json").read_text())
+    (attempt,) = truth["attempts"]
+    times = dict((step, t) for step, t in attempt["times"])
+    last = max(times)
+    events = _replayed(f"{recording}.jsonl", Units(samples_per_step, "placeholders"))
+    assert [e["step"] for e in events] == sorted({e["step"] for e in events})  # never back
+    assert events[-1]["step"] == last
+    measured = events[0]["step"]     # the rate is measured from the first window's end
+    windows = [e for e in events[1:] if not e.get("partial")]
+    assert len(windows) >= 4 and all(e["step"] > e["from_step"] for e in windows)
+    for e in windows:   # the shown rate against the script's clock over the same steps
+        if e["step"] - measured < 2:
+            continue  # one step, its ends read a refresh late (mlx-lm's first frame: 0.6 s)
+        steps_per_s = (e["step"] - measured) / (times[e["step"]] - times[measured])
+        assert abs(e["smoothed_samples_per_s"] / (steps_per_s * samples_per_step) - 1) < 0.15, e
+    half = next(e for e in windows if e["step"] >= truth["total"] / 2)
+    assert abs(half["eta_s"] / (times[last] - times[half["step"]]) - 1) < 0.25, half
+    if truth["tokens_per_step"]:
+        # mlx-lm's tokens column states them (4 x 25 a step): no window of none, each its steps'
+        for e in windows:
+            assert e["tokens_per_s"] == pytest.approx(e["steps_per_s"] * truth["tokens_per_step"], rel=1e-3)
+            assert e["tokens_per_s"] > 0.5 * (e["step"] - e["from_step"]) * truth["tokens_per_step"] / 3.0

@@ -10,8 +10,17 @@ line; after a step count, a per-epoch counter or a bar's rate, that format's val
        ``loss=0.12 lr=3e-4``, ``epoch: 1, loss: 0.12, acc: 0.9`` -> step (needs a loss
        or a ``step``/``iter`` key)
        ``val_loss: 2.3, val_acc: 0.61`` -> eval
-   Only a few names are read with a space and no ``=``/``:`` before the value: loss,
-   lr, learning_rate, train_loss, val_loss, ``train loss``, ``val loss``. A unit or a
+   A name is one word (``recall@10``, ``hits@1``: at k), or two where the first names a
+   split and the second what is measured on it: ``train``, ``val``, ``valid``,
+   ``validation``, ``eval`` or ``test``, then a metric's name (loss, acc, accuracy, ppl,
+   recall, precision, mrr, ndcg, map, auc, f1, bleu, rouge, topK, hits, iou, dice, wer,
+   cer, error, score, reward; ``val loss``, ``test top1``) or any name at k (``val
+   recall@10``); ``eval mode: 0`` is prose. ``=``, ``:`` (spaces around either) or, for
+   the names below, a space alone separates the value: ``epoch 3 done: train loss 0.41,
+   val recall@10 0.7800`` -> eval of train_loss 0.41 and val_recall@10 0.78. With a space
+   alone only loss, lr, learning_rate, train_loss, the two-word names, an evaluation's
+   one-word names (``val_acc 0.9``) and names at k (``recall@10 0.78``) are read: prose
+   has too many ``word 3``s. A unit or a
    percent sign right after a number is dropped (``time=45.67ms`` -> time 45.67), but
    a value in a unit per something (``3.2it/s``) is a rate and is left out, as is
    tqdm's own rate: the caller measures speed itself. Settings that merely name an
@@ -44,17 +53,25 @@ EVAL_DESC = re.compile(r"(?:val|valid|validation|validating|eval|evaluation|eval
 
 _NUMBER = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|(?:nan|inf(?:inity)?)\b)"
 _UNIT = r"(?P<unit>%|[A-Za-zµ]+(?:/[A-Za-z]+)?)?"
-# Two-word names only for the usual ones (`val loss: 2.3`), not for prose (`eval mode: 0`).
-_NAME = (r"(?:train|val|valid|validation|eval|test)\s+(?:loss|acc|accuracy|ppl|perplexity)\b"
-         r"|[A-Za-z_][\w/]*(?:@\d+)?")  # `recall@10`, `hits@1`
-_PAIR = re.compile(rf"(?<![\w/.\-])(?P<name>{_NAME})\s*[:=]\s*(?P<value>{_NUMBER}){_UNIT}(?![\w.])",
+_AT_K = r"@\d+"   # `recall@10`, `hits@1`
+# Two-word names only for a split and what is measured on it (`val loss: 2.3`, `val recall@10
+# 0.78`, `test top1 = 0.9`), not for prose (`eval mode: 0`): the second word a metric's name,
+# or any name at k.
+_METRIC_WORD = (r"(?:loss|acc|accuracy|ppl|perplexity|recall|precision|mrr|ndcg|map|auc|f1|"
+                r"bleu|rouge\w*|top\d+|hits|iou|dice|wer|cer|error|err|score|reward)")
+_TWO_WORDS = (rf"(?:train|val|valid|validation|eval|test)\s+"
+              rf"(?:{_METRIC_WORD}(?:{_AT_K})?(?![\w@])|[A-Za-z_]\w*{_AT_K})")
+_NAME = rf"{_TWO_WORDS}|[A-Za-z_][\w/]*(?:{_AT_K})?"
+_PAIR = re.compile(rf"(?<![\w/.\-@])(?P<name>{_NAME})\s*[:=]\s*(?P<value>{_NUMBER}){_UNIT}(?![\w.])",
                    re.IGNORECASE)
 # A name after a qualifier is a summary, not the current value: `best loss: inf`.
 _QUALIFIED = re.compile(r"(?:best|min|minimum|max|maximum|lowest|highest|prev|previous|"
                         r"target|init|initial)[\s_]+$", re.IGNORECASE)
-_SPACED = re.compile(r"(?<![\w/.\-])(?P<name>train loss|val loss|train_loss|val_loss|"
-                     rf"learning_rate|loss|lr)\s+(?P<value>{_NUMBER}){_UNIT}(?![\w.])",
-                     re.IGNORECASE)
+# With a space alone before the value: the usual names, an evaluation's (`val recall@10 0.78`,
+# `val_acc 0.9`) and any name at k (`recall@10 0.78`); prose has too many `word 3`s for more.
+_SPACED = re.compile(rf"(?<![\w/.\-@])(?P<name>{_TWO_WORDS}|train_loss|learning_rate|loss|lr"
+                     rf"|(?:val|valid|validation|eval|test)_\w*(?:{_AT_K})?|[A-Za-z_]\w*{_AT_K})"
+                     rf"\s+(?P<value>{_NUMBER}){_UNIT}(?![\w.])", re.IGNORECASE)
 _VALUE = re.compile(rf"\s*(?P<value>{_NUMBER}){_UNIT}\s*", re.IGNORECASE)
 
 
@@ -122,8 +139,12 @@ def classify(values: dict, source: str, *, step: int | None = None, total: int |
 def pairs(text: str) -> dict[str, float]:
     """The named numbers in `text` (`name=1`, `name: 1`, and `loss 1` for a few names)."""
     found: list[tuple[int, str, float]] = []
+    taken: list[tuple[int, int]] = []   # spans read: `recall@10 0.78` inside `val recall@10 0.78`
     for pattern in (_PAIR, _SPACED):
         for m in pattern.finditer(text):
+            if any(m.start() < end and start < m.end() for start, end in taken):
+                continue
+            taken.append(m.span())
             if "/" in (m["unit"] or ""):  # a rate: 3.2it/s
                 continue
             if _QUALIFIED.search(text[max(0, m.start() - 12):m.start()]):

@@ -24,6 +24,12 @@ Settings are never values: names ``max_*``, ``num_*``, ``*_steps``, ``*_iters``,
 ``*_epochs``, ``*_batches``, ``batch_size`` and accumulation names
 (engine.command.statements.is_setting) are left out wherever values are read.
 
+The step never goes back on a stale bar frame: a bar (3, 3a) whose count is below the step
+the last printed line or table row said (4, 5, 6, 3b, 2, 1: in the same unit) is a frame
+drawn before that step and printed after it, as mlx-lm prints iteration 25's row and then
+its bar's last frame ``24/60``; the frame gives nothing. A printed line that goes back
+(a script that starts counting again) is read as it says.
+
 Lines end at a newline or a carriage return (tqdm redraws its bar with ``\\r``); ANSI escape
 sequences are removed first. A line longer than 64 KiB (65,536 characters) is dropped.
 Names are lowercased, with spaces, ``/`` and ``-`` turned into ``_`` (``val loss`` ->
@@ -138,6 +144,10 @@ class OutputParser:
         self._table: list[str] | None = None     # a table's column names, its header read
         self._last_bar: Observation | None = None  # the training bar's last step
         self._bar_evals: dict = {}               # the eval values last read on that bar
+        # The step the last printed step line or row said, and its unit: a bar frame behind it
+        # is one drawn before that step and printed after it (mlx-lm's last frame `24/60`
+        # after its row for iteration 25), not the loop going back.
+        self._printed: tuple[str, int] | None = None
         # For per-epoch counts that never say their epoch's size (`epoch 2 batch 30`): the
         # highest batch of the epoch being counted, and of whole epochs counted before it.
         self._epoch_counted: tuple[int, int] | None = None   # (epoch, highest batch)
@@ -303,6 +313,11 @@ class OutputParser:
                            batch=bar.batch, batches=bar.batches)
         if not self._training(o):
             return None
+        if o.kind == "step" and o.step is not None:
+            if o.source not in ("tqdm", "rich"):
+                self._printed = (o.unit, o.step)
+            elif self._printed is not None and self._printed[0] == o.unit and o.step < self._printed[1]:
+                return None  # a frame drawn before the printed row's step: stale, not a step back
         if o.kind == "step" and o.source in ("tqdm", "rich"):
             self._last_bar = o
         return o

@@ -9,6 +9,14 @@ the trainer's are. So throughput, plots, the ETA and the slowdown detector work 
 both kinds of workload. A script's evals and other pauses cannot be told from slow steps
 here; the long horizon spreads them over the rate, which is what they cost the ETA.
 
+Windows. A window is at least `report_every_s` long and ends at the first reading after that
+whose step is past the window's first: every second of the attempt between its first sight
+and its last step read is in exactly one window, whether or not a step landed in that second.
+A bar that redraws the same count several times a second (Rich's) ends no window, so a step
+of 3 s is one window of 3 s, not one of 1 s and two of none whose time the rate would lose.
+The attempt's first window begins at its first sight; its last ends at its last step read
+(`flush`).
+
 Units. A step is an optimizer step. What one is in samples (and tokens) comes with where that
 was learnt (`Units`), in this order: the samples the script reported (exact); the script's own
 statement (HF's `Total train batch size ... = 32`, nanoGPT's `tokens per iteration will be:`);
@@ -284,7 +292,10 @@ class Tracker:
             self._window = dataclasses.replace(self._window, start_step=self.step,
                                                start_samples=self.samples_seen)
             return []
-        if t - self._window.start_t < self.report_every_s:
+        if t - self._window.start_t < self.report_every_s or self.step == self._window.start_step:
+            # A window closes at a reading past its step: a bar that redraws the same count
+            # several times a second (Rich's) says nothing new, and a window closed on it with
+            # no step would leave its seconds out of the rate (3 s steps read as 1 a second).
             return []
         return [("step", self._close_window(t)), *self._no_total()]
 

@@ -9,7 +9,8 @@ on its sys.path).
      "main_metric": {"name": "reward", "value": 0.5} | null,
      "attempts": [{"resumed_from": 0, "first": 0, "reached": 33, "finished": false,
                    "checkpoints": [{"path": ".../ckpt.pt", "step": 20}],
-                   "span": [t_first_print, step_first_print, t_last_print, step_last_print]}]}
+                   "span": [t_first_print, step_first_print, t_last_print, step_last_print],
+                   "times": [[step, t_print], ...]}]}   # each printed step, when it was
 
 Steps are in the script's own numbering, the one it prints: `first` is the index of the first
 step an attempt trained, `reached` the index of the last one it printed; `resumed_from` is the
@@ -47,7 +48,7 @@ class Truth:
         self.data.setdefault("main_metric",
                              {"name": main_metric, "value": None} if main_metric else None)
         self.attempt = {"resumed_from": resumed_from, "first": None, "reached": None,
-                        "finished": False, "checkpoints": [], "span": None}
+                        "finished": False, "checkpoints": [], "span": None, "times": []}
         self.data["attempts"].append(self.attempt)
         self.save()
 
@@ -85,6 +86,7 @@ class Truth:
         if a["span"] is None:
             a["span"] = [now, step, now, step]
         a["span"][2:] = [now, step]
+        a["times"].append([step, now])   # the rate of any window and the time left at any step
 
     def checkpoint(self, path: str, step: int) -> None:
         """A checkpoint written (rewritten, under the same name, counts again) holding `step`."""
