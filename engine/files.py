@@ -39,15 +39,23 @@ def read_toml(path: Path) -> dict:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError(where, None, f"is not UTF-8 text (byte 0x{data[e.start]:02x} at offset "
-                                       f"{e.start}); expected TOML saved as UTF-8") from None
+        # the line and key a person can find in an editor; the offset for a hex dump
+        number = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        lines = data.decode("utf-8", errors="replace").split("\n")
+        raise ConfigError(f"{where}, line {number}", _key_at(lines, number),
+                          f"is not UTF-8 text (byte 0x{data[e.start]:02x} at column {column}, offset "
+                          f"{e.start}: saved as Latin-1 or another legacy encoding?); expected TOML "
+                          "saved as UTF-8") from None
     try:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise toml_error(where, text, str(e)) from None
     except RecursionError:
-        raise ConfigError(where, None, "nests tables or arrays too deeply to read; expected "
-                                       "settings a few levels deep") from None
+        number = _too_deep(text)
+        raise ConfigError(f"{where}, line {number}", _key_at(text.split("\n"), number),
+                          "nests tables or arrays too deeply to read; expected settings a few "
+                          "levels deep") from None
     if not table:
         raise ConfigError(where, None, "has no settings; expected at least one key (an empty "
                                        "file would run on the defaults unseen)")
@@ -70,6 +78,40 @@ _TOML_HINTS = {
 _TOML_WHERE = re.compile(r" \(at (?:line (\d+), column (\d+)|end of document)\)$")
 _TOML_KEY = re.compile(r"""^\s*([A-Za-z0-9_.\-"' ]+?)\s*=\s*(.*)$""")
 _TOML_TABLE = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]")
+
+
+# Brackets deeper than this are no one's settings; tomllib gives up (RecursionError) far later.
+_DEEP = 64
+
+
+def _too_deep(text: str) -> int:
+    """The line where the brackets first nest past _DEEP (strings not told apart: a nesting
+    this deep is rare enough that the line it starts on is what helps); the last line if never."""
+    depth, number = 0, 1
+    for char in text:
+        if char == "\n":
+            number += 1
+        elif char in "[{":
+            depth += 1
+            if depth > _DEEP:
+                return number
+        elif char in "]}":
+            depth = max(0, depth - 1)
+    return number
+
+
+def _key_at(lines: list[str], number: int) -> str | None:
+    """The key a line sets or the value it is part of, dotted with its [table]: that of the
+    nearest `key =` line at or above it; None above the first."""
+    for i in range(min(number, len(lines)) - 1, -1, -1):
+        if (header := _TOML_TABLE.match(lines[i])):
+            return None   # the line is in a [table] before any key of it
+        if (assignment := _TOML_KEY.match(lines[i])):
+            key = assignment.group(1)
+            table = next((m.group(1) for above in reversed(lines[:i]) if (m := _TOML_TABLE.match(above))), None)
+            key = f"{table}.{key}" if table else key
+            return re.sub(r"\s*\.\s*", ".", key.replace('"', "").replace("'", ""))
+    return None
 
 
 def toml_error(where: str, text: str, message: str) -> ConfigError:

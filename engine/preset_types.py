@@ -22,6 +22,10 @@ Precision = Literal["auto", "fp32", "bf16", "fp16"]
 CachePolicy = Literal["never", "before-mining", "every-epoch"]
 MAX_THREADS = 1024        # more than any machine's cores; torch segfaults at 100000
 MAX_SEED = 2**64 - 1      # torch.manual_seed takes 64 bits
+# A micro-batch, or micro-batches a step, past what a 32-bit count holds fits no device and no
+# data set: a typo, refused where it is written (presets list and show call the file broken)
+# rather than by whatever workload or script would first try to use it.
+MAX_BATCH = 2**31 - 1
 SLURM_WARNING_S = 120     # the warning signal's lead on the time limit (Lightning's and submitit's 90-120)
 _SLURM_TIME = re.compile(r"(\d+-)?\d+(:\d+){0,2}")   # sbatch --time: minutes, h:m:s, d-h[:m[:s]]
 
@@ -116,10 +120,10 @@ class DevicePreset:
 
     description: str = setting("", "one line shown in lists")
     device: Device = setting("auto", "auto picks CUDA, then MPS, then CPU", aka=("accelerator",))
-    batch_size: int = setting(32, "micro-batch: samples per forward/backward", min=1,
+    batch_size: int = setting(32, "micro-batch: samples per forward/backward", min=1, max=MAX_BATCH,
                              aka=("bs", "micro_batch_size", "per_device_train_batch_size",
                                   "train_batch_size", "batch"))
-    accumulation: int = setting(1, "micro-batches per optimizer step", min=1,
+    accumulation: int = setting(1, "micro-batches per optimizer step", min=1, max=MAX_BATCH,
                                aka=("grad_accum", "grad_accumulation", "gradient_accumulation",
                                     "gradient_accumulation_steps", "accumulate_grad_batches",
                                     "accum", "accum_steps"))

@@ -68,9 +68,30 @@ def find(kind: str, name: str) -> PresetRef:
     for ref in list_presets(kind):
         if ref.name == name:
             return ref
-    names = [r.name for r in list_presets(kind)]
+    refs = list_presets(kind)
+    # checking a preset looks up its ladder (find again): while one is checked, none is
+    broken = [] if _CHECKING else [r.name for r in refs if problem(r) is not None]
+    names = [r.name for r in refs if r.name not in broken]
     raise ConfigError(f"{singular} preset {name!r}", None, not_found(misplaced(kind, name))
-                      + "available: " + (", ".join(names) or "none"))
+                      + "available: " + (", ".join(names) or "none")
+                      + (f"; broken: {', '.join(broken)} (cockpit presets show NAME says why)"
+                         if broken else ""))
+
+
+def problem(ref: PresetRef) -> str | None:
+    """Why a preset cannot be used, in the line loading it would give; None for one that can
+    (a list of what is available names only those: a broken one would fail the next try)."""
+    _CHECKING.append(ref)
+    try:
+        check(ref, read_toml(ref.path))
+    except ConfigError as e:
+        return e.line()
+    finally:
+        _CHECKING.pop()
+    return None
+
+
+_CHECKING: list[PresetRef] = []   # the presets `problem` is checking now (see find)
 
 
 def not_found(hint: str) -> str:

@@ -117,6 +117,8 @@ def expected(annotation: Any, field: dataclasses.Field | None = None) -> str:
         noun = "an integer" if annotation is int else "a number"
         if above is not None:
             return f"{noun} > {above:g}" + (f" and <= {hi:g}" if hi is not None else "")
+        if lo == 1 and hi is not None and annotation is int:
+            return f"a positive integer up to {hi}"
         if lo is not None and hi is not None:  # an integer bound in full: 2**64 - 1, not 1.84467e+19
             return f"{noun} from {lo if annotation is int else f'{lo:g}'} to " \
                    f"{hi if annotation is int else f'{hi:g}'}"
@@ -229,6 +231,17 @@ def nearest(typed: str, groups: typing.Sequence[dict[str, tuple[str, ...]]],
     return [(g, name) for _, g, name in scored[:n]]
 
 
+def _related(typed: str, name: str) -> bool:
+    """Whether a loosely alike name shares something a person would see: its first two letters
+    ('lrate', 'lr') or three in a row ('warmup', 'warmup_steps'). difflib's ratio alone finds
+    'nosuch' 0.5 alike 'nnodes' and 'epochs', which no one typing it meant."""
+    typed, name = typed.rpartition(".")[2].lower(), name.rpartition(".")[2].lower()
+    if typed[:2] == name[:2]:
+        return True
+    match = difflib.SequenceMatcher(None, typed, name).find_longest_match()
+    return match.size >= 3
+
+
 def _quoted(names: list[str]) -> str:
     names = [f"'{n}'" for n in names]
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
@@ -246,7 +259,7 @@ def suggest(typed: str, known: Any, prefix: str = "", elsewhere: Elsewhere = ())
             return "did you mean " + _quoted([prefix + n for g, n in best if g == 0]) + "?"
         how = elsewhere[group - 1][1].format(key=name)
         return how if name == typed.rpartition(".")[2] else f"did you mean '{name}'? {how}"
-    weak = [prefix + n for _, n in nearest(typed, [here], cutoff=_NEAREST)]
+    weak = [prefix + n for _, n in nearest(typed, [here], cutoff=_NEAREST) if _related(typed, n)]
     if weak:
         return f"did you mean {_quoted(weak)}?"
     first = [prefix + n for n in list(here)[:3]]

@@ -258,7 +258,7 @@ def test_bad_pids_and_logs_are_one_line_and_exit_2(home, tmp_path):
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         for args, words in ((["adopt", str(gone.pid)], "PID: {}: no such process".format(gone.pid)),
-                            (["adopt", str(os.getpid())], "cockpit itself"),   # its ancestor
+                            (["adopt", str(os.getpid())], "is the process that started cockpit ("),   # its parent
                             (["adopt", "0"], "PID: 0: expected the pid"),
                             (["adopt", "abc"], "argument PID: got 'abc', expected a process id"),
                             (["adopt", str(sleeper.pid), "--log", str(tmp_path / "none.log")],

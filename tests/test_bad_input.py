@@ -4,6 +4,7 @@ listed as broken beside the others; a closed stdout ends quietly."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -31,10 +32,13 @@ def bad_input(capsys, *args: str) -> str:
 
 
 @pytest.mark.parametrize("data, words", [
-    (b"\xff\xfe\x00\x01binary", "is not UTF-8 text (byte 0xff at offset 0)"),
-    ('description = "café"\n'.encode("latin-1"), "is not UTF-8 text (byte 0xe9 at offset 18)"),
-    (("a = " + "{ b = " * 3000 + "1" + " }" * 3000 + "\n").encode(), "nests tables or arrays too deeply"),
-    (("a = " + "[" * 3000 + "]" * 3000 + "\n").encode(), "nests tables or arrays too deeply"),
+    (b"\xff\xfe\x00\x01binary", ", line 1: is not UTF-8 text (byte 0xff at column 1, offset 0"),
+    # the line and key to look at, as a file saved in Latin-1 has them (issue 39)
+    ('device = "cpu"\ndescription = "café"\n'.encode("latin-1"),
+     ", line 2: description: is not UTF-8 text (byte 0xe9 at column 19, offset 33"),
+    (('device = "cpu"\n[env]\nA = "1"\n' + "a = " + "{ b = " * 3000 + "1" + " }" * 3000 + "\n").encode(),
+     ", line 4: env.a: nests tables or arrays too deeply"),
+    (("a = " + "[" * 3000 + "]" * 3000 + "\n").encode(), ", line 1: a: nests tables or arrays too deeply"),
     (b"", "has no settings; expected at least one key"),
     (b"# only a comment\n\n", "has no settings"),
     (b"# " + b"x" * (1 << 20) + b"\n", "is larger than 1 MiB"),
@@ -50,7 +54,7 @@ def test_a_bad_device_preset_file_is_one_line_naming_it(home, capsys, data, word
     path = user_preset(home, "devices", "bad", "")
     path.write_bytes(data)
     line = bad_input(capsys, "--no-ui", "--device", "bad")
-    assert f"{path}: " in line and words in line
+    assert line.startswith(f"cockpit: {path}") and words in line
     assert not (home / "runs").exists()
     assert path.read_bytes() == data
     assert bad_input(capsys, "presets", "show", "bad") == line
@@ -143,7 +147,7 @@ def test_presets_list_shows_a_broken_preset_as_broken_and_lists_the_rest(home, c
     out = capsys.readouterr().out
     lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
     assert {"matmul", "cpu", "mps-safe", "fine"} <= set(lines) and "mine" in lines["fine"]
-    assert "BROKEN: " in lines["latin"] and "latin.toml: is not UTF-8 text" in lines["latin"]
+    assert "BROKEN: " in lines["latin"] and "latin.toml, line 1: description: is not UTF-8 text" in lines["latin"]
     assert "typo.toml: batch_sise: unknown key" in lines["typo"]
     assert "blank.toml: has no settings" in lines["blank"]
     assert "BROKEN" not in lines["cpu"] + lines["matmul"] + lines["fine"]
@@ -176,7 +180,7 @@ def test_runs_list_shows_a_broken_run_dir_as_broken_and_lists_the_rest(home, cap
     out = capsys.readouterr().out
     rows = {line.split()[0]: line for line in out.splitlines()[1:]}
     assert set(rows) == {r.id for r in list_runs()} and "finished" in rows[good.id]
-    assert f"broken      {latin.config_path}: is not UTF-8 text" in rows[latin.id]
+    assert f"broken      {latin.config_path}, line 1: workload_preset: is not UTF-8 text" in rows[latin.id]
     assert f"broken      {no_t.events_path}: an event lacks 't'" in rows[no_t.id]
     assert f"{no_step.events_path}: an event lacks 'step'" in rows[no_step.id]
     assert summarize(no_t).workload == "matmul"
@@ -286,7 +290,11 @@ def test_a_run_argument_that_is_no_run_says_what_it_is(home, capsys, command, wh
 
 
 @pytest.mark.parametrize("override, words", [
-    ("nosuchkey=1", "--set: nosuchkey: unknown key; did you mean "),
+    # nothing like any key: no "did you mean" of keys only difflib finds alike (issue 39:
+    # 'nosuch' got 'device.nnodes', 'train.epochs' or 'train.schedule')
+    ("nosuchkey=1", "--set: nosuchkey: unknown key; known keys include "),
+    ("nosuch=1", "--set: nosuch: unknown key; known keys include "),
+    ("warmup=10", "--set: warmup: unknown key; did you mean 'train.warmup_steps'?"),
     ("grad_accum=4", "--set: grad_accum: unknown key; did you mean 'device.accumulation'?"),
     ("device.grad_accum=4", "--set: device.grad_accum: unknown key; did you mean 'device.accumulation'?"),
     ("device.lr=0.1", "--set: device.lr: unknown key; did you mean 'train.lr'?"),
@@ -374,35 +382,87 @@ def test_a_toml_syntax_error_names_the_line_its_key_and_its_text(home, capsys, t
 
 
 def test_a_step_larger_than_the_data_set_names_the_file_or_the_argument_plainly(home, capsys):
-    """Never 'batch_size: 99999999999999999 = 99999999999999999 samples' (a product of one
-    factor), and the file or --set that made the step is named, not the preset's name."""
-    huge = 99999999999999999
-    path = user_preset(home, "devices", "huge", f'device = "cpu"\nbatch_size = {huge}\n')
-    line = bad_input(capsys, "--no-ui", "--device", "huge")
-    assert line.startswith(f"cockpit: {path}: batch_size: {huge} samples per optimizer step, but the "
+    """Never 'batch_size: 100000 = 100000 samples' (a product of one factor), and the file or
+    --set that made the step is named, not the preset's name."""
+    big = 100_000
+    path = user_preset(home, "devices", "big", f'device = "cpu"\nbatch_size = {big}\n')
+    line = bad_input(capsys, "--no-ui", "--device", "big")
+    assert line.startswith(f"cockpit: {path}: batch_size: {big} samples per optimizer step, but the "
                            "data set has 8192; expected at most 8192")
     line = bad_input(capsys, "--no-ui", "--device", "cpu", "--set", "accumulation=1", "--set",
-                     f"batch_size={huge}")
-    assert line.startswith(f"cockpit: --set: device.batch_size: {huge} samples per optimizer step")
-    for line in (line, bad_input(capsys, "--no-ui", "--device", "huge")):
-        assert f"{huge} = {huge}" not in line and "device preset 'huge'" not in line
+                     f"batch_size={big}")
+    assert line.startswith(f"cockpit: --set: device.batch_size: {big} samples per optimizer step")
+    for line in (line, bad_input(capsys, "--no-ui", "--device", "big")):
+        assert f"{big} = {big}" not in line and "device preset 'big'" not in line
 
 
-def test_a_step_larger_than_trms_data_set_names_the_set_that_made_it(home):
-    """trm tells its size only once its data is built, so its trainer checks the step: the --set
-    that sized it is named there too, not the preset it was set on."""
-    huge = 99999999999999999
-    done = subprocess.run(cockpit_cmd("--no-ui", "-w", "trm-tiny", "-d", "cpu", "--set", f"batch_size={huge}",
-                                      "--set", "threads=1"),
-                          capture_output=True, text=True, env=child_env(), timeout=300)
-    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
-    assert f"--set: device.batch_size: {huge} x accumulation " in done.stdout
-    assert "device preset 'cpu': batch_size" not in done.stdout
+HUGE = 99999999999999999   # issue 39's: past what any device or data set could take
+
+
+@pytest.mark.parametrize("workload", ["trm-tiny", "matmul", "clip-tiny", "twotower-small"])
+def test_a_batch_past_any_device_is_refused_where_it_is_written_for_every_workload(home, capsys, workload):
+    path = user_preset(home, "devices", "huge", f'device = "cpu"\nbatch_size = {HUGE}\n')
+    line = bad_input(capsys, "--no-ui", "-w", workload, "-d", "huge")
+    assert line == f"cockpit: {path}: batch_size: got {HUGE}, expected a positive integer up to {2**31 - 1}\n"
+    assert not (home / "runs").exists()
+    assert bad_input(capsys, "presets", "show", "huge") == line
+    assert main(["presets", "list"]) == 0
+    row = next(r for r in capsys.readouterr().out.splitlines() if r.split()[:1] == ["huge"])
+    assert f"BROKEN: {path}: batch_size: got {HUGE}" in row
+    assert f"--set: device.accumulation: got {HUGE}, expected a positive integer up to" in \
+        bad_input(capsys, "--no-ui", "-w", workload, "-d", "cpu", "--set", f"accumulation={HUGE}")
+
+
+def test_a_step_larger_than_trms_text_can_be_is_refused_before_the_run(home, capsys):
+    """trm counts its windows only once its text is read, but the text is at most corpus_bytes:
+    a step larger than that is refused before any run directory, naming the file or the --set."""
+    path = user_preset(home, "devices", "big", 'device = "cpu"\nbatch_size = 100000\n')
+    line = bad_input(capsys, "--no-ui", "-w", "trm-tiny", "-d", "big")
+    assert line == (f"cockpit: {path}: batch_size: 100000 samples per optimizer step, but the data set "
+                    "has at most 15624; expected at most 15624 a step (a smaller batch_size or "
+                    "accumulation, or more samples)\n")
+    line = bad_input(capsys, "--no-ui", "-w", "trm-tiny", "-d", "cpu", "--set", "batch_size=100000")
+    assert line.startswith("cockpit: --set: device.batch_size: 100000 x accumulation 64 = 6400000 "
+                           "samples per optimizer step, but the data set has at most 15624")
     # of two --set factors, the one that made the step too large, in whatever order they came
-    done = subprocess.run(cockpit_cmd("--no-ui", "-w", "trm-tiny", "-d", "cpu", "--set", "batch_size=8",
-                                      "--set", "threads=1", "--set", "accumulation=99999"),
-                          capture_output=True, text=True, env=child_env(), timeout=300)
-    assert done.returncode == 2 and "--set: device.accumulation: 8 x accumulation 99999 " in done.stdout
+    assert bad_input(capsys, "--no-ui", "-w", "trm-tiny", "-d", "cpu", "--set", "batch_size=8",
+                     "--set", "accumulation=99999").startswith(
+        "cockpit: --set: device.accumulation: 8 x accumulation 99999 ")
+    assert bad_input(capsys, "--no-ui", "-w", "trm-tiny", "-d", "cpu", "--set", "params.seq_len=100000") \
+        .startswith("cockpit: --set: params.seq_len: makes a data set of at most 39 samples, fewer than one "
+                    "optimizer step of device preset 'cpu' (8 x accumulation 64 = 512)")
+    assert not (home / "runs").exists()
+    # a step the text can hold is not refused by the bound (the trainer counts the real windows)
+    assert runconfig.resolve("trm-tiny", "cpu", ["batch_size=15624", "accumulation=1"]).device.batch_size == 15624
+
+
+def test_a_batch_larger_than_a_built_data_set_names_the_preset_file(home):
+    """Where only the built data set says it is too small, the trainer names the file to fix."""
+    from engine.train.trainer import Trainer
+
+    path = user_preset(home, "devices", "small", 'device = "cpu"\nbatch_size = 8\naccumulation = 4\n')
+    run = RunDir.create(runconfig.resolve("matmul", "small", TINY[:-2]))  # 256 samples
+    preset = dataclasses.replace(run.config().device, batch_size=100)
+    with pytest.raises(ConfigError) as err:
+        Trainer(run, EventWriter(run.events_path, attempt=1), "small", preset)
+    assert err.value.line().startswith(f"{path}: batch_size: 100 x accumulation 4 = 400 samples per "
+                                       "optimizer step, but the data set has 256")
+
+
+def test_a_configuration_refused_in_a_run_says_why_in_runs_show(home, capsys):
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", TINY))
+    why = "--set: device.batch_size: 200 samples per optimizer step, but the data set has 84; expected at most 84"
+    with EventWriter(run.events_path, attempt=1) as events:
+        events.emit("run_started", run=run.id, workload="matmul", device_preset="cpu")
+        events.emit("attempt_started", preset="cpu")
+        events.emit("config_error", message=why)
+        events.emit("attempt_ended", preset="cpu", outcome="config", exit="exit 2", tail=why + "\n")
+        events.emit("run_finished", status="failed")
+    capsys.readouterr()
+    assert main(["runs", "show", run.id]) == 0
+    assert f"attempt 1: cpu on ?, config (exit 2), last step 0\n          {why}\n" in capsys.readouterr().out
+    assert main(["runs", "show", run.id, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["attempts"][0]["crash"] == why
 
 
 @pytest.mark.parametrize("placed, words", [
@@ -446,3 +506,26 @@ def test_presets_path_names_the_subfolders_and_a_stray_preset(home, capsys):
     assert f"not read: {root / 'mine.toml'} (a preset goes in devices/ or workloads/ beside it)" in out
     assert main(["presets", "list"]) == 0
     assert f"not read: {root / 'mine.toml'}" in capsys.readouterr().out
+
+
+def test_adopting_pid_1_says_what_pid_1_is(home, capsys):
+    from engine.run.adoption import _ancestors
+
+    if 1 not in _ancestors():   # a PID namespace where cockpit does not run under PID 1
+        pytest.skip("PID 1 is not an ancestor of this process here")
+    line = bad_input(capsys, "adopt", "1")
+    assert line.startswith("cockpit: PID: 1: is the system's first process (")
+    assert "shell" not in line and "cockpit itself" not in line
+    assert "cockpit itself" in bad_input(capsys, "adopt", str(os.getpid()))   # in-process: it is
+
+
+def test_a_preset_not_found_lists_broken_ones_apart_from_those_available(home, capsys):
+    user_preset(home, "devices", "huge", f'device = "cpu"\nbatch_size = {HUGE}\n')
+    user_preset(home, "devices", "mine", 'device = "cpu"\n')
+    line = bad_input(capsys, "--no-ui", "-d", "nosuch")
+    available, _, broken = line.partition("; broken: ")
+    assert "mine" in available.split("available: ")[1] and "huge" not in available
+    assert broken == "huge (cockpit presets show NAME says why)\n"
+    # a preset whose ladder names a missing one is broken too, and checking it ends
+    user_preset(home, "devices", "ladder", 'device = "cpu"\nfallback = ["gone"]\n')
+    assert "; broken: huge, ladder (" in bad_input(capsys, "--no-ui", "-d", "nosuch")

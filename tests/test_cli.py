@@ -63,7 +63,7 @@ def test_json_lines_are_the_events(home):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--device", "nope"], "device preset 'nope': not found; available: auto, broken, cpu"),
+    (["--device", "nope"], "device preset 'nope': not found; available: auto, cpu"),
     (["--workload", "nope"], "workload preset 'nope': not found"),
     (["--set", "batch_size=0"], "--set: device.batch_size: got 0, expected a positive integer"),
     (["--set", "batch_sze=4"], "did you mean 'device.batch_size'?"),

@@ -366,10 +366,19 @@ def _attempt_ended(s: RunState, e: dict) -> None:
     a = s.attempt(e["attempt"]) if "attempt" in e else s.current
     if a is None:
         return
-    a.outcome, a.exit, a.refused = e.get("outcome", "?"), e.get("exit", ""), e.get("sentence")
+    # a launcher's refusal says its sentence here; the trainer's said its line first (config_error)
+    a.outcome, a.exit = e.get("outcome", "?"), e.get("exit", "")
+    a.refused = e.get("sentence") or a.refused
     if (last := e.get("last_step")) is not None:   # where it got to, past its last report
         a.last_step = last
         s.step = max(s.step, last)
+
+
+def _config_error(s: RunState, e: dict) -> None:
+    """The trainer's refusal of its configuration, in its own line (which file or --set, which
+    key): what a `config` end was, where nothing else says it."""
+    if (a := s.attempt(e.get("attempt"))) is not None and e.get("message"):
+        a.refused = e["message"]
 
 
 def _stop_requested(s: RunState, e: dict) -> None:
@@ -397,6 +406,7 @@ _FOLD: dict[str, Callable[[RunState, dict], None]] = {
     "health": _health,
     "fault_injected": _fault_injected, "crash": _crash, "attempt_ended": _attempt_ended,
     "fallback": _fallback, "run_failed": _run_failed, "stop_requested": _stop_requested,
+    "config_error": _config_error,
 }
 
 __all__ = ["RunState", "AttemptState", "Rates", "MainMetric", "require", "REQUIRED", "ENDED"]

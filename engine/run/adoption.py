@@ -72,17 +72,34 @@ def _ancestors() -> set[int]:
     return found
 
 
+def _which_ancestor(pid: int) -> str:
+    """What a process cockpit runs under is, in words: cockpit, its shell, or one further up
+    (PID 1, the system's first process, is above every process; calling it a shell misleads)."""
+    if pid == os.getpid():
+        return "is cockpit itself"
+    try:
+        name = psutil.Process(pid).name()
+    except psutil.Error:
+        name = "?"
+    if pid == os.getppid():
+        return f"is the process that started cockpit ({name}: its shell, or the program that ran it)"
+    if pid == 1:
+        return f"is the system's first process ({name}), which every process runs under"
+    return f"is a process cockpit runs under ({name}, a parent of its shell)"
+
+
 def inspect(pid: int, log: str | None = None, *, platform: str = sys.platform) -> Adoption:
     """The process `pid` as it runs now, checked: one clear ConfigError naming the argument for
-    a PID that does not exist, is cockpit itself (or the shell it runs in) or cannot be read, and
+    a PID that does not exist, is cockpit itself or a process it runs under (its shell, PID 1)
+    or cannot be read, and
     for a --log that is not a readable file."""
     where = "PID"
     if pid <= 0:
         raise ConfigError(where, str(pid), "expected the pid of a running process (a number above 0)")
     if pid in _ancestors():
-        raise ConfigError(where, str(pid), "is cockpit itself or a process it runs under (its "
-                                           "shell): following it would wait on itself; expected "
-                                           "the pid of a training process")
+        raise ConfigError(where, str(pid), f"{_which_ancestor(pid)}: following it would wait on "
+                                           "itself; expected the pid of a training process (ps, "
+                                           "pgrep -f train)")
     identity = ProcessId.of(pid)
     if identity is None or not identity.alive():
         raise ConfigError(where, str(pid), "no such process (it is not running, or has exited); "

@@ -25,7 +25,7 @@ import traceback
 
 import torch
 
-from engine import runconfig
+from engine import presets, runconfig
 from engine.errors import ConfigError, ProtocolError
 from engine.presets import DevicePreset
 from engine.record.events import EventWriter
@@ -89,7 +89,7 @@ def _article(word: str) -> str:
 
 def step_set_by(overrides, preset: DevicePreset, preset_name: str) -> tuple[str, str]:
     """(where, key) to blame for an optimizer step larger than the data set: the --set that sized
-    the step (carried to every preset of the ladder), else the preset. engine.runconfig blames
+    the step (carried to every preset of the ladder), else the preset's file. engine.runconfig blames
     before the run where the data set's size is known without building it; trm's is not."""
     factors = ("batch_size", "accumulation", "nproc_per_node", "nnodes")
     keys = {k.strip(): v.strip() for k, _, v in (item.partition("=") for item in overrides)}
@@ -99,7 +99,10 @@ def step_set_by(overrides, preset: DevicePreset, preset_name: str) -> tuple[str,
     if set_here:
         return "--set", "device." + max(set_here, key=lambda k: preset.nodes[1] if k == "nnodes"
                                         else getattr(preset, k))
-    return f"device preset {preset_name!r}", "batch_size"
+    try:   # the file to fix, as runconfig names it before a run (the name alone is not a place)
+        return str(presets.find("devices", preset_name).path), "batch_size"
+    except ConfigError:   # gone since the run began, or a run's own (adopted): its name is all there is
+        return f"device preset {preset_name!r}", "batch_size"
 
 
 def refuse_unreachable_faults(config, preset_name: str, faults: Injector, samples: int) -> None:

@@ -80,6 +80,18 @@ def num_samples(name: str, params: Any) -> int | None:
     return known(params) if known else None
 
 
+def most_samples(name: str, params: Any) -> tuple[int, bool] | None:
+    """(the most training samples an epoch can have, whether that is exactly its size), known
+    without building the data: `num_samples` where the package tells it, else the bound its
+    optional `most_samples(params)` gives (trm's text is at most corpus_bytes long, so a batch
+    larger than the whole of it is refused before a run directory is made rather than by the
+    trainer inside the run); None when nothing is known before the data is built."""
+    if (exact := num_samples(name, params)) is not None:
+        return exact, True
+    bound = getattr(_module(name, "workload"), "most_samples", None) if name in BUILTIN else None
+    return (bound(params), False) if bound else None
+
+
 def step_size(device: "DevicePreset") -> str:
     """A step's samples as the preset makes them: '100000 x accumulation 64 = 6400000', or
     just '99999' where batch_size alone is the step (never a product of one factor, 'x = x')."""
@@ -92,14 +104,17 @@ def step_size(device: "DevicePreset") -> str:
     return " x ".join(parts) + f" = {step}" if len(parts) > 1 else str(step)
 
 
-def check_batch(device: "DevicePreset", samples: int, where: str, key: str = "batch_size") -> None:
+def check_batch(device: "DevicePreset", samples: int, where: str, key: str = "batch_size",
+                exact: bool = True) -> None:
     """An optimizer step may not take more samples than the data set has: it would be one
     step over all of them (and more), a mistake whatever the device. `where` and `key` name
-    what set the step: the preset file's batch_size, or --set's device.batch_size."""
+    what set the step: the preset file's batch_size, or --set's device.batch_size. `exact`
+    False: `samples` is only the most the data set can have (most_samples)."""
     if device.effective_batch * device.world_size <= samples:
         return
+    has = "has" if exact else "has at most"
     raise ConfigError(where, key, f"{step_size(device)} samples per optimizer step, but the data "
-                      f"set has {samples}; expected at most {samples} a step (a smaller "
+                      f"set {has} {samples}; expected at most {samples} a step (a smaller "
                       "batch_size or accumulation, or more samples)")
 
 

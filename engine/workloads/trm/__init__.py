@@ -24,6 +24,13 @@ from __future__ import annotations
 from engine.workloads.trm.params import Params
 
 
+def most_samples(params: Params) -> int:
+    """The most training windows the text can give, known before it is read: its training
+    text is at most corpus_bytes long, and a window starts every seq_len bytes (the trainer
+    counts the real number once the text is read)."""
+    return max(0, (params.corpus_bytes - 1) // params.seq_len)
+
+
 def build(params: Params, seed: int):
     # deferred: workload.py imports torch, which the card keeps out of presets and --help
     from engine.workloads.trm.workload import TrmWorkload
