@@ -28,8 +28,8 @@ from engine.run.alert_rules import AlertRules
 
 UNKNOWN = {"samples_per_step": None, "samples_source": "unknown", "tokens_per_step": None,
            "tokens_source": "unknown", "counter": "steps", "accumulation": None, "said": None}
-NANOGPT = {**UNKNOWN, "tokens_per_step": 491_520, "tokens_source": "stated",
-           "said": "tokens per iteration will be: 491,520"}
+# as the tracker records it: `said` is the samples' words alone, none kept for the tokens
+NANOGPT = {**UNKNOWN, "tokens_per_step": 491_520, "tokens_source": "stated"}
 
 
 def command_run(*overrides: str) -> RunDir:
@@ -134,13 +134,12 @@ def test_stated_tokens_and_total_carry_their_source(home, capsys):
     assert "1,228,800 tokens/s" in status_line(step, None, 5, width=80)
     out = show(run, capsys)
     assert "progress  step 20/200, 9,830,400 tokens\n" in out
-    assert 'tokens    491,520 a step: the script said so\n          "tokens per iteration will be: 491,520"\n' in out
+    assert 'tokens    491,520 a step: the script said so\n' in out
     assert "total     200 steps: the script said so" in out
     assert "speed     2.5 steps/s on average, 1,228,800 tokens/s\n" in out
     as_json = json.loads(show(run, capsys, "--json"))
     assert as_json["total_steps"] == 200 and as_json["total_source"] == "stated"
     assert as_json["units"]["tokens_per_step"] == 491_520 and as_json["units"]["tokens_source"] == "stated"
-    assert as_json["units"]["said"] == "tokens per iteration will be: 491,520"
     assert as_json["tokens_seen"] == 9_830_400 and as_json["tokens_per_s"] == pytest.approx(1_228_800)
 
 
@@ -307,3 +306,18 @@ def test_a_run_whose_windows_were_all_fragments_says_its_speed_was_not_measured(
           ("run_finished", {"status": "finished"}))
     speed = [line for line in show(run, capsys).splitlines() if line.startswith("speed")]
     assert speed and "not measured" in speed[0] and len(speed[0]) <= 80
+
+
+def test_the_samples_words_are_under_the_samples_line_never_the_tokens(home, capsys):
+    """A script that states both (the HF Trainer's batch line, a tokens-per-step line): the
+    words the samples came from sit under the samples, and the tokens line has none of them."""
+    said = "Total train batch size (w. parallel, distributed & accumulation) = 32"
+    units = {**UNKNOWN, "samples_per_step": 32, "samples_source": "stated", "said": said,
+             "tokens_per_step": 16_384, "tokens_source": "stated"}
+    run = command_run()
+    write(run, *started(run), ("step", {"step": 10, "total": 300, "samples_seen": 320, "loss": 2.0,
+                                        "samples_per_s": None, "steps_per_s": None, "window_s": None,
+                                        "units": units, "total_source": "output"}))
+    out = show(run, capsys)
+    assert f'samples   32 a step: the script said so\n          "{said}"\ntokens    16,384 a step' in out
+    assert out.count(said) == 1

@@ -188,7 +188,9 @@ def figures_lines(s: RunSummary) -> list[str]:
         per_step, source = units.get(key), units.get(f"{noun}_source") or "?"
         if per_step is not None:
             lines.append(f"{noun:<10}{per_step:,} a step: {_SOURCES.get(source, source)}")
-            if source == "stated" and units.get("said"):
+            # `said` is the words the samples came from (engine.command.tracker's Units keeps
+            # none for tokens): under the samples line only, never under the tokens'
+            if noun == "samples" and source in ("stated", "argv") and units.get("said"):
                 lines.append(f"{'':10}\"{units['said']}\"")
         elif noun == "samples":
             lines += ["samples   per step not known, so the speed is in steps/s; give it with",
