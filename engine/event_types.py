@@ -60,6 +60,9 @@ class RunResumedFields(RunStartedFields):
 
     next_attempt: int
     resume: dict[str, Any] | None   # the resume point: step, samples_seen, path
+    # an adopted run's own resume arguments (`runs resume --resume-args`), appended to its argv:
+    # it resumes where they say, from a checkpoint cockpit did not see written
+    resume_args: NotRequired[list[str]]
 
 
 class RunFinishedFields(TypedDict):

@@ -142,6 +142,10 @@ def test_an_adopted_script_shows_its_steps_and_memory_and_ends_and_a_resume_rela
     assert again["command"] == [*started["argv"], "--resumed", "two words"]
     log = run.attempt_log(2).read_text()
     assert f"started in {s.dir} with ['--resumed', 'two words'] token=recorded" in log
+    # it resumes where its own arguments say, never "from the start" (issue 39, item 5)
+    assert events(run, "run_resumed")[-1]["resume_args"] == ["--resumed", "two words"]
+    assert "from where its own arguments say (--resumed two words)" in resumed.stdout
+    assert "from the start" not in resumed.stdout
     assert events(run, "run_finished")[-1]["status"] == "finished"
     # a second resume appends to the argv it was adopted with, not to the last one
     config = resumption.plan(run, resumption.History.of(run.events()), resume_args=["--other"])
@@ -485,3 +489,30 @@ def test_a_on_the_runs_screen_adopts_a_pid_and_attaches_at_80x24(home, script):
 
     run = run_async(drive())
     assert finished(run)["status"] == "ended"
+
+
+def test_an_adopted_argv_s_batch_and_accumulation_make_its_samples_per_step(home):
+    """`--bs 32 --accum 16` in the argv it was adopted with: 512 samples a step, from the argv
+    (issue 39, item 5: the accumulation was read for the count of batches, the batch was not)."""
+    argv = [sys.executable, "train.py", "--bs", "32", "--accum", "16", "--lr", "3e-4"]
+    run = adoption.create(adoption.Adoption(pid=os.getpid(), start=0.0, argv=argv, cwd=str(home), env={}))
+    units = adopted.AdoptedLauncher(run).launch(1, adoption.PRESET, run.config().device).units
+    assert (units.samples_per_step, units.samples_source, units.said) == (512, "argv", "--bs 32 x --accum 16")
+    assert units.accumulation == 16
+    # a micro-batch alone is no step: the script may accumulate by default
+    run = adoption.create(adoption.Adoption(pid=os.getpid(), start=0.0, argv=argv[:4], cwd=str(home), env={}))
+    assert adopted.AdoptedLauncher(run).launch(1, adoption.PRESET, run.config().device).units.samples_per_step is None
+
+
+def test_a_resumed_adopted_run_says_it_resumes_through_its_own_arguments(home):
+    from cockpit.present.lines import human_line
+
+    argv = [sys.executable, "train.py", "--config", '{"lr": 3e-4}']
+    run = adoption.create(adoption.Adoption(pid=os.getpid(), start=0.0, argv=argv, cwd=str(home), env={}))
+    history = resumption.History(adopted={"argv": argv})
+    config = resumption.plan(run, history, resume_args=["--resume", "ckpt/last.pt"])
+    assert resumption.own_resume_args(history, config) == ["--resume", "ckpt/last.pt"]
+    assert resumption.own_resume_args(history, run.config()) == []   # none given
+    line = human_line({"type": "run_resumed", "run": run.id, "next_attempt": 2, "device_preset": "adopted",
+                       "resume": None, "resume_args": ["--resume", "ckpt/last.pt"]})
+    assert line.endswith("attempt 2 on adopted, from where its own arguments say (--resume ckpt/last.pt)")

@@ -14,7 +14,8 @@ from engine.command.statements import fact_of, from_argv, is_setting, normalise,
     # nanoGPT's configurator
     (["python", "train.py", "config/train_shakespeare_char.py", "--max_iters=200",
       "--gradient_accumulation_steps=4", "--batch_size=12"],
-     {"total": (200, "--max_iters=200"), "accumulation": (4, "--gradient_accumulation_steps=4")}),
+     {"total": (200, "--max_iters=200"), "accumulation": (4, "--gradient_accumulation_steps=4"),
+      "batch_size": (12, "--batch_size=12")}),
     # argparse, the value as the next word
     (["train.py", "--max_steps", "300", "--epochs", "3", "--grad_accum", "2"],
      {"total": (300, "--max_steps 300"), "epochs": (3, "--epochs 3"),
@@ -22,7 +23,10 @@ from engine.command.statements import fact_of, from_argv, is_setting, normalise,
     # HF's run_clm: -1 means unset, 3.0 is three
     (["run_clm.py", "--num_train_epochs", "3.0", "--max_steps", "-1",
       "--gradient_accumulation_steps", "4", "--per_device_train_batch_size", "8"],
-     {"epochs": (3, "--num_train_epochs 3.0"), "accumulation": (4, "--gradient_accumulation_steps 4")}),
+     {"epochs": (3, "--num_train_epochs 3.0"), "accumulation": (4, "--gradient_accumulation_steps 4"),
+      "batch_size": (8, "--per_device_train_batch_size 8")}),
+    # a micro-batch by its short names (issue 39: an adopted `--bs 32 --accum 16`)
+    (["train.py", "--bs", "32", "--accum", "16"], {"batch_size": (32, "--bs 32"), "accumulation": (16, "--accum 16")}),
     # hydra overrides, dotted, with + and ++
     (["train.py", "trainer.max_steps=300", "+trainer.accumulate_grad_batches=2", "++data.epochs=5"],
      {"total": (300, "trainer.max_steps=300"), "accumulation": (2, "+trainer.accumulate_grad_batches=2"),
@@ -42,7 +46,7 @@ def test_a_later_statement_wins():
 
 
 @pytest.mark.parametrize("argv", [
-    ["train.py"], [], ["train.py", "--bs", "8", "--lr", "3e-4", "--out", "ckpt"],
+    ["train.py"], [], ["train.py", "--lr", "3e-4", "--out", "ckpt", "--eval_batch_size", "64"],
     ["train.py", "--max_steps"],                       # no value
     ["train.py", "--max_steps", "--epochs"],           # the next word is a flag
     ["train.py", "--max_steps", "{max_steps}"],        # an unfilled placeholder
@@ -88,3 +92,12 @@ def test_stdlib_only():
                           "import engine.command.statements, sys; print(' '.join(sys.modules))"],
                          capture_output=True, text=True, env=child_env(), check=True, cwd=ROOT)
     assert not {"torch", "textual", "numpy"} & set(out.stdout.split())
+
+
+def test_a_printed_batch_size_states_no_fact():
+    """A micro-batch counts only from the argv beside a stated accumulation; printed alone
+    (nanoGPT's `Overriding: batch_size = 12`) it is no step's size."""
+    from engine.command.statements import stated_in
+
+    assert stated_in("Overriding: batch_size = 12") == {}
+    assert stated_in("batch_size = 12") is None

@@ -108,7 +108,12 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
         return f"run {e['run']}: workload {e['workload']}, device preset {e['device_preset']}"
     if kind == "run_resumed":
         resume = e.get("resume")
-        where = f"from {resume_text(resume)}" if resume else "from the start (no checkpoint to resume from)"
+        if resume:
+            where = f"from {resume_text(resume)}"
+        elif e.get("resume_args"):   # an adopted run's own arguments say where: not the start
+            where = "from where its own arguments say (" + " ".join(e["resume_args"]) + ")"
+        else:
+            where = "from the start (no checkpoint to resume from)"
         return (f"run {e['run']} resumed: attempt {e['next_attempt']} on {e['device_preset']}, "
                 f"{where}")
     if kind == "stop_requested":

@@ -250,7 +250,8 @@ def units(spec: CommandSpec, preset: "DevicePreset", known: dict | None = None) 
     """What one of the script's optimizer steps is before it says anything: the workload
     preset's samples_per_step / tokens_per_step; else the effective batch where the argv takes
     both {batch_size} and {accumulation} (or {effective_batch}), or {batch_size} with a literal
-    accumulation argument (`--accumulate_grad_batches 2`); else unknown. The accumulation is
+    accumulation argument (`--accumulate_grad_batches 2`); else both as literal arguments
+    (`--bs 32 --accum 16`); else unknown. The accumulation is
     the preset's where the argv takes {accumulation}, else its literal argument (`known`,
     engine.command.statements.from_argv). The script's own statements, read from its output,
     outrank all but what the script reports (engine.command.tracker)."""
@@ -273,6 +274,13 @@ def units(spec: CommandSpec, preset: "DevicePreset", known: dict | None = None) 
     elif "batch_size" in takes and found.accumulation:
         found = found.learn("samples_per_step", preset.batch_size * found.accumulation,
                             "placeholders", "{batch_size} x " + (
+                                "{accumulation}" if "accumulation" in takes
+                                else known["accumulation"][1]))
+    elif "batch_size" in known and found.accumulation:
+        # both written in its argv (`--bs 32 --accum 16`, an adopted process's): a micro-batch
+        # alone is not a step, since a script may accumulate by default
+        found = found.learn("samples_per_step", known["batch_size"][0] * found.accumulation, "argv",
+                            known["batch_size"][1] + " x " + (
                                 "{accumulation}" if "accumulation" in takes
                                 else known["accumulation"][1]))
     if spec.tokens_per_step:

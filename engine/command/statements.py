@@ -10,8 +10,8 @@ setting (never a metric) or a timing (never a metric either); engine.command.pro
 of each line it reads. Torch-free, stdlib only.
 
 Fact keys: ``total`` (optimizer steps in the run), ``epochs``, ``accumulation``
-(micro-batches per optimizer step), and from printed lines only ``samples_per_step`` and
-``tokens_per_step``.
+(micro-batches per optimizer step), from the argv only ``batch_size`` (a micro-batch's
+samples), and from printed lines only ``samples_per_step`` and ``tokens_per_step``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,13 @@ ACCUMULATION_NAMES = frozenset(
     "gradient_accumulation_steps gradient_accumulation grad_accum grad_accum_steps "
     "grad_accumulation_steps grad_acc grad_acc_steps accumulation accumulation_steps "
     "accum accum_steps accum_iter accumulate_grad_batches".split())
+
+# A micro-batch's size as an argv names it: read from the argv only (a printed `batch_size = 12`
+# states no fact: engine.command.units multiplies it by a stated accumulation, never alone,
+# since a script may accumulate by default).
+BATCH_NAMES = frozenset(
+    "batch_size bs micro_batch_size micro_bs mbs per_device_train_batch_size "
+    "per_gpu_train_batch_size train_batch_size train_micro_batch_size_per_gpu".split())
 
 _FACT_OF = {**{n: "total" for n in TOTAL_NAMES}, **{n: "epochs" for n in EPOCH_NAMES},
             **{n: "accumulation" for n in ACCUMULATION_NAMES}}
@@ -102,7 +109,7 @@ def from_argv(argv: list[str]) -> dict[str, tuple[int, str]]:
             continue
         if not name.strip("-+"):
             continue
-        key = fact_of(name)
+        key = fact_of(name) or ("batch_size" if normalise(name) in BATCH_NAMES else None)
         value = whole_number(text) if key else None
         if key and value is not None:
             found[key] = (value, said)

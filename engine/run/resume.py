@@ -76,6 +76,17 @@ class History:
         return process if process.alive() else None
 
 
+def own_resume_args(history: History, config: RunConfig) -> list[str]:
+    """The arguments an adopted run's continuation runs beyond the argv it was adopted with
+    (`runs resume --resume-args`, which plan appends): [] for any other run, or none given."""
+    argv = (history.adopted or {}).get("argv")
+    if not isinstance(argv, list) or not config.workload.is_command:
+        return []
+    adopted, command = literal(map(str, argv)), list(config.workload.params.command)
+    return [a.replace("{{", "{").replace("}}", "}") for a in command[len(adopted):]] \
+        if command[:len(adopted)] == adopted else []
+
+
 def at_work(run: RunDir) -> bool:
     """Something may still write to the run: its supervisor or the lifeline of a dead one holds
     its lock, or its last attempt runs on with neither (`cockpit runs stop` stops it). A

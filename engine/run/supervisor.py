@@ -52,6 +52,7 @@ from engine.run.lifeline import Lifeline
 from engine.run.rewind import Outcome, Rewinds
 from engine.run.spare import Spare
 from engine.run.training_health import TrainingHealth
+from engine.run import resume as resumption
 from engine.run.resume import History
 from engine.record.rundir import RunDir
 from engine.run.watch import AttemptResult
@@ -175,7 +176,10 @@ class Supervisor:
         self._fired = {spec for _, spec in history.fired if spec is not None}
         self.kind.continue_from(history)
         resume = self.kind.resume_point()
-        self.events.emit("run_resumed", **fields, next_attempt=self._first_attempt, resume=resume)
+        # with no checkpoint of cockpit's, an adopted run may still resume through its own words
+        own = resumption.own_resume_args(history, self.config) if resume is None else []
+        self.events.emit("run_resumed", **fields, next_attempt=self._first_attempt, resume=resume,
+                         **({"resume_args": own} if own else {}))
         return resume
 
     def _attempts(self, resume: dict | None) -> tuple[str, list[AttemptResult]]:
