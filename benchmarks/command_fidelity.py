@@ -4,8 +4,13 @@ resume argument and checkpoints, then every figure of `cockpit runs show RUN --j
 what the script wrote down itself (truth.json: the steps each attempt trained, where it resumed,
 each checkpoint written, its samples and tokens per step, its last logged loss, eval and metric).
 
-    python benchmarks/command_fidelity.py                      # all five shapes, about a minute
+    python benchmarks/command_fidelity.py                      # all seven shapes, about two minutes
     python benchmarks/command_fidelity.py --shapes nanogpt retriever
+
+Seven shapes: nanoGPT, run_clm under the HF Trainer, Lightning's Rich bar, a per-epoch counter
+(retriever), TRL's GRPO, a hand-written loop of slow steps (2 s) under a Rich bar that redraws
+itself ten times a second (richbar), and mlx-lm's LoRA itself on a tiny Llama at a Mac's pace
+(mlx_lora: its rows, its live bar, 2 s iterations; needs mlx-lm, skipped without it).
 
 Steps lost are read three times: `runs show` (the fold behind runs list, compare and the TUI),
 the headless last line and run_finished's summary (what the alerts say); they must agree.
@@ -22,6 +27,15 @@ Tolerances, and why:
   attempt here, so a poll at each end of each is 10-20 %. A misread unit is off by a factor of 2
   to 40, far outside it.
 - losses and metrics: exact to the digits the script printed (the truth is what it printed).
+- rate in lines: 15 %. What the step lines show (the smoothed samples/s, or a window's steps/s
+  where the samples per step are not known), each against the script's own clock over the same
+  steps (its per-step print times in truth.json); the worst line of the run, as a ratio. Lines
+  whose rate holds one step are left out (a refresh late at either end of one step of 2 s is
+  10 %), as is each attempt's first window (warm-up, held aside by the rate).
+- ETA at half-way: 25 % (and the 0.1 s a step event rounds it to: the five fast shapes are half
+  a second from their end there). The ETA of the first step line past half of what the last
+  attempt trains, against the time the script really took from that step to its last.
+- tokens/s: 25 %, as samples/s (the run's average).
 
 Exits 0: it is a measurement. tests/test_command_fidelity.py runs the same comparison.
 """
@@ -29,6 +43,7 @@ Exits 0: it is a measurement. tests/test_command_fidelity.py runs the same compa
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -41,8 +56,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES_DIR = ROOT / "tests" / "scripts" / "shapes"
-CRASH_AT = 30          # every shape checkpoints before it and runs well past it
-RATE_TOLERANCE = 0.25  # samples/s, relative (see the docstring)
+CRASH_AT = 30          # every shape checkpoints before it and runs well past it (or says its own)
+RATE_TOLERANCE = 0.25  # samples/s and tokens/s, relative (see the docstring)
+LINE_RATE_TOLERANCE = 0.15   # the rate each step line shows
+ETA_TOLERANCE = 0.25         # the ETA at half-way
+ETA_ROUNDING_S = 0.1         # step events round their ETA to this
 
 
 @dataclass(frozen=True)
@@ -54,6 +72,8 @@ class Shape:
     batch_size: int
     accumulation: int
     preset: dict = field(default_factory=dict)  # command.* settings, passed where cockpit has them
+    crash_at: int = CRASH_AT       # a step after a checkpoint, well before the end
+    needs: str | None = None       # a module the script imports that may not be installed
 
 
 SHAPES = {
@@ -77,10 +97,23 @@ SHAPES = {
                               "{batch_size}", "--gradient_accumulation_steps", "{accumulation}",
                               "--max_steps", "60", "{hf_device_flag}"),
                   ("--resume_from_checkpoint", "{checkpoint}"), "{run_dir}/out/checkpoint-*", 4, 2),
+    # steps of seconds, the bar redrawn through them: 10 steps, a crash after 5, back from 4
+    "richbar": Shape("richbar.py", ("--out", "{run_dir}/out", "--steps", "10", "--step_s", "2.0",
+                                    "--bs", "{batch_size}", "--accum", "{accumulation}", "--save_every", "2"),
+                     ("--resume", "{checkpoint}"), "{run_dir}/out/last.pt", 4, 2, crash_at=5),
+    # mlx-lm counts from 1 again after a resume (steps_restart); a crash at the row for 6, back
+    # from its adapters of 4; its evaluations at the first and last iteration
+    "mlx_lora": Shape("mlx_lora.py", ("--out", "{run_dir}/out", "--iters", "12", "--step_s", "2.0",
+                                      "--batch-size", "{batch_size}",
+                                      "--grad-accumulation-steps", "{accumulation}"),
+                      ("--resume-adapter-file", "{checkpoint}"),
+                      "{run_dir}/out/adapters/*_adapters.safetensors", 4, 1,
+                      {"steps_restart": True}, crash_at=6, needs="mlx_lm"),
 }
 
 FIGURES = ("final step", "total", "samples/step", "tokens/step", "samples seen", "steps lost",
-           "lost, last line", "lost, finished", "checkpoints", "final loss", "eval shown", "main metric", "samples/s")
+           "lost, last line", "lost, finished", "checkpoints", "final loss", "eval shown", "main metric",
+           "samples/s", "tokens/s", "rate in lines", "ETA half-way")
 ABSENT = "absent"
 
 
@@ -130,12 +163,13 @@ def cockpit_argv(shape: Shape) -> list[str]:
     for key, value in shape.preset.items():
         if key in known:
             sets += ["--set", f"command.{key}={_toml(value)}"]
-    return ["run", "-d", "cpu", "--inject", f"native-crash@{CRASH_AT}", *sets, "--",
+    return ["run", "-d", "cpu", "--inject", f"native-crash@{shape.crash_at}", *sets, "--",
             sys.executable, str(SHAPES_DIR / shape.script), *shape.argv]
 
 
 def run_shape(name: str, env: dict, runs_dir: Path, timeout: float = 300,
-              rate_tolerance: float = RATE_TOLERANCE) -> Result:
+              rate_tolerance: float = RATE_TOLERANCE, line_tolerance: float = LINE_RATE_TOLERANCE,
+              eta_tolerance: float = ETA_TOLERANCE) -> Result:
     """Run one shape under `cockpit run` (env: its COCKPIT_* dirs, PYTHONPATH; SIGINT left at
     its default for the children) and compare its figures with the script's truth."""
     shape = SHAPES[name]
@@ -158,7 +192,9 @@ def run_shape(name: str, env: dict, runs_dir: Path, timeout: float = 300,
     summary["_lost_last_line"] = int(said[-1].replace(",", "")) if said else 0
     finished = [e for e in events if e.get("type") == "run_finished"]
     summary["_lost_finished"] = (finished[-1].get("summary") or {}).get("steps_lost", ABSENT) if finished else ABSENT
-    return Result(name, done.returncode, outcomes, compare(summary, truth, rate_tolerance), output, truth)
+    summary["_steps"] = [e for e in events if e.get("type") == "step"]
+    return Result(name, done.returncode, outcomes,
+                  compare(summary, truth, rate_tolerance, line_tolerance, eta_tolerance), output, truth)
 
 
 # ---------------------------------------------------------------- the truth
@@ -183,14 +219,71 @@ def truth_figures(t: dict) -> dict:
             steps += a["span"][3] - a["span"][1]
             secs += a["span"][2] - a["span"][0]
     ev, metric = t.get("eval"), t.get("main_metric")
+    tps = t["tokens_per_step"]
     return {
         "final step": final, "total": t["total"], "samples/step": sps,
         "tokens/step": t["tokens_per_step"], "samples seen": None if sps is None else done * sps,
         "steps lost": lost, "lost, last line": lost, "lost, finished": lost, "checkpoints": sum(len(a["checkpoints"]) for a in attempts),
         "final loss": t["loss"], "eval shown": ev and ev["value"], "main metric": metric and metric["value"],
         "samples/s": (steps * sps / secs) if secs and sps else None,
+        "tokens/s": (steps * tps / secs) if secs and tps else None,
+        # the step lines' rates and the ETA: held to the script's clock line by line (below)
+        "rate in lines": 1.0, "ETA half-way": None,
         "_eval_name": ev and ev["name"], "_metric_name": metric and metric["name"],
     }
+
+
+def first_prints(attempt: dict) -> dict[int, float]:
+    """When the script first printed each step (a per-batch counter prints a step several
+    times; cockpit reads it at the first)."""
+    times: dict[int, float] = {}
+    for step, when in attempt.get("times", []):
+        times.setdefault(int(step), when)
+    return times
+
+
+def line_rates(steps: list[dict], t: dict, tolerance: float = LINE_RATE_TOLERANCE) -> tuple[float | None, int, int]:
+    """The worst step line's shown rate over the script's own over the same steps, as a ratio
+    (1.0: exact; None with no line to judge), the lines within `tolerance` and those judged. A
+    line shows the smoothed samples/s, where the samples per step are known (over the attempt's
+    windows after its first), else its window's steps/s (from_step to step)."""
+    worst, within, judged = None, 0, 0
+    sps = t["samples_per_step"]
+    for number, attempt in enumerate(t["attempts"], 1):
+        times = first_prints(attempt)
+        mine = [e for e in steps if e.get("attempt") == number and e.get("window_s") is not None
+                and e.get("steps_per_s") is not None and not e.get("partial")]
+        if len(mine) < 2:
+            continue
+        measured = mine[0]["step"]   # the first window (warm-up) is held aside by the rate
+        for e in mine[1:]:
+            smoothed = e.get("smoothed_samples_per_s")
+            start = measured if smoothed is not None else e["from_step"]
+            if e["step"] - start < 2 or start not in times or e["step"] not in times:
+                continue
+            truth = (e["step"] - start) / (times[e["step"]] - times[start])
+            shown = smoothed / sps if smoothed is not None and sps else e["steps_per_s"]
+            ratio = shown / truth
+            worst = ratio if worst is None or abs(ratio - 1) > abs(worst - 1) else worst
+            judged += 1
+            within += abs(ratio - 1) <= tolerance
+    return worst, within, judged
+
+
+def eta_half_way(steps: list[dict], t: dict) -> tuple[float | None, float | None]:
+    """The ETA of the first step line past half of what the last attempt trains, and the time
+    the script took from that step to its last: (cockpit's, the truth), or (None, None)."""
+    last = t["attempts"][-1]
+    times = first_prints(last)
+    if not times:
+        return None, None
+    number = len(t["attempts"])
+    half = (last["resumed_from"] + t["total"]) / 2
+    for e in steps:
+        if e.get("attempt") == number and e["step"] >= half and e.get("eta_s") is not None \
+                and not e.get("partial") and e["step"] in times:
+            return e["eta_s"], times[max(times)] - times[e["step"]]
+    return None, times[max(times)] - times[min(times)]
 
 
 # ---------------------------------------------------------------- cockpit's figures
@@ -232,6 +325,7 @@ def cockpit_figures(s: dict, eval_name: str | None, metric_name: str | None) -> 
         "lost, last line": s.get("_lost_last_line", ABSENT), "lost, finished": s.get("_lost_finished", ABSENT),
         "checkpoints": s.get("checkpoints", ABSENT), "final loss": s.get("loss", ABSENT),
         "eval shown": shown_eval, "main metric": main, "samples/s": s.get("samples_per_s", ABSENT),
+        "tokens/s": s.get("tokens_per_s", ABSENT),
     }
 
 
@@ -253,15 +347,20 @@ def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def verdict(figure: str, cockpit, truth, samples_per_step=None, rate_tolerance=RATE_TOLERANCE) -> str:
+def verdict(figure: str, cockpit, truth, samples_per_step=None, rate_tolerance=RATE_TOLERANCE,
+            line_tolerance=LINE_RATE_TOLERANCE, eta_tolerance=ETA_TOLERANCE) -> str:
     if cockpit is ABSENT:
         return ABSENT
     if truth is None or cockpit is None:
         return "exact" if truth is None and cockpit is None else "WRONG"
     if not _number(cockpit) or not _number(truth):
         return "WRONG"
-    if figure == "samples/s":
-        return "ok" if abs(cockpit - truth) <= rate_tolerance * truth else "WRONG"
+    tolerance = {"samples/s": rate_tolerance, "tokens/s": rate_tolerance,
+                 "rate in lines": line_tolerance, "ETA half-way": eta_tolerance}.get(figure)
+    if tolerance is not None:
+        # an ETA is said to 0.1 s: the fast shapes' half-way is a fraction of a second away
+        slack = ETA_ROUNDING_S if figure == "ETA half-way" else 0.0
+        return "ok" if abs(cockpit - truth) <= tolerance * truth + slack else "WRONG"
     if figure in ("final loss", "eval shown", "main metric"):
         return "exact" if math.isclose(cockpit, truth, rel_tol=1e-6, abs_tol=1e-9) else "WRONG"
     if cockpit == truth:
@@ -271,11 +370,18 @@ def verdict(figure: str, cockpit, truth, samples_per_step=None, rate_tolerance=R
     return "ok" if step is not None and abs(cockpit - truth) <= step else "WRONG"
 
 
-def compare(summary: dict, truth: dict, rate_tolerance: float = RATE_TOLERANCE) -> list[Row]:
+def compare(summary: dict, truth: dict, rate_tolerance: float = RATE_TOLERANCE,
+            line_tolerance: float = LINE_RATE_TOLERANCE, eta_tolerance: float = ETA_TOLERANCE) -> list[Row]:
     want = truth_figures(truth)
     got = cockpit_figures(summary, want["_eval_name"], want["_metric_name"])
-    said = sources(summary)
-    return [Row(f, got[f], want[f], verdict(f, got[f], want[f], want["samples/step"], rate_tolerance),
+    steps = summary.get("_steps", [])
+    got["rate in lines"], within, judged = line_rates(steps, truth, line_tolerance)
+    if got["rate in lines"] is None:
+        want["rate in lines"] = None   # no line to judge: said as unknown on both sides
+    got["ETA half-way"], want["ETA half-way"] = eta_half_way(steps, truth)
+    said = {**sources(summary), "rate in lines": f"worst of {judged} lines; {within} within"}
+    return [Row(f, got[f], want[f], verdict(f, got[f], want[f], want["samples/step"], rate_tolerance,
+                                            line_tolerance, eta_tolerance),
                 said.get(f, "")) for f in FIGURES]
 
 
@@ -314,6 +420,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     results = []
     for name in args.shapes:
+        if SHAPES[name].needs and importlib.util.find_spec(SHAPES[name].needs) is None:
+            print(f"{name}: skipped ({SHAPES[name].needs} is not installed)", flush=True)
+            continue
         with tempfile.TemporaryDirectory(prefix=f"fidelity-{name}-") as tmp:
             home = Path(tmp)
             env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(home),

@@ -83,6 +83,24 @@ def test_the_frame_drawn_with_a_row_never_moves_the_step_back():
     assert tracker.step == 8 and [f["step"] for kind, f in said if kind == "step"][-1] == 8
 
 
+def test_the_last_rows_loss_is_said_when_its_frame_came_first():
+    """Rich's refresh thread may draw `12/12` before mlx-lm prints the row for 12: the window
+    closes on the frame, and the row's loss, at the step that window ended on, is the run's
+    last: the attempt's end says it."""
+    parser, tracker, said = OutputParser(), Tracker(), []
+    lines = [(0.0, "  iter   train_loss     tok/s     tokens"),
+             (0.0, "train ██████████████████████████▎░░░  88% ·     11/12"),
+             (2.5, "train ██████████████████████████████ 100% ·     12/12"),
+             (2.6, "    12    6.260 ▼       44      1.2k")]
+    for t, line in lines:
+        for o in parser.feed(line + "\n"):
+            said += tracker.parsed(o, t)
+    said += tracker.flush(3.0)
+    steps = [f for kind, f in said if kind == "step"]
+    assert steps[-1]["step"] == 12 and steps[-1]["loss"] == 6.26
+    assert tracker.flush(3.5) == []   # said once
+
+
 def test_a_table_row_that_does_not_fit_its_header_gives_nothing():
     parser = OutputParser()
     found = parser.feed("  iter   train_loss     tok/s     tokens\n"

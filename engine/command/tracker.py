@@ -149,6 +149,7 @@ class Tracker:
     _nonfinite: int = 0                  # readings since the last window with a NaN/Inf loss or norm
     _loss_max: float | None = None       # the largest finite loss read since the last window
     _norm_max: float | None = None       # ... and gradient norm
+    _unsaid: bool = False                # values read since the last step event (a row's loss)
 
     def __post_init__(self) -> None:
         self._meter = RateMeter(full_window_s=self.report_every_s, horizon_s=HORIZON_S,
@@ -243,6 +244,9 @@ class Tracker:
     def _update(self, t, step, total, loss, lr, epoch, metrics, samples, source) -> list[tuple[str, dict]]:
         if not all(_plausible(v) for v in (step, total, samples)):
             return []  # `step 1e400`, 400 digits: not a count any script reaches
+        self._unsaid = self._unsaid or (loss is not None and float(loss) != self.loss) \
+            or (lr is not None and lr != self.lr) \
+            or any(self.metrics.get(name) != value for name, value in (metrics or {}).items())
         if loss is not None:
             self.loss = float(loss)
             if math.isfinite(self.loss):
@@ -338,10 +342,13 @@ class Tracker:
         end = self.step_t if self.step_t is not None else t
         if self.step > w.start_step and end > w.start_t:
             return [("step", self._close_window(end))]
-        if self._windows and self.step <= w.start_step:
+        if self._windows and self.step <= w.start_step and not self._unsaid:
             return []  # its last window already said it
-        # Where it got to: a run too short for a window, or steps read past the window that
-        # the same last read closed (no time to measure a rate over: a partial window)
+        # Where it got to: a run too short for a window, steps read past the window that the
+        # same last read closed (no time to measure a rate over: a partial window), or values
+        # read at the step the last window ended on (mlx-lm's frame `12/12` came before the row
+        # for 12, whose loss is the run's last)
+        self._unsaid = False
         sighting = {**self._where(), "samples_per_s": None, "steps_per_s": None,
                     "window_s": None, "eta_s": None}
         return [("step", {**sighting, "partial": True} if self._windows else sighting)]
@@ -450,6 +457,7 @@ class Tracker:
         if self._norm_max is not None:
             event["grad_norm_max"], self._norm_max = self._norm_max, None
         self._window = _Window(t, step, seen)
+        self._unsaid = False
         return event
 
 

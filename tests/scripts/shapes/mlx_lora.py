@@ -30,6 +30,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--out", required=True)
 p.add_argument("--iters", type=int, default=10)
 p.add_argument("--batch-size", type=int, default=4)
+p.add_argument("--grad-accumulation-steps", type=int, default=1)
 p.add_argument("--max-seq-length", type=int, default=26)
 p.add_argument("--steps-per-report", type=int, default=2)
 p.add_argument("--save-every", type=int, default=4)
@@ -123,6 +124,7 @@ trainer._clear_cache, trainer.evaluate = paced, unpaced
 adapters = out / "adapters"
 sys.argv = ["mlx_lm.lora", "--model", str(tiny / "model"), "--train", "--data", str(tiny / "data"),
             "--iters", str(args.iters - done), "--batch-size", str(args.batch_size),
+            "--grad-accumulation-steps", str(args.grad_accumulation_steps),
             "--max-seq-length", str(args.max_seq_length), "--steps-per-report", str(args.steps_per_report),
             "--steps-per-eval", str(args.iters), "--save-every", str(args.save_every),
             "--val-batches", "2", "--learning-rate", "1e-3", "--adapter-path", str(adapters),
