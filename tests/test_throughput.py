@@ -248,6 +248,23 @@ def test_losses_without_step_numbers_are_said_once():
     assert "warning" not in said
 
 
+def test_values_read_after_the_last_window_are_said_at_the_end():
+    """The Trainer's bar reaches 60/60, then its last log dict (its loss and reward) is printed:
+    no step follows to carry them, so the attempt's end does, once."""
+    from engine.command.progress import OutputParser
+
+    parser, tracker, said = OutputParser(), Tracker(Units(8, "stated")), []
+    for t, line in [(0.0, " 97%|█████████▋| 58/60 [00:10<00:00,  5.00it/s]"),
+                    (1.5, "100%|██████████| 60/60 [00:11<00:00,  5.00it/s]"),
+                    (1.6, "{'loss': 0.8964, 'reward': 0.2104, 'epoch': 1.0}")]:
+        for o in parser.feed(line + "\n"):
+            said += tracker.parsed(o, t)
+    said += tracker.flush(2.0)
+    last = [f for kind, f in said if kind == "step"][-1]
+    assert (last["step"], last["loss"], last["metrics"]["reward"]) == (60, 0.8964, 0.2104)
+    assert tracker.flush(2.5) == []
+
+
 def _replayed(recording: str, units: Units) -> list[dict]:
     """A recorded command's output (tests/scripts/record_output.py: each chunk with when it came)
     through the parser and a tracker at the recorded times: its step events."""

@@ -347,10 +347,12 @@ class Tracker:
         # Where it got to: a run too short for a window, steps read past the window that the
         # same last read closed (no time to measure a rate over: a partial window), or values
         # read at the step the last window ended on (mlx-lm's frame `12/12` came before the row
-        # for 12, whose loss is the run's last)
+        # for 12, whose loss is the run's last; the Trainer's last log dict after its bar's 60/60)
         self._unsaid = False
         sighting = {**self._where(), "samples_per_s": None, "steps_per_s": None,
                     "window_s": None, "eta_s": None}
+        if self.metrics:
+            sighting["metrics"] = {k: v for k, v in self.metrics.items() if _finite_number(v)}
         return [("step", {**sighting, "partial": True} if self._windows else sighting)]
 
     # ------------------------------------------------------------ the step event
