@@ -105,6 +105,10 @@ class Emit(Protocol):
                  **fields: Unpack[event_types.ParityFields]) -> object: ...
 
     @overload
+    def __call__(self, type: Literal["threads"], attempt: int | None = None,
+                 **fields: Unpack[event_types.ThreadsFields]) -> object: ...
+
+    @overload
     def __call__(self, type: Literal["step"], attempt: int | None = None,
                  **fields: Unpack[event_types.StepFields]) -> object: ...
 

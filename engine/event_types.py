@@ -325,6 +325,20 @@ class ParityFields(TypedDict):
     message: str
 
 
+class ThreadsFields(TypedDict):
+    """The trainer changed torch's intra-op threads to fit the cores other processes leave
+    (engine.train.threads): lowered while they take them, raised when they are free again."""
+
+    threads: int                    # now
+    was: int
+    ceiling: int                    # the preset's threads (or torch's default): never above
+    step: int                       # the steps done when it changed
+    cores: int                      # the cores the trainer may run on
+    others: float                   # cores' worth of CPU other processes used over the last reading
+    others_need: float              # what they would use unsqueezed by the run's threads (estimated)
+    reason: str                     # contention | free
+
+
 class StepFields(TypedDict):
     """One report window of training (the trainer's, or a command's from its output)."""
 
@@ -525,6 +539,7 @@ EVENT_FIELDS: dict[str, type] = {
     "health": HealthFields,
     "nodes_changed": NodesChangedFields,
     "parity": ParityFields,
+    "threads": ThreadsFields,
     "step": StepFields,
     "eval_started": EvalStartedFields,
     "eval": EvalFields,

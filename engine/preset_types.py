@@ -135,8 +135,13 @@ class DevicePreset:
     parity_check: bool = setting(False, "before training, check the device's loss, gradients and "
                                         "optimizer step against the CPU in fp32 (`cockpit check`); "
                                         "wrong numbers are a crash of kind numerical-parity")
-    threads: int = setting(0, "CPU threads for torch; 0 keeps torch's default", min=0,
+    threads: int = setting(0, "CPU threads for torch, the most (see adapt_threads); 0 keeps "
+                                "torch's default", min=0,
                           aka=("num_threads", "torch_threads"))
+    adapt_threads: bool = setting(True, "on the CPU, lower torch's threads while other processes "
+                                        "take the cores, and raise them again (to `threads` at "
+                                        "most) when the cores are free: threads beyond the free "
+                                        "cores wait on each other (engine.train.threads)")
     nproc_per_node: int = setting(1, "processes on this machine; above 1 the attempt runs under "
                                      "torchrun with DDP (one per GPU on CUDA, gloo on CPU)", min=1,
                                  aka=("devices", "gpus", "num_processes", "world_size"))

@@ -11,6 +11,7 @@ import textwrap
 
 from cockpit.commands import train
 from cockpit.commands.train import follow as follow_run
+from cockpit.present.lines import need_text
 from cockpit.present.words import average_rate, badput_parts, checkpoint_step, duration, goodput_line
 from engine import command, paths, settings
 from engine.errors import ConfigError
@@ -97,6 +98,8 @@ def show(args: argparse.Namespace) -> int:
         print(textwrap.fill(f"health    {finding['sentence']}", 80, subsequent_indent=" " * 10))
         print(textwrap.fill(f"-> {finding.get('done') or 'warned'}", 80, initial_indent=" " * 10,
                             subsequent_indent=" " * 13))
+    for line in threads_lines(s):
+        print(line)
     if s.steps_rewound:
         print(f"rewound   {count(s.steps_rewound, 'step')} thrown away by going back (health)")
     if s.steps_lost:
@@ -107,6 +110,24 @@ def show(args: argparse.Namespace) -> int:
     for line in node_lines(machines):
         print(line)
     return 0
+
+
+THREADS_SHOWN = 4
+
+
+def threads_lines(s: RunSummary) -> list[str]:
+    """'threads   2 -> 1 at step 3 (others needed all 2 cores), 1 -> 2 at step 40 (cores
+    free)', wrapped at 80: the trainer fitting torch's threads to the machine; the first
+    changes and the last, where there were many."""
+    if not s.threads:
+        return []
+    said = [f"{c['was']} -> {c['threads']} at step {c['step']}"
+            + (f" (others needed {need_text(c['others_need'], c['cores'])})"
+               if c["reason"] == "contention" else " (cores free)")
+            for c in s.threads]
+    if len(said) > THREADS_SHOWN:
+        said = [*said[:THREADS_SHOWN - 1], f"{len(said) - THREADS_SHOWN} more", said[-1]]
+    return textwrap.wrap("threads   " + ", ".join(said), 80, subsequent_indent=" " * 10)
 
 
 def node_lines(machines: list[nodes.NodeView]) -> list[str]:

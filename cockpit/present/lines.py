@@ -197,6 +197,8 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
         return fallback_line(e)
     if kind == "nodes_changed":
         return nodes_changed_line(e)
+    if kind == "threads":
+        return threads_line(e)
     if kind == "run_failed":
         return f"no further attempt: {e.get('why') or e.get('reason', '?')}"  # the supervisor writes 'reason'
     if kind == "run_finished":
@@ -218,6 +220,25 @@ def nodes_changed_line(e: dict) -> str:
     lost = f"{count(e['steps_lost'], 'step')} lost" if e["steps_lost"] else "no step lost"
     return (f"attempt {e['attempt']}: world {before} -> {now} machines, {world} process{'es' * (world != 1)} "
             f"({what}); resumed at step {e['resumed_step']}, {lost}")
+
+
+def threads_line(e: dict) -> str:
+    """'attempt 1: torch threads 4 -> 2 at step 3: other processes need about 2.1 of the 4 cores
+    (threads beyond the free cores wait on each other)', or '... 1 -> 2 at step 40: the cores
+    are free again (others use 0.1 of 2)': the trainer fitting its threads to the machine."""
+    head = f"attempt {e['attempt']}: torch threads {e['was']} -> {e['threads']} at step {e['step']}"
+    if e["reason"] == "contention":
+        return (f"{head}: other processes need {need_text(e['others_need'], e['cores'])} "
+                "(threads beyond the free cores wait on each other)")
+    return f"{head}: the cores are free again (others use {e['others']:.1f} of {e['cores']})"
+
+
+def need_text(need: float, cores: int) -> str:
+    """'about 1.4 of the 2 cores', or 'all 2 cores' where the estimate is as many or more (it
+    can be: engine.train.threads scales what the others got by how they were squeezed)."""
+    if need >= cores - 0.05:
+        return "all " + count(cores, "core") if cores > 1 else "the one core"
+    return f"about {need:.1f} of the {count(cores, 'core')}"
 
 
 def fallback_line(e: dict) -> str:

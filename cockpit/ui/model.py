@@ -339,6 +339,7 @@ _VIEW: dict[str, Callable[[RunModel, dict], Change]] = {
     "memory": _just(Change.MEMORY), "warning": _warning, "health": _health, "crash": _crash,
     "attempt_ended": _attempt_ended,
     "fallback": _logged(Change.ATTEMPTS | Change.LOG), "run_failed": _run_failed, "nodes_changed": _logged(Change.LOG),
+    "threads": _logged(Change.LOG),
     "run_finished": _logged(Change.RUN | Change.PROGRESS | Change.LOG), "fault_injected": _logged(Change.LOG),
 }
 

@@ -105,10 +105,11 @@ class TreeCpu:
 # ---------------------------------------------------------------- other processes
 
 
-def _busy_and_total(times) -> tuple[float, float]:
+def busy_and_total(times) -> tuple[float, float]:
     """(busy, total) CPU seconds of the whole machine. On Linux guest time is already inside
     user time (psutil's own cpu_percent leaves it out of the total the same way); iowait is
-    idle: a core waiting on a disk is free to run the trainer."""
+    idle: a core waiting on a disk is free to run the trainer. Of one core's times too: the
+    trainer's thread rule reads the cores it may run on (engine.train.threads)."""
     total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
     idle = times.idle + getattr(times, "iowait", 0.0)
     return total - idle, total
@@ -145,7 +146,7 @@ class OtherProcesses:
 
     def scan(self, now: float, exclude: set[int]) -> None:
         """Refresh `others` and `system_percent` from the CPU used since the previous scan."""
-        busy, total = _busy_and_total(self._machine_times())
+        busy, total = busy_and_total(self._machine_times())
         seconds: dict[int, float] = {}
         procs: dict[int, psutil.Process] = {}
         for pid in self._pids():

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from engine.numbers import rate
+from engine.numbers import count, rate
 from engine.probe import PROBE_BUDGET_S, cache
 from engine.probe.candidates import Candidate
 from engine.probe.measure import POLL_S, Worker, WorkerEnd
@@ -54,6 +54,9 @@ class CandidateResult:
     batch_size: int = 0
     accumulation: int = 1
     threads: int | None = None
+    # the count the trainer had lowered its threads to beside other processes when it ended
+    # (engine.train.threads: a run does the same); None: it ended at `threads`
+    threads_fitted: int | None = None
     samples_per_s: float | None = None  # from the timed micro-batches (rough: warm-up's); a command's windows
     spread: list | None = None          # its 90% confidence interval [low, high]; high None: no fast end
     windows: int = 0                    # timings behind it (a command's: step windows)
@@ -269,6 +272,12 @@ def candidate_result(candidate: Candidate, worker: Worker, ended: WorkerEnd) -> 
                            f"{rate(preset.batch_size / waited)} samples/s")
         if preset.compile:
             result.note += "; compile=true: compiling counts here, a larger --budget gives it time"
+    fitted = worker.of_type("threads")
+    if fitted and fitted[-1]["reason"] == "contention":   # raised again: it ended at its own count
+        result.threads_fitted = fitted[-1]["threads"]
+        said = (f"trained at {count(result.threads_fitted, 'thread')} from step {fitted[-1]['step']}: "
+                "other processes took the cores (a run fits its threads the same way)")
+        result.note = f"{result.note}; {said}" if result.note else said
     return result
 
 

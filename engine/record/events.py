@@ -20,7 +20,8 @@ checks every emit against it; tests/test_architecture.py checks this list is the
   engine.train.parity), `step` (with `"partial": true` when a checkpoint or the end cut its
   window short), `heartbeat` (a rank alive in a long accumulation group, or a rank other
   than 0 at a report), `eval_started`, `eval`, `mining_started`, `mining`, `checkpoint`,
-  `checkpoint_interval` (the interval 'auto' chose), warnings and rehearsed faults too, and
+  `checkpoint_interval` (the interval 'auto' chose), `threads` (its intra-op threads fitted to
+  the cores other processes leave: engine.train.threads), warnings and rehearsed faults too, and
   how it failed: `config_error`, `exception`, `numerical`;
 - a user's script, through cockpit.report: `progress` (the supervisor makes steps of it);
 - the probe's worker (engine.probe.worker): `worker_started`, `probe_warmup`,
@@ -132,6 +133,10 @@ class EventWriter:
     @overload
     def emit(self, type: Literal["parity"], attempt: int | None = None,
              **fields: Unpack[event_types.ParityFields]) -> dict[str, Any]: ...
+
+    @overload
+    def emit(self, type: Literal["threads"], attempt: int | None = None,
+             **fields: Unpack[event_types.ThreadsFields]) -> dict[str, Any]: ...
 
     @overload
     def emit(self, type: Literal["step"], attempt: int | None = None,

@@ -329,6 +329,9 @@ class RunSummary:
     # "kind", "sentence", "action", "value", "mean", "std", "z", "rule", "done"}, `done` what was
     # done about it in words (engine.run.training_health, engine.run.rewind)
     health: list[dict] = field(default_factory=list)
+    # each change of torch's threads to fit the cores other processes leave (engine.train.threads):
+    # {"attempt", "step", "was", "threads", "reason", "cores", "others_need"}
+    threads: list[dict] = field(default_factory=list)
     steps_lost: int = 0                # steps trained again, or lost past a checkpoint, after crashes
     steps_rewound: int = 0             # steps thrown away by rewinds (engine.run.rewind)
     goodput: dict | None = None        # where its wall time went (engine.record.goodput, as_dict)
@@ -430,6 +433,8 @@ def summary_of(run: RunDir, state: RunState, config: dict | None = None) -> RunS
         health=[{**{k: e.get(k) for k in ("step", "kind", "sentence", "action", "value", "mean", "std",
                                           "z", "rule")}, "done": _done(e, state)}
                 for e in state.health],
+        threads=[{k: e.get(k) for k in ("attempt", "step", "was", "threads", "reason", "cores", "others_need")}
+                 for e in state.threads],
         steps_lost=averages.steps_lost, steps_rewound=state.stats.steps_rewound, goodput=state.goodput().as_dict(),
         checkpoints=state.stats.checkpoints,
         checkpoint_writes=[{k: e.get(k) for k in ("attempt", "step", "step_source", "path")}

@@ -145,6 +145,7 @@ class RunState:
         self.unreadable: set[str] = set()  # checkpoints that did not load
         self.fired: set[tuple[str | None, str | None]] = set()   # (preset, fault spec) injected
         self.health: list[dict] = []   # its health events: loss spikes, explosions, divergence
+        self.threads: list[dict] = []  # its threads events: the trainer fitting torch's threads to the cores
         self.stats = RunStats()           # the accounting: averages, steps lost, goodput
 
     @classmethod
@@ -350,6 +351,10 @@ def _health(s: RunState, e: dict) -> None:
     s.health.append(e)
 
 
+def _threads(s: RunState, e: dict) -> None:
+    s.threads.append(e)
+
+
 def _fault_injected(s: RunState, e: dict) -> None:
     a = s.attempt(e.get("attempt"))
     s.fired.add((a.preset if a is not None else None, e.get("spec")))
@@ -403,7 +408,7 @@ _FOLD: dict[str, Callable[[RunState, dict], None]] = {
     "attempt_process": _attempt_process, "trainer_ready": _trainer_ready, "step": _step,
     "eval_started": _eval_started, "eval": _eval, "mining_started": _mining_started, "mining": _mining,
     "heartbeat": _heartbeat, "memory": _memory, "checkpoint": _checkpoint, "warning": _warning,
-    "health": _health,
+    "health": _health, "threads": _threads,
     "fault_injected": _fault_injected, "crash": _crash, "attempt_ended": _attempt_ended,
     "fallback": _fallback, "run_failed": _run_failed, "stop_requested": _stop_requested,
     "config_error": _config_error,

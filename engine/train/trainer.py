@@ -48,7 +48,7 @@ from engine.presets import DevicePreset
 from engine.record import reached
 from engine.record.events import EventWriter
 from engine.record.rundir import RunDir
-from engine.train import cadence, checkpointer, optim, parity, peaks
+from engine.train import cadence, checkpointer, optim, parity, peaks, threads
 from engine.train.cadence import Cadence
 from engine.train.data import SampleOrder
 from engine.train.distributed import World
@@ -110,6 +110,9 @@ class Trainer(Saving):
         self.global_batch = preset.effective_batch * self.world.size
         if preset.threads:
             torch.set_num_threads(preset.threads)
+        # On the CPU, fewer threads while other processes hold the cores, as many again once
+        # they are free (engine.train.threads); the count just set is the most
+        self.threads = threads.Adapter.for_run(preset, self.device, self.say)
 
         devices.seed_everything(self.train.seed)
         self.name = config.workload.workload
@@ -300,6 +303,8 @@ class Trainer(Saving):
             self.micro_batch_hook(done, of)
         self.faults.check_time()  # a timed fault, mid-group: a long group must not hold it back
         now = time.monotonic()
+        if self.threads is not None:  # between ops, where torch's thread count may change
+            self.threads.tick(now, self.step)
         if done < of and now - self._last_heartbeat >= self.train.report_every_s:
             self._last_heartbeat = now
             self.say("heartbeat", rank=self.world.rank, step=self.step, micro_batches=done, of=of)
