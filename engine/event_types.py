@@ -492,6 +492,9 @@ class BatchTrialFields(TypedDict):
     first_step_s: NotRequired[float]
     step_s: NotRequired[float]
     samples_per_s: NotRequired[float]
+    # torch's intra-op threads when it ended: fewer than the preset's where other processes took
+    # the cores (engine.train.threads)
+    threads: NotRequired[int]
     peak: NotRequired[dict[str, float]]
     device_memory: NotRequired[dict[str, Any]]
 

@@ -236,3 +236,31 @@ def test_the_probe_fits_its_threads_by_the_same_rule(home, hogs):
     (candidate,) = json.loads(done.stdout)["candidates"]
     assert candidate["threads"] == 2 and candidate["threads_fitted"] == 1
     assert "trained at 1 thread" in candidate["note"]
+
+
+def test_the_batch_finder_compares_speeds_only_at_the_same_thread_count():
+    from engine import runconfig
+    from engine.probe import batch as finder
+
+    config = runconfig.resolve("matmul", "cpu", [])
+    # batch 8 ran at 2 threads before the neighbours came, 16 and 32 at 1: 8's speed is no
+    # batch size's doing
+    trials = [finder.Trial(8, True, "fits", samples_per_s=900.0, threads=2),
+              finder.Trial(16, True, "fits", samples_per_s=300.0, threads=1),
+              finder.Trial(32, True, "fits", samples_per_s=320.0, threads=1)]
+    out = finder._result(config, "cpu", config.device, "cpu", trials, 32, None, 32, None, False, 30.0)
+    assert "Batch 8 was the fastest" not in out.sentence
+    assert out.sentence.endswith("(Other processes took the cores: the trials ran at 2 and 1 threads, "
+                                 "so their speeds compare only at the same count.)")
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or not CORES <= os.sched_getaffinity(0),
+                    reason="pins the batch finder and its neighbours to cores 0 and 1 (Linux)")
+def test_the_batch_finder_fits_its_threads_by_the_same_rule(home, hogs):
+    done = subprocess.run(
+        cockpit_cmd("probe", "-w", "matmul", "-d", "cpu", "--find-batch", "--max-batch", "32",
+                    "--trial-seconds", "1", "--json", "--set", "threads=2", "--set", "params.n=128"),
+        env=child_env(), preexec_fn=_pinned, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    trials = json.loads(done.stdout)["trials"]
+    assert trials and trials[-1]["threads"] == 1

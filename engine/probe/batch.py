@@ -73,6 +73,9 @@ class Trial:
     swap_in_mb: float | None = None
     crash: dict | None = None
     fatal: bool = False                    # a failure no batch size fixes: the search stops
+    # torch's threads when it ended: the trainer lowers them while other processes take the
+    # cores (engine.train.threads), and speeds at different counts are not the batch's doing
+    threads: int | None = None
 
 
 
@@ -108,7 +111,7 @@ def judge(batch: int, end_event: dict | None, reading, *, device: str, baseline_
     peak = (end_event or {}).get("peak", {})
     dev = (end_event or {}).get("device_memory", {})
     if end_event:
-        trial.samples_per_s = end_event["samples_per_s"]
+        trial.samples_per_s, trial.threads = end_event["samples_per_s"], end_event.get("threads")
     if device == "cuda":
         trial.footprint_mb, trial.footprint_kind = peak.get("peak_cuda_allocated_mb"), "CUDA peak allocated"
     else:
@@ -402,7 +405,7 @@ def _result(config: RunConfig, preset_name: str, preset: DevicePreset, device: s
                 rounded = good * math.ceil(effective / good)
                 sentence += (f" ({effective} has no divisor between {micro} and {good}; an "
                              f"effective batch of {rounded} would run as {good} x {rounded // good}.)")
-        fastest = max((t for t in trials if t.fits and t.samples_per_s),
+        fastest = max((t for t in trials if t.fits and t.samples_per_s and t.threads == best.threads),
                       key=lambda t: t.samples_per_s or 0.0, default=None)
         if fastest and fastest.samples_per_s and fastest.batch != good \
                 and fastest.samples_per_s > 1.1 * (best.samples_per_s or 0):
@@ -410,6 +413,10 @@ def _result(config: RunConfig, preset_name: str, preset: DevicePreset, device: s
                          f"samples/s against {rate(best.samples_per_s or 0)}).")
         if out_of_time and bad:
             sentence += " (The finder ran out of time before narrowing it down: raise --budget.)"
+        counts = sorted({t.threads for t in trials if t.threads}, reverse=True)
+        if len(counts) > 1:
+            sentence += (f" (Other processes took the cores: the trials ran at {' and '.join(map(str, counts))} "
+                         "threads, so their speeds compare only at the same count.)")
     if config.workload.is_command and device == "cuda" and not fatal:
         sentence += (" (A command's GPU memory is not visible to cockpit: on CUDA its trials are "
                      "judged by whether it ran out of memory, with no headroom kept.)")

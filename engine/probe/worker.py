@@ -183,6 +183,7 @@ def batch_trials(trainer: Trainer, lines, trial_s: float) -> None:
             raise NonFiniteLoss(trainer.step, f"non-finite weights at batch {batch}")
         emit("batch_trial", batch=batch, phase="end", first_step_s=round(first, 4),
              step_s=round(timed / steps, 5), samples_per_s=round(batch * steps / timed, 3),
+             threads=torch.get_num_threads(),
              peak=devices.peak_memory_mb(trainer.device), device_memory=devices.memory(trainer.device))
 
 
