@@ -105,5 +105,5 @@ def test_clip_m1_is_note_004s_76m_parameter_model(home):
 def test_bad_clip_params_name_the_key(home):
     with pytest.raises(ConfigError, match=r"params\.patch: got 5, expected a divisor of image_size \(16\)"):
         runconfig.resolve("clip-tiny", "cpu", ["params.patch=5"])
-    with pytest.raises(ConfigError, match=r"params\.shapes: got 7, expected an integer from 1 to 6"):
+    with pytest.raises(ConfigError, match=r"params\.shapes: got 7, expected a positive integer up to 6"):
         runconfig.resolve("clip-tiny", "cpu", ["params.shapes=7"])

@@ -155,7 +155,7 @@ def test_each_save_gives_one_toast_the_last_replacing_the_one_before(home):
             await wait_for(pilot, lambda: "batch_size" in screen.errors, what="the bad value found")
             await pilot.press("ctrl+s")
             await wait_for(pilot, lambda: toasts(app), what="the refusal's toast")
-            assert toasts(app) == [("error", "not saved: batch_size: got 0, expected a positive integer")]
+            assert toasts(app) == [("error", "not saved: batch_size: got 0, expected a positive integer up to 2147483647")]
             batch.value = "16"
             await wait_for(pilot, lambda: not screen.errors, what="the fix")
             await pilot.press("ctrl+s")

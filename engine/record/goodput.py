@@ -41,6 +41,7 @@ Pure: no I/O, no clock; engine.record.stats folds one of these with everything e
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from engine.vocabulary import CLEAN
@@ -50,6 +51,9 @@ BUCKETS = ("startup", "compile", "checkpoint_save", "checkpoint_load", "eval", "
 # What a command's output cannot tell apart: None, said as 'not known'.
 COMMAND_UNKNOWN = ("compile", "checkpoint_save", "checkpoint_load", "eval", "epoch_prep")
 _ENDS = ("run_finished", "run_interrupted")
+# An attempt's windows kept to time the steps a crash loses (a TUI folds a week-long run's
+# events: its memory must stay bounded); past them, the attempt's average step.
+WINDOWS_KEPT = 1024   # 17 minutes of 1 s windows
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +99,9 @@ class _Attempt:
     save_s: float = 0.0
     eval_s: float = 0.0
     prep_s: float = 0.0
-    # (steps, seconds training them) of each window in order: the steps lost are the last ones
-    windows: list[tuple[int, float]] = field(default_factory=list)
+    # (steps, seconds training them) of its last WINDOWS_KEPT windows in order: the steps lost
+    # are the last ones (older ones, should a loss reach past them, at the average)
+    windows: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=WINDOWS_KEPT))
     after_s: float = 0.0               # eval, save and prep after its last step event (the end's)
     slow_s: float = 0.0                # window time a slowdown cost
     slow_rate: float | None = None     # the rate before the slowdown, once warned

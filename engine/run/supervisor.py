@@ -43,7 +43,7 @@ from typing import Any, Callable
 from engine.record import events as event_log, stats
 from engine import vocabulary
 from engine.run import alerts, fallback, launchers
-from engine.event_types import FallbackFields, RunStartedFields
+from engine.event_types import FallbackFields, RunResumedFields, RunStartedFields
 from engine.record.events import EventFollower, EventWriter
 from engine.run.attempt import Attempt, Context, Pace
 from engine.run.fallback import Decision, Ladder, Rung
@@ -178,8 +178,10 @@ class Supervisor:
         resume = self.kind.resume_point()
         # with no checkpoint of cockpit's, an adopted run may still resume through its own words
         own = resumption.own_resume_args(history, self.config) if resume is None else []
-        self.events.emit("run_resumed", **fields, next_attempt=self._first_attempt, resume=resume,
-                         **({"resume_args": own} if own else {}))
+        resumed = RunResumedFields(**fields, next_attempt=self._first_attempt, resume=resume)
+        if own:
+            resumed["resume_args"] = own
+        self.events.emit("run_resumed", **resumed)
         return resume
 
     def _attempts(self, resume: dict | None) -> tuple[str, list[AttemptResult]]:
