@@ -299,3 +299,19 @@ def test_the_launcher_runs_a_script_on_the_device_it_is_given_and_refuses_a_miss
     assert refused.returncode == 2 and "argument --device" in refused.stderr
     verdict = classify(AttemptEnd(2, None, tail=refused.stderr, subject=COMMAND))
     assert verdict.kind == "config"
+
+
+def test_a_rich_panels_padded_rows_are_no_bar_and_cost_no_backtracking():
+    """mlx-lm's banner: rows of a Rich panel, coloured and padded with spaces. The percent bar's
+    pattern once let three quantifiers share those spaces: 1.5 s for one 235-character row, the
+    supervisor's loop stalled 5-8 s at every mlx-lm attempt's start (its memory samples and the
+    first steps' times with it). Each row here is read as no bar; a row ten times as long with
+    a '%' and a '·' in it would not finish in this suite's time without the fix."""
+    from engine.command import progress_bars
+
+    row = ("\x1b[34m│\x1b[0m    \x1b[39mmax seq      \x1b[0m   \x1b[1m26\x1b[0m" + " " * 180)
+    long_row = "│ lora · 16 layers · rank 8 ·" + " " * 2000 + "5% · x"
+    for line in (row, long_row, row.replace("26", "26 · 50%")):
+        assert progress_bars.percent_bar(line) is None and progress_bars.rich_bar(line) is None
+    (seen,) = progress_bars.percent_bar("Training ━━━━━━━━━━╺━━━━━━━━━  52% · 13/25") or [None]
+    assert (seen.step, seen.total) == (13, 25)

@@ -43,7 +43,12 @@ RICH_BAR = re.compile(r"(?P<desc>.*?)\s+[━╸╺╾╼─\s]*?(?P<n>\d+)/(?P<t
                       r"(?:\d+:)?\d+:\d\d\s+•(?:\s+(?:-:--:--|(?:\d+:)?\d+:\d\d))?"
                       r"(?:\s+[\d.]+(?:it/s|s/it))?\s*(?P<post>.*)")
 # A bar of block glyphs, a percentage, then `· done/total` (mlx-lm's Rich bar).
-_PERCENT_BAR = re.compile(r"(?P<desc>\S.*?)\s+[█▉▊▋▌▍▎▏▐░▒▓━╸╺ ]+\s*\d{1,3}%\s+·\s+(?P<n>\d+)/(?P<total>\d+)\s*")
+# The spaces before the bar belong to \s+ alone (the bar starts at a glyph): three quantifiers
+# that could each take them cost seconds a line on a Rich panel's padded rows (mlx-lm's
+# banner: 1.5 s for one 235-character line, the supervisor stalled meanwhile).
+_BAR_GLYPHS = "█▉▊▋▌▍▎▏▐░▒▓━╸╺"
+_PERCENT_BAR = re.compile(rf"(?P<desc>\S.*?)\s+[{_BAR_GLYPHS}][{_BAR_GLYPHS} ]*?\s*\d{{1,3}}%\s+·\s+"
+                          r"(?P<n>\d+)/(?P<total>\d+)\s*")
 # Bars of the work around training, not training steps: datasets' `Map: 1000/1000`,
 # `Resolving data files`, `Loading checkpoint shards`, downloads, tokenisation.
 _PREP_DESC = re.compile(r"(?:map|filter|tokeniz|tokenis|load|download|fetch|resolv|generat|"
@@ -61,6 +66,8 @@ def tqdm_bar(line: str, nested: bool = False) -> list[Observation] | None:
 
 
 def rich_bar(line: str, nested: bool = False) -> list[Observation] | None:
+    if "•" not in line or "/" not in line:
+        return None   # no Rich bar without its elapsed-time bullet and its done/total
     m = RICH_BAR.fullmatch(line)
     if not m:
         return None
@@ -68,6 +75,8 @@ def rich_bar(line: str, nested: bool = False) -> list[Observation] | None:
 
 
 def percent_bar(line: str, nested: bool = False) -> list[Observation] | None:
+    if "%" not in line or "·" not in line:
+        return None   # most lines: no regex at all
     m = _PERCENT_BAR.fullmatch(line)
     if not m:
         return None
