@@ -30,7 +30,9 @@ seconds. Never above the ceiling (the preset's threads, or torch's default where
 never below 1. Each change is a `threads` event.
 
 On CUDA and MPS the host's threads are not the compute: nothing is adapted there, nor where the
-preset turns it off (adapt_threads = false).
+preset turns it off (adapt_threads = false). Under DDP on the CPU each rank fits its own count:
+the other ranks are other processes to it, and take cores as any do. A CPU quota (a container's
+cgroup cpu.max) is not seen: the cores are the affinity's, the others' time the host's.
 """
 
 from __future__ import annotations
