@@ -484,3 +484,30 @@ def test_a_torch_save_seen_mid_write_is_no_lower_bound(home, tmp_path, monkeypat
         kind.look_for_checkpoints()
     (told,) = [e for e in run.events() if e["type"] == "checkpoint"]
     assert told["step"] == 1 and "writes_unseen" not in told
+
+
+def test_a_save_after_a_step_read_late_gets_that_step(home, tmp_path, monkeypatch):
+    """A loaded supervisor reads `step 50` a second after the script printed it and saved: the
+    save is after step 50 (the log was last written before the save), not after step 48."""
+    import os
+    from types import SimpleNamespace
+
+    from engine.command.progress import OutputParser
+    from engine.run import kinds
+
+    clock = [1000.0]
+    monkeypatch.setattr(kinds, "time", SimpleNamespace(time=lambda: clock[0]))
+    out = tmp_path / "out"
+    out.mkdir()
+    run, events, kind = command_kind(home, f"{out}/last.pt")
+    parser = OutputParser()
+    with events:
+        kind.progress(parser.feed("step 48/100 loss 0.5\n"), False, written_by=999.0)
+        # printed at 1000.2, saved at 1000.5, read at 1001.5
+        clock[0] = 1001.5
+        (out / "last.pt").write_bytes(b"state")
+        os.utime(out / "last.pt", (1000.5, 1000.5))
+        kind.progress(parser.feed("step 50/100 loss 0.4\n"), False, written_by=1000.2)
+        kind.look_for_checkpoints(final=True)
+    (told,) = [e for e in run.events() if e["type"] == "checkpoint"]
+    assert told["step"] == 50

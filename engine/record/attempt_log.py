@@ -42,6 +42,7 @@ class OutputFollower:
         self.path = path
         self.parser = parser
         self.offset = 0
+        self.written_by: float | None = None   # the log's mtime at the last read (time.time())
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def observe(self, to_end: bool = False) -> tuple[bool, list]:
@@ -62,6 +63,9 @@ class OutputFollower:
             with open(self.path, "rb") as f:
                 f.seek(self.offset)
                 data = f.read(OUTPUT_CHUNK)
+                # what was read was written by then: a loaded supervisor reads a step a poll or
+                # more after it was printed, and a checkpoint written between the two is after it
+                self.written_by = os.fstat(f.fileno()).st_mtime
         except OSError:
             return ""
         self.offset += len(data)

@@ -99,6 +99,27 @@ def _anchor(files: list[Path], step: int) -> Path | None:
     return files[0] if files else None
 
 
+def rewind(directory: Path, bound: int) -> tuple[Path | None, list[Path]]:
+    """Go back to the newest intact checkpoint at step `bound` or before it (None: none), the
+    ones after it set aside, renamed *.rewound (no resume lists them; kept to be looked at):
+    (it, their new paths). Torch-free."""
+    files = checkpoint_files(directory)
+    target = next((p for p in reversed(files) if step_of(p) <= bound and _intact(p)), None)
+    after = [p for p in files if target is None or step_of(p) > step_of(target)]
+    moved = [p.with_name(p.name + REWOUND) for p in after]
+    for old, new in zip(after, moved):
+        old.rename(new)
+    return target, moved
+
+
+def _intact(path: Path) -> bool:
+    try:
+        verify(path)
+        return True
+    except Unreadable:
+        return False
+
+
 def step_of(path: Path) -> int:
     """The step a checkpoint's file name says (checkpoint_files lists only such names)."""
     named = _NAME.match(path.name)

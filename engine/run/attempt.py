@@ -268,7 +268,7 @@ class Attempt:
             gap = self.watch.touch(time.monotonic())
             if self.watch.ready:
                 self.context.pace.slowest_gap = max(self.context.pace.slowest_gap, gap)
-        self.kind.progress(observations, final)
+        self.kind.progress(observations, final, written_by=self._output.written_by)
 
     def _read_reached(self) -> None:
         """The step the attempt published, every step: where it was, exactly, should it die

@@ -88,24 +88,13 @@ class TrainerKind:
         """A rewind: the newest intact checkpoint at step `bound` or before it (None: none),
         and those after it set aside, renamed *.rewound (so that no resume, a crash's later
         included, finds them; kept to be looked at): their paths."""
-        files = checkpoint.checkpoint_files(self.run.checkpoints)
-        target = None
-        for path in reversed([p for p in files if checkpoint.step_of(p) <= bound]):
-            try:
-                checkpoint.verify(path)
-            except checkpoint.Unreadable:
-                continue
-            target = path
-            break
-        after = [p for p in files if target is None or checkpoint.step_of(p) > checkpoint.step_of(target)]
-        for path in after:
-            path.rename(path.with_name(path.name + checkpoint.REWOUND))
+        target, after = checkpoint.rewind(self.run.checkpoints, bound)
+        aside = [str(p.relative_to(self.run.path)) for p in after]
         if target is None:
-            return None, [str(p.relative_to(self.run.path)) for p in after]
+            return None, aside
         name = str(target.relative_to(self.run.path))
         return ({"step": checkpoint.step_of(target), "path": name,
-                 "samples_seen": self.checkpoints.get(name, {}).get("samples_seen")},
-                [str(p.relative_to(self.run.path)) for p in after])
+                 "samples_seen": self.checkpoints.get(name, {}).get("samples_seen")}, aside)
 
     # ------------------------------------------------------------ an attempt
 
@@ -128,7 +117,7 @@ class TrainerKind:
         """The steps a command's output said it trains (the trainer says it in its events)."""
         return self.tracker.total_known if self.tracker is not None else None
 
-    def progress(self, observations: list, final: bool) -> None:
+    def progress(self, observations: list, final: bool, written_by: float | None = None) -> None:
         """Progress read from its output (none: the trainer's progress is its events)."""
 
     def see(self, event: dict) -> None:
@@ -262,9 +251,11 @@ class CommandKind(TrainerKind):
     def reported_steps(self) -> bool:
         return self.tracker is not None and self.tracker.reported_steps
 
-    def progress(self, observations: list, final: bool) -> None:
-        """Progress parsed from new output; at the attempt's end (`final`), the last window."""
+    def progress(self, observations: list, final: bool, written_by: float | None = None) -> None:
+        """Progress parsed from new output (the log as of `written_by`, its mtime: a step read
+        was printed by then, however late it was read); at the attempt's end, the last window."""
         t, tracker = time.time(), self.tracker
+        printed_by = min(t, written_by or t)
         assert tracker is not None  # begin() made it
         for obs in observations:
             before = tracker.step
@@ -276,7 +267,7 @@ class CommandKind(TrainerKind):
                 if tracker.step is not None and tracker.step != before:
                     # the optimizer step, a batch counter's too where its accumulation is known
                     if self.spec.checkpoints:
-                        self._steps_read.append((t, tracker.step))
+                        self._steps_read.append((printed_by, tracker.step))
                     self._rehearsal.at_step(tracker.step, tracker.reported_steps)
         if final:
             self._emit(tracker.flush(t))
