@@ -16,7 +16,7 @@ from engine.record.rundir import RunDir
 from engine.run.attempt import Attempt
 from engine.run.supervisor import Supervisor
 from engine.monitor.sysmon import SystemSampler
-from engine.train import trainer as trainer_module
+from engine.train import saving as saving_module, trainer as trainer_module
 
 # About three seconds of steady training: enough reporting windows to judge an ETA.
 STEADY = TINY + ["params.n=256", "params.products=16", "params.samples=2048", "train.epochs=8",
@@ -67,7 +67,9 @@ def test_eta_converges_on_a_steady_run(home, monkeypatch):
     ETA can know that."""
     clock = SimpleNamespace(now=1000.0)
     fake_time = SimpleNamespace(**{**vars(time), "monotonic": lambda: clock.now})
-    monkeypatch.setattr(trainer_module, "time", fake_time)  # the trainer's clock only
+    # the trainer's clock only: its loop's and its checkpoints' (engine.train.saving)
+    for module in (trainer_module, saving_module):
+        monkeypatch.setattr(module, "time", fake_time)
     run = RunDir.create(runconfig.resolve("matmul", "cpu", STEADY))
     trainer = trainer_module.Trainer(run, EventWriter(run.events_path, attempt=1), "cpu", run.config().device)
     jitter, ended = random.Random(0), {0: clock.now}   # step -> the clock when it ended

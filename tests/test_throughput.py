@@ -19,7 +19,7 @@ from engine.monitor.throughput import RateMeter
 from engine.record.events import EventWriter
 from engine.record.rundir import RunDir
 from engine.record.stats import averages
-from engine.train import trainer as trainer_module
+from engine.train import saving as saving_module, trainer as trainer_module
 
 # 8 epochs of 32 steps of 64 samples, a report every 0.2 s of the fake clock (about 4 steps),
 # a checkpoint every 10 steps (each one a reporting fragment), an eval every epoch.
@@ -34,7 +34,9 @@ MINES_FROM = 3               # twotower's "0-2:none,3-7:faiss@16"
 def fake_clock_trainer(monkeypatch, overrides=RUN):
     clock = SimpleNamespace(now=1000.0)
     fake_time = SimpleNamespace(**{**vars(time), "monotonic": lambda: clock.now})
-    monkeypatch.setattr(trainer_module, "time", fake_time)  # the trainer's clock only
+    # the trainer's clock only: its loop's and its checkpoints' (engine.train.saving)
+    for module in (trainer_module, saving_module):
+        monkeypatch.setattr(module, "time", fake_time)
     run = RunDir.create(runconfig.resolve("matmul", "cpu", overrides))
     trainer = trainer_module.Trainer(run, EventWriter(run.events_path, attempt=1), "cpu", run.config().device)
     return run, trainer, clock
