@@ -181,3 +181,33 @@ def test_a_rehearsed_spike_is_caught_at_its_step_and_stops_the_run_where_asked(h
     # the unspiked twin: no finding at all (the suite's other runs are the wider check)
     done, events = sine(home)
     assert done.returncode == 0 and not [e for e in events if e["type"] == "health"]
+
+
+@pytest.mark.health_findings   # its runs are meant to go bad
+@pytest.mark.parametrize("action, status, first_outcome", [("stop", "stopped", "finished"),
+                                                           ("rewind", "finished", "health")])
+def test_a_finding_read_only_after_its_attempt_exited_is_acted_on_all_the_same(
+        home, monkeypatch, action, status, first_outcome):
+    """A fast run outpaces its supervisor on a loaded machine; here the supervisor reads the
+    attempt's events only once it has exited (its poll outlasts the run), and the finding still
+    ends the run as its rule says: stopped, or gone back from."""
+    from conftest import ROOT
+    from engine import runconfig
+    from engine.record.rundir import RunDir
+    from engine.run.supervisor import Supervisor
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(ROOT), str(ROOT / "examples"))))
+    monkeypatch.setenv("COCKPIT_CONFIG_DIR", str(ROOT / "examples"))
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))   # the workload's module, here as in the child
+    run = RunDir.create(runconfig.resolve("sine", "cpu", SINE + [
+        "inject=['spike@300']", f"health.on_spike={action}", "train.checkpoint_every_steps=25"]))
+    assert Supervisor(run, poll_s=3600, spare=False).supervise() == status
+    events = run.events()
+    (finding,) = [e for e in events if e["type"] == "health"]
+    assert finding["kind"] == "loss-spike" and finding["action"] == action
+    ended = [e for e in events if e["type"] == "attempt_ended"]
+    assert ended[0]["outcome"] == first_outcome and ended[0]["last_step"] == 480   # it had finished
+    if action == "rewind":   # trained again from before the spike, its batches skipped
+        (back,) = [e for e in events if e["type"] == "fallback"]
+        assert back["rewind"]["to_step"] < finding["began"] and back["rewind"]["skip_batches"] > 0
+        assert ended[1]["outcome"] == "finished"

@@ -249,9 +249,12 @@ class Attempt:
         stopping = self.context.stop_requests() or self.watch.health or self.watch.slowdown
         if action == "stop" and not stopping:
             self.context.stop()
-        elif action in REWINDS and not stopping and self.running and self.process is not None:
+        elif action in REWINDS and not stopping:
+            # the verdict goes back (engine.run.crashes), read before or after it exited: what
+            # a fast attempt trained before its finding was read is thrown away all the same
             self.watch.health = {**fields, "t": time.time()}   # checkpoints after it are suspect
-            self.process.kill()   # at once: every step it trains now is thrown away
+            if self.running and self.process is not None:
+                self.process.kill()   # at once: every step it trains now is thrown away
 
     def lose(self) -> None:
         """`--inject node-lost@N`: its machine lost, at once (engine.run.launchers.node)."""

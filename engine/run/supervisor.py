@@ -18,17 +18,13 @@ checkpoints are read; the supervisor keeps what spans attempts: the ladder, the 
 and the lifeline that stops an attempt should the supervisor die. `cockpit adopt` is this
 supervisor with the adopted launcher: one attempt, never relaunched, no lifeline.
 
-Recovery is quick: the loop waits on the attempt's exit (engine.run.process.ExitWait), so it wakes
-the moment the attempt dies rather than at its next poll, and while a built-in trainer attempt
-trains, a spare process (engine.train.spare: torch imported, the environment the next attempt
-would have) waits to become the next one, saving the interpreter's and torch's start. A spare is
-never a command's, is discarded when the next attempt's environment differs, and ends with the
-run (`spare=False` or COCKPIT_SPARE=0: none).
+Recovery is quick: the loop wakes the moment the attempt dies (engine.run.process.ExitWait), and
+while a built-in trainer attempt trains, a spare process (engine.run.spare) waits to become the
+next one, its interpreter and torch started (`spare=False` or COCKPIT_SPARE=0: none).
 
 Stopping: SIGINT/SIGTERM to the supervisor (or `request_stop`) forwards the attempt's first stop
-signal (the trainer's SIGTERM: it finishes its step, checkpoints and exits; a command's SIGINT,
-as Ctrl-C), a second request the next one. Every event it reads goes to engine.run.alerts too,
-so that a detached run alerts with no front end open.
+signal (the trainer's SIGTERM: it checkpoints and exits; a command's SIGINT), a second request the
+next one. Every event it reads goes to engine.run.alerts too: a detached run alerts unwatched.
 """
 
 from __future__ import annotations
@@ -81,6 +77,7 @@ class Supervisor:
         self.follower = EventFollower(run.events_path)
         self.events = EventWriter(run.events_path, attempt=0)
         self.stop_requests = 0
+        self.health_stopped = False   # a health rule asked the run to stop
         self.released = False         # stopped following, its process left running (adopted)
         self.preempted: str | None = None   # why the run's time here ended (preempt)
         self.delivered = 0            # stop requests whose first signal came from outside (SLURM)
@@ -95,7 +92,7 @@ class Supervisor:
                                 preempted=lambda: self.preempted, delivered=lambda: self.delivered,
                                 pump=self._pump, poll_s=poll_s, wake_on_exit=wake_on_exit,
                                 training=TrainingHealth(self.config.device.health),
-                                stop=self.request_stop)
+                                stop=self._stop_for_health)
         self.rewinds = Rewinds(self.config.device.health)   # health findings gone back from
         self._attempt: Attempt | None = None   # the one running (engine.run.attempt)
         self._lifeline: Lifeline | None = None
@@ -153,8 +150,7 @@ class Supervisor:
             os.close(lock)  # the lifeline's copy keeps the run locked until it is done
 
     def _alert_trouble(self, text: str) -> None:
-        """A notify command that failed or hung, a settings.toml broken since the run began: said
-        as a warning; the run goes on."""
+        """A notify command that failed or hung, a broken settings.toml: a warning; the run goes on."""
         self.events.emit("warning", kind="alert", message=text, advice=[], fallback=False)
 
     def _begin_run(self, first: Launcher) -> dict | None:
@@ -204,8 +200,11 @@ class Supervisor:
             verdict = result.verdict
             if not verdict.crashed or self.stop_requests:
                 status = launcher.status(verdict) if not verdict.crashed else "stopped"
-                # stopped for a preemption: continued where it checkpointed when it starts again
-                return "preempted" if self.preempted and status == "stopped" else status, results
+                # stopped for a preemption: continued where it checkpointed when it starts again;
+                # a health rule's stop holds though the attempt finished before it was read
+                status = ("preempted" if self.preempted and status == "stopped" else
+                          "stopped" if self.health_stopped and status == "finished" else status)
+                return status, results
             if not launcher.relaunches:
                 return "failed", results
             if verdict.kind == "health":   # a finding whose rule goes back (engine.run.rewind)
@@ -281,10 +280,9 @@ class Supervisor:
     # ------------------------------------------------------------ the spare
 
     def _start_spare(self, number: int, name: str, preset, attempt: Attempt) -> None:
-        """Once the attempt trains (so that the spare's imports do not slow its start), the next
-        attempt's process, as it would be launched on this preset (its launcher's `spare`):
-        only the trainer's, in one process, never when the run is stopping or system memory is
-        short."""
+        """Once the attempt trains (the spare's imports must not slow its start), the next
+        attempt's process as its launcher's `spare` says, never when the run is stopping or
+        system memory is short."""
         if self._spare is not None or not self.use_spare or self.stop_requests \
                 or number == self._no_spare_for or (attempt.memory_percent or 0.0) > 90.0:
             return
@@ -309,6 +307,12 @@ class Supervisor:
     def request_stop(self) -> None:
         """Ask the run to stop (thread-safe; signal handlers call this too)."""
         self.stop_requests += 1
+
+    def _stop_for_health(self) -> None:
+        """A health rule's `stop`: the run ends stopped even where its attempt finished before
+        the finding was read (a fast run outpaces the supervisor on a loaded machine)."""
+        self.health_stopped = True
+        self.request_stop()
 
     def preempt(self, why: str, delivered: bool = False) -> None:
         """The run's time on this machine is ending (SLURM's warning signal, a preemption's
@@ -361,7 +365,6 @@ class Supervisor:
         if self._alerts is not None:
             self._alerts.see(events)
 
-
     def _rehearse(self, attempt: Attempt, step: int) -> None:
         """The supervisor's own faults, at step N, once a run, whatever launches the attempt:
         `--inject preempt@N`, the warning a cluster sends before a job's time ends;
@@ -392,7 +395,6 @@ def _handler(action: Callable[[], None]) -> Callable[[int, Any], None]:
 
 
 def run_summary(run: RunDir) -> dict:
-    """run_finished's summary (attempts, how each ended, where the run finished, the steps lost
-    to crashes): the run's one accounting (engine.record.stats) over all its events, those of
-    earlier supervisors of a continued run too."""
+    """run_finished's summary: the run's one accounting (engine.record.stats) over all its
+    events, those of earlier supervisors of a continued run too."""
     return stats.fold(run.events()).summary()
