@@ -2,7 +2,7 @@
 
 Tests and users point these elsewhere with environment variables, never by patching
 call sites: COCKPIT_CONFIG_DIR (the user's presets), COCKPIT_RUNS_DIR (run directories),
-COCKPIT_CACHE_DIR (probe results: deleting it loses nothing but time).
+COCKPIT_CACHE_DIR (probe results and torch.compile's caches: deleting it loses nothing but time).
 """
 
 from __future__ import annotations
@@ -47,3 +47,9 @@ def cache_dir() -> Path:
     if override:
         return Path(override).expanduser()
     return platformdirs.user_cache_path(APP, appauthor=False)
+
+
+def compile_cache_dir() -> Path:
+    """torch.compile's on-disk caches, shared by every run and command of this user: what is
+    in them is keyed by its content (engine.run.launch.compile_caches says why that is safe)."""
+    return cache_dir().resolve() / "compile"

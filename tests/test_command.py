@@ -192,6 +192,27 @@ def test_a_script_that_raises_stops_as_user_code(home, tmp_path):
     assert not events(run, "fallback") and "ValueError: too many values to unpack" in done.stdout
 
 
+def test_a_command_is_given_the_users_compile_caches_unless_it_names_its_own(home, tmp_path, monkeypatch):
+    """A script's torch.compile finds the kernels compiled before it, by its previous attempt
+    or another run: the caches reach it through the environment, the user's own winning."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "mine"))
+    ladder(home)
+    seen = tmp_path / "seen.json"
+    path = script(tmp_path, f"""\
+        import json, os
+        names = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+        with open({str(seen)!r}, "w") as out:
+            json.dump({{name: os.environ.get(name) for name in names}}, out)
+        print("step 1/1 loss=0.5", flush=True)
+    """)
+    done = cockpit("run", "-d", "first", "--", PY, path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(seen.read_text()) == {
+        "TORCHINDUCTOR_CACHE_DIR": str(home / "cache" / "compile" / "inductor"),
+        "TRITON_CACHE_DIR": str(tmp_path / "mine")}
+
+
 def test_a_script_that_prints_the_mps_oom_text_is_oom_and_gets_half_the_batch(home, tmp_path):
     ladder(home)
     path = script(tmp_path, """\

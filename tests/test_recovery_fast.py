@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 from conftest import TINY, user_preset
 from engine import runconfig
@@ -187,20 +186,23 @@ def test_a_spare_whose_pipe_closes_exits_by_itself(home, tmp_path):
     assert popen.wait(timeout=120) == 0
 
 
-def test_trainer_attempts_keep_their_compile_caches_in_the_run(home, monkeypatch):
-    run = RunDir.create(runconfig.resolve("matmul", "cpu", TINY))
+def test_trainer_attempts_and_runs_share_the_users_compile_caches(home, monkeypatch):
+    """torch.compile's caches are keyed by what they compile: one pair under the user's cache
+    dir serves every attempt of a run and every run, so a new run of the same model is warm."""
+    import dataclasses
+
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
-    env = trainer_launch(run, 1, "cpu", run.config().device).env
-    cache = run.path.resolve() / "compile-cache"
-    assert Path(env["TORCHINDUCTOR_CACHE_DIR"]) == cache / "inductor"
-    assert Path(env["TRITON_CACHE_DIR"]) == cache / "triton"
+    runs = [RunDir.create(runconfig.resolve("matmul", "cpu", TINY)) for _ in range(2)]
+    envs = [trainer_launch(run, attempt, "cpu", run.config().device).env
+            for run in runs for attempt in (1, 2)]
+    cache = home / "cache" / "compile"
+    assert {(env["TORCHINDUCTOR_CACHE_DIR"], env["TRITON_CACHE_DIR"]) for env in envs} == \
+        {(str(cache / "inductor"), str(cache / "triton"))}
     # the user's own, from the environment or the preset, wins
     monkeypatch.setenv("TRITON_CACHE_DIR", "/elsewhere/triton")
-    preset = run.config().device
-    import dataclasses
-    preset = dataclasses.replace(preset, env={"TORCHINDUCTOR_CACHE_DIR": "/mine"})
-    env = trainer_launch(run, 1, "cpu", preset).env
+    preset = dataclasses.replace(runs[0].config().device, env={"TORCHINDUCTOR_CACHE_DIR": "/mine"})
+    env = trainer_launch(runs[0], 1, "cpu", preset).env
     assert (env["TORCHINDUCTOR_CACHE_DIR"], env["TRITON_CACHE_DIR"]) == ("/mine", "/elsewhere/triton")
 
 

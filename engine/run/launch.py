@@ -14,10 +14,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import engine
+from engine import paths
 from engine.command.progress import OutputParser
 from engine.command.tracker import Units
+from engine.preset_types import DevicePreset
 
 _PROJECT_ROOT = str(Path(engine.__file__).resolve().parent.parent)
+
+# torch.compile's on-disk caches: Inductor's (FX graphs, AOTAutograd's joint graphs, the C++ and
+# Triton kernels) and Triton's own. Inductor's FX graph and AOTAutograd caches are on by default
+# in the torch the tests run (2.13: fx_graph_cache and enable_autograd_cache default True), so
+# they are not forced: TORCHINDUCTOR_FX_GRAPH_CACHE=1 would override a script's own choice.
+COMPILE_CACHES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
 
 
 @dataclass(frozen=True)
@@ -60,3 +68,23 @@ def child_env(extra: dict[str, str]) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (_PROJECT_ROOT, *custom.import_roots(), env.get("PYTHONPATH")) if p)
     return env
+
+
+def compile_caches(preset: DevicePreset) -> dict[str, str]:
+    """torch.compile's caches for an attempt, the built-in trainer's or a command's, for those
+    the user's environment and the preset leave unset: one pair under the user's cache dir
+    (engine.paths.compile_cache_dir) for every run, so an attempt after a crash, and a new run
+    of the same model, find the kernels compiled before them.
+
+    One pair for all is what torch does by default too (/tmp/torchinductor_<user> and
+    ~/.triton/cache hold every process's of a user). Entries are keyed by what they compile
+    (the graph, the compiler's config, torch's version, the device), so runs of other models
+    never read each other's; and processes may share them at once: Inductor writes each entry to
+    a file named by its pid and thread and renames it into place (write_atomic in
+    torch/_inductor/codecache.py), with file locks in the cache's locks/ where processes could
+    compile the same thing, and Triton's cache renames a file written under a pid and a random
+    id. torch's "Compile Time Caching Configuration" recipe names TORCHINDUCTOR_CACHE_DIR as the
+    way to share the cache even across users."""
+    root = paths.compile_cache_dir()
+    return {var: str(root / sub) for var, sub in COMPILE_CACHES.items()
+            if var not in os.environ and var not in preset.env}

@@ -24,7 +24,7 @@ from engine.record import reached
 from engine.record.rundir import RunDir
 from engine.run.crashes import COMMAND
 from engine.run.kinds import CommandKind
-from engine.run.launch import Launch
+from engine.run.launch import Launch, compile_caches
 from engine.run.launchers.base import Launcher
 from engine.run.process import AttemptProcess, to_group
 from engine.runconfig import RunConfig
@@ -97,8 +97,10 @@ def command_launch(run: RunDir, config: RunConfig, attempt: int, preset: DeviceP
     # only to a terminal: to a log file it prints the last frame at the end, and a run would
     # look silent, then hung. These two (Rich's own) make it draw frames the parser reads,
     # and a width that keeps a bar and its metrics on one line (80 wraps the loss away).
+    # torch.compile's caches, the built-in trainer's (engine.run.launch.compile_caches): a
+    # resumed script that compiles finds its kernels compiled.
     env = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "COLUMNS": "200",
-           **os.environ, **preset.env, "PYTHONUNBUFFERED": "1",
+           **compile_caches(preset), **os.environ, **preset.env, "PYTHONUNBUFFERED": "1",
            # what cockpit.report reads: where to write, and the faults it raises
            "COCKPIT_EVENTS": str(run.events_path.resolve()), "COCKPIT_ATTEMPT": str(attempt),
            "COCKPIT_RUN_DIR": str(run.path.resolve()), "COCKPIT_DEVICE": values["device"],

@@ -2,29 +2,27 @@
 
 `python -P -m engine.train.trainer RUN --attempt N ...`, stopped with SIGTERM (it finishes its
 step, checkpoints and exits), its exit codes engine.vocabulary's; a spare started ahead can
-become it (engine.train.spare). Its torch.compile caches are the run's (compile-cache/ in the run
-directory, unless the user's environment or the preset names them), so a retry does not compile
-from scratch. In several processes it runs under torchrun (engine.run.launchers.torchrun).
+become it (engine.train.spare). Its torch.compile caches are the user's (engine.run.launch.
+compile_caches, unless the user's environment or the preset names them), so neither a retry nor
+a new run of the same model compiles from scratch. In several processes it runs under torchrun
+(engine.run.launchers.torchrun).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 
 from engine.preset_types import DevicePreset
 from engine.record.rundir import RunDir
-from engine.run.launch import Launch, child_env
+from engine.run.launch import Launch, child_env, compile_caches
 from engine.run.launchers.base import Launcher
 from engine.runconfig import RunConfig
 from engine.schema import to_table
 from engine.train.faults import STARTED_ENV
 from engine.workloads.builtin import BUILTIN
 
-# torch.compile's on-disk caches (Inductor's FX graphs and kernels, Triton's), per run
-COMPILE_CACHES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
 # What differs between two attempts' environments whatever their presets: not a reason to
 # refuse a spare (it is given the attempt's at the hand-over).
 SPARE_VARYING = (STARTED_ENV,)
@@ -65,16 +63,9 @@ def trainer_launch(run: RunDir, attempt: int, name: str, preset: DevicePreset,
     # torchrun starts its workers itself; PYTHONSAFEPATH is -P for them (the working directory
     # must not shadow engine or the workload).
     started = time.time() if started is None else started
-    env = child_env({**compile_caches(run, preset), **preset.env,
+    env = child_env({**compile_caches(preset), **preset.env,
                      **({"PYTHONSAFEPATH": "1"} if launcher else {}),
                      STARTED_ENV: repr(started)})  # timed faults count from it
     argv = launcher + trainer if launcher else [sys.executable, "-P", *trainer]
     return Launch(argv=argv, env=env, started=started)
 
-
-def compile_caches(run: RunDir, preset: DevicePreset) -> dict[str, str]:
-    """The run's own compile caches, for those the user's environment and the preset leave
-    unset: an attempt after a crash finds the kernels its predecessors compiled."""
-    root = run.path.resolve() / "compile-cache"
-    return {var: str(root / sub) for var, sub in COMPILE_CACHES.items()
-            if var not in os.environ and var not in preset.env}
