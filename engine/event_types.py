@@ -234,6 +234,10 @@ class TrainerReadyFields(TypedDict):
     batch_size: int
     accumulation: int
     compile: bool
+    # how (engine.train.compiling): 'off', 'model' (whole) or 'regional' (each of the workload's
+    # repeated blocks, compiled_blocks of them)
+    compiled: NotRequired[str]
+    compiled_blocks: NotRequired[int]
     grad_checkpointing: bool
     threads: int
     total_steps: int

@@ -101,3 +101,7 @@ def test_an_attempts_first_line_says_what_it_trains_with():
                                  "14 steps (preset asks for cuda); AdamW (fused), constant at 0.0003 "
                                  "after 100 warmup steps")
     assert ", compiled" not in human_line({**ready, "compile": False})
+    # how, where the trainer says it (engine.train.compiling)
+    assert ", compiled (regional: 2 repeated blocks), batch" in human_line(
+        {**ready, "compiled": "regional", "compiled_blocks": 2})
+    assert ", compiled (whole model), batch" in human_line({**ready, "compiled": "model"})

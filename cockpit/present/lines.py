@@ -126,7 +126,7 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
     if kind == "trainer_ready":
         resumed = e.get("resumed_from")
         line = (f"attempt {e['attempt']}: {e['device']} {e['precision']}"
-                + (", compiled" if e.get("compile") else "")
+                + (compiled_words(e) if e.get("compile") else "")
                 + f", batch {e['batch_size']} x {e['accumulation']}, {e['parameters']:,} parameters, "
                 f"{e['total_steps']} steps ({e['reason']})")
         if e.get("optimizer"):  # which optimizer and learning-rate curve: never silently
@@ -204,6 +204,16 @@ def human_line(e: dict, memory: dict | None = None) -> str | None:
     if kind == "run_finished":
         return f"run {e['status']}" + (f": {summary_text(e['summary'])}" if e.get("summary") else "")
     return None
+
+
+def compiled_words(e: dict) -> str:
+    """How a trainer_ready's model was compiled: whole, or block by block (engine.train.compiling)."""
+    if e.get("compiled") == "regional":
+        blocks = e.get("compiled_blocks", 0)
+        return f", compiled (regional: {blocks} repeated block{'s' if blocks != 1 else ''})"
+    if e.get("compiled") == "model":
+        return ", compiled (whole model)"
+    return ", compiled"   # written before the trainer said how
 
 
 def _indent(text: str, last: int) -> str:

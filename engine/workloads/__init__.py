@@ -53,6 +53,10 @@ class Workload(Protocol):
     # **fields)` writes an event (e.g. "mining"). The device preset's empty_cache policy
     # 'before-mining' empties the device cache just before this call. Its time is counted
     # apart from training throughput.
+    #   def repeated_blocks(self, model) -> list[nn.Module]
+    # the model's repeated blocks (a transformer's layers): with the preset's compile = true,
+    # each is compiled on its own instead of the whole model, and one compiled block serves
+    # every block of its class and shapes (engine.train.compiling).
     #   def configure_optimizers(self, model, train) -> optimizer | (optimizer, scheduler)
     # the workload's own optimizer instead of the one [train] describes (engine.train.optim);
     # custom.py's docstring says how it meets [train]'s schedule.

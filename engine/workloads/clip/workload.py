@@ -226,6 +226,12 @@ class ClipWorkload:
     def build_model(self, *, grad_checkpointing: bool) -> nn.Module:
         return DualEncoder(self.params, grad_checkpointing)
 
+    def repeated_blocks(self, model: nn.Module) -> list[nn.Module]:
+        """Each tower's blocks: compiled one by one, a compiled block serves its tower's others
+        (engine.train.compiling)."""
+        encoder = cast(DualEncoder, model)
+        return [*encoder.vision.blocks, *encoder.text.blocks]
+
     def _caption_tokens(self, device: torch.device) -> torch.Tensor:
         if device not in self._tokens_on:
             self._tokens_on[device] = self.tokens.to(device)

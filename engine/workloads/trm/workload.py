@@ -60,6 +60,11 @@ class ByteLM:
         inputs, targets = batch
         return F.cross_entropy(model(inputs).reshape(-1, VOCAB).float(), targets.reshape(-1))
 
+    def repeated_blocks(self, model: nn.Module) -> list[nn.Module]:
+        """The stack's layers, applied H_cycles x (L_cycles + 1) times a forward: compiled one
+        by one, one compiled block serves them all (engine.train.compiling)."""
+        return list(cast(RecursiveLM, model).stack.layers)
+
     @torch.no_grad()
     def evaluate(self, model: nn.Module, device: torch.device) -> dict[str, float]:
         held = _bytes_tensor(self.corpus.held_out)
