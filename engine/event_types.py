@@ -255,6 +255,9 @@ class TrainerReadyFields(TypedDict):
     optimizer: str
     peak_tflops: float | None
     startup_s: NotRequired[float]   # the probe's worker
+    # its set-up's seconds by phase (launch, device, data, model, resume, setup) and what a
+    # spare did ahead (`ahead`): engine.train.startup
+    startup: NotRequired[dict[str, Any]]
 
 
 class NodesChangedFields(TypedDict):
@@ -375,6 +378,7 @@ class StepFields(TypedDict):
     tokens_seen: NotRequired[int]
     tokens_per_s: NotRequired[float]
     compile_s: NotRequired[float]   # the first window's: what compiling its first step cost
+    first_step_at: NotRequired[float]   # the first window's: when its first step ended (time.time())
     epoch_base: NotRequired[int]    # a command's printed epochs, counted from 0 or 1
     # The instruments (the trainer's engine.train.window; a command's what it printed or
     # reported): the gradient's total L2 norm before clipping (unscaled under fp16), the mean

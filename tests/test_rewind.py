@@ -71,8 +71,10 @@ def test_a_spike_is_rewound_to_the_checkpoint_before_it_and_its_batches_skipped_
     assert shown["done"] == f"rewound to {rewind['to_step']:,}, skipping {rewind['skip_batches']:,} batches"
     twin_done, twin = sine(home)
     assert twin_done.returncode == 0 and not of(twin, "health")
-    loss, twin_loss = (of(e, "step")[-1]["loss"] for e in (events, twin))
-    assert abs(loss - twin_loss) < 0.25 * twin_loss   # the noise's variance: 0.25 each
+    # what each model learned, on the same held-out samples (a last window's loss is a few
+    # noisy steps' mean on a loaded machine)
+    r2, twin_r2 = (of(e, "eval")[-1]["metrics"]["r2"] for e in (events, twin))
+    assert twin_r2 > 0.8 and abs(r2 - twin_r2) < 0.05, (r2, twin_r2)
 
 
 @pytest.mark.health_findings   # its runs are meant to go bad

@@ -47,6 +47,23 @@ def test_a_spike_is_found_with_its_evidence_and_kept_out_of_the_window():
     assert [f.kind for f in steps(health, [history[-1] * 8], first=303)] == ["loss-spike"]
 
 
+def test_float_noise_of_a_converged_run_is_no_finding():
+    """A regression's loss from 0.9 to a millionth of it, its gradient norm with it: from there
+    a report 100x the window's mean is still noise (seen on a loaded CI machine), not a spike."""
+    health = TrainingHealth(HealthSettings())
+    found = [f for i in range(200) for f in health.see(
+        {"type": "step", "step": i, "loss": 0.9 * 0.93 ** i, "grad_norm": 2.0 * 0.93 ** i})]
+    rng = random.Random(2)
+    for i in range(200, 400):
+        loss, norm = 1e-6 * (1 + rng.random()), 2e-5 * (1 + rng.random())
+        if i in (300, 350):
+            loss, norm = 1e-4, 6e-3
+        found += health.see({"type": "step", "step": i, "loss": loss, "grad_norm": norm})
+    assert found == []
+    (spike,) = health.see({"type": "step", "step": 400, "loss": 0.1, "grad_norm": 2e-5})
+    assert spike.kind == "loss-spike"   # a rise of a tenth of its start is one
+
+
 def test_the_window_largest_step_is_what_is_judged():
     health = TrainingHealth(HealthSettings())
     for i in range(50):   # a window's mean hides one bad step; its loss_max does not

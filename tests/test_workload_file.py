@@ -162,7 +162,9 @@ def test_the_cli_the_resume_and_the_probe_find_it_from_another_directory(home):
                    "--set", "batch_size=16", "--set", "accumulation=1", "--json", cwd="c")
     assert done.returncode in (0, 1), done.stderr
     (candidate,) = json.loads(done.stdout)["candidates"]
-    assert candidate["device"] == "cpu" and candidate["status"] in ("ok", "rough", "too-slow"), candidate
+    # (so loaded that it was not even ready within the budget: too-slow, no device named)
+    assert candidate["status"] in ("ok", "rough", "too-slow"), candidate
+    assert candidate["device"] == "cpu" or candidate["status"] == "too-slow", candidate
     if candidate["status"] == "ok":
         assert candidate["samples_per_s"] > 0
 

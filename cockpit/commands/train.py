@@ -12,7 +12,7 @@ from engine.numbers import metric
 from engine import command, presets, runconfig, settings
 from engine.errors import ConfigError
 from engine.run.alerts import Terminal
-from engine.run import detached, follow as run_follow, supervisor
+from engine.run import detached, follow as run_follow, spare, supervisor
 from engine.record import nodes
 from engine.record.rundir import RunDir, RunSummary, summarize
 
@@ -33,6 +33,16 @@ def run(args: argparse.Namespace) -> int:
     """`cockpit --no-ui`: a workload preset on a device preset."""
     # Everything the user gave is checked before anything is written.
     config = runconfig.resolve(args.workload, args.device, _overrides(args))
+    # the first attempt's process, started now: its imports overlap this process's checks
+    first = None if args.detach else spare.early(config)
+    try:
+        return _check_and_start(config, args, first)
+    finally:
+        if first is not None:
+            first.discard()   # unless the first attempt took it: bad input, or a node's run
+
+
+def _check_and_start(config, args: argparse.Namespace, first: spare.Spare | None) -> int:
     if not config.workload.is_command:  # a command resolves its own device
         from engine.monitor import device
 
@@ -56,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
                                                 "same id (e.g. --run-id $SLURM_JOB_ID or a name)")
         settings.load()
         return supervise(nodes.join(config, args.run_id, args.node), args)
-    return start(config, args)
+    return start(config, args, first)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -95,14 +105,15 @@ def _save(name: str, config) -> int:
     return 0
 
 
-def start(config, args: argparse.Namespace) -> int:
-    """Make the run directory and supervise the run, in the foreground or detached."""
+def start(config, args: argparse.Namespace, first: spare.Spare | None = None) -> int:
+    """Make the run directory and supervise the run, in the foreground or detached; `first`:
+    the first attempt's process, started already (engine.run.spare.early)."""
     settings.load()  # a broken settings.toml is bad input now, not a warning mid-run
-    return supervise(RunDir.create(config), args)
+    return supervise(RunDir.create(config), args, first=first)
 
 
 def supervise(run_dir: RunDir, args: argparse.Namespace, *, launcher=None,
-              start_detached=detached.start_detached) -> int:
+              start_detached=detached.start_detached, first: spare.Spare | None = None) -> int:
     """Supervise a new run, or continue one (`cockpit runs resume`), in the foreground or
     detached. Alerts ring the terminal this was started from (engine.run.alerts): stdout's in
     the foreground, stdout's or stderr's for a detached run (`RUN=$(cockpit ... --detach)`).
@@ -123,7 +134,8 @@ def supervise(run_dir: RunDir, args: argparse.Namespace, *, launcher=None,
     terminal = None if args.json else Terminal.of_this_process((1,))
     try:
         status = supervisor.Supervisor(run_dir, on_events=printer, terminal=terminal, notify_command=notify,
-                                       launcher=launcher(run_dir) if launcher else None).supervise()
+                                       launcher=launcher(run_dir) if launcher else None,
+                                       spare=first).supervise()
     finally:
         printer.close()
     summary = summarize(run_dir)

@@ -77,6 +77,14 @@ def resolve(preset: DevicePreset, where: str = "device preset") -> Resolved:
     return Resolved(torch.device(kind), precision, why)
 
 
+def make_ready(device: torch.device) -> None:
+    """CUDA's context created now, by a first allocation (it is lazy: the model's move to the
+    device would otherwise pay for it, unseen); nothing to do on other devices."""
+    if device.type == "cuda":
+        torch.zeros(1, device=device)
+        torch.cuda.synchronize(device)
+
+
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -12,7 +12,10 @@ went, folded from the events that already time every moment of it.
 and the badput, by bucket:
 
     startup          launch (and the supervisor's checks) to the attempt's first training window:
-                     process, imports, data, model, parity check; an attempt that never trained
+                     process, imports, data, model, parity check; an attempt that never trained.
+                     Its parts (`startup_parts`), as the trainer timed them (engine.train.startup):
+                     cockpit (the supervisor's checks before a launch), launch, device, data,
+                     model, setup, parity, and the rest (a command's whole start is its launch)
     compile          the first step's time beyond a step's, when it compiles (step compile_s)
     checkpoint_save  checkpoint events' save_s
     checkpoint_load  the resumed checkpoint's load_s (trainer_ready)
@@ -63,6 +66,7 @@ class Goodput:
     productive_s: float                # training steps that were kept
     buckets: dict[str, float | None]   # badput, seconds; None: not known (a command's)
     queued_s: float = 0.0              # of the gaps, a preempted run's wait to start again
+    startup_parts: dict[str, float] = field(default_factory=dict)   # the startup bucket's, seconds
 
     @property
     def fraction(self) -> float | None:
@@ -74,7 +78,8 @@ class Goodput:
                 "wall_s": round(self.wall_s, 3), "gaps_s": round(self.gaps_s, 3),
                 "queued_s": round(self.queued_s, 3),
                 "productive_s": round(self.productive_s, 3),
-                "buckets": {k: None if v is None else round(v, 3) for k, v in self.buckets.items()}}
+                "buckets": {k: None if v is None else round(v, 3) for k, v in self.buckets.items()},
+                "startup_parts": {k: round(v, 3) for k, v in self.startup_parts.items()}}
 
 
 @dataclass(slots=True)
@@ -99,6 +104,7 @@ class _Attempt:
     save_s: float = 0.0
     eval_s: float = 0.0
     prep_s: float = 0.0
+    startup: dict[str, float] = field(default_factory=dict)   # its start-up's parts, as timed
     # (steps, seconds training them) of its last WINDOWS_KEPT windows in order: the steps lost
     # are the last ones (older ones, should a loss reach past them, at the average)
     windows: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=WINDOWS_KEPT))
@@ -202,6 +208,9 @@ class Timeline:
         elif kind == "step":   # a step with no window to time (a command's first sighting)
             a.window_step = e.get("step", a.window_step)
         elif kind == "trainer_ready":
+            for part, seconds in (e.get("startup") or {}).items():
+                if part != "resume" and isinstance(seconds, (int, float)):   # resume: checkpoint_load
+                    a.startup[part] = a.startup.get(part, 0.0) + float(seconds)
             a.load_s += float((e.get("resumed_from") or {}).get("load_s") or 0.0)
             a.window_step = (e.get("resumed_from") or {}).get("step", 0)
         elif kind == "checkpoint" and e.get("save_s") is not None and not a.command:
@@ -209,6 +218,8 @@ class Timeline:
             # timed: not told apart from them
             a.save_s += float(e["save_s"])
             a.after_s += float(e["save_s"]) if a.last_step_t is not None else 0.0
+        elif kind == "parity" and e.get("seconds") is not None and a.first_window is None:
+            a.startup["parity"] = a.startup.get("parity", 0.0) + float(e["seconds"])
         elif kind == "eval" and e.get("eval_s") is not None:
             a.eval_s += float(e["eval_s"])
             a.after_s += float(e["eval_s"]) if a.last_step_t is not None else 0.0
@@ -238,13 +249,16 @@ class Timeline:
             idle[self._idle_kind] += max(0.0, self.last_t - self._idle_from)
         for name, spent in idle.items():
             b[name] += spent
+        parts = {"cockpit": idle["startup"]}
         for a in self.attempts:
             lost = lost_steps.get(a.number, 0)
             ended = a.ended if a.ended is not None else self.last_t
             if a.first_window is None:   # it never trained: its life went to starting up
                 b["stalls" if a.hang else "startup"] += max(0.0, ended - a.started)
+                _add_parts(parts, a.startup, 0.0 if a.hang else max(0.0, ended - a.started))
                 continue
             b["startup"] += max(0.0, a.first_window - a.started - a.load_s)
+            _add_parts(parts, a.startup, max(0.0, a.first_window - a.started - a.load_s))
             b["checkpoint_load"] += a.load_s
             b["compile"] += a.compile_s
             b["checkpoint_save"] += a.save_s
@@ -280,4 +294,16 @@ class Timeline:
         if command:
             for k in COMMAND_UNKNOWN:
                 buckets[k] = None
-        return Goodput(wall, self.gaps_s, productive, buckets, self.queued_s)
+        return Goodput(wall, self.gaps_s, productive, buckets, self.queued_s,
+                       {k: v for k, v in parts.items() if v > 0})
+
+
+def _add_parts(parts: dict[str, float], timed: dict[str, float], startup_s: float) -> None:
+    """An attempt's start-up (`startup_s`) by the parts it timed, the rest 'other': a command
+    times none (its start is the script's own), a trainer that died starting all it got to."""
+    known = 0.0
+    for part, seconds in timed.items():
+        taken = min(seconds, max(0.0, startup_s - known))   # never more than the bucket holds
+        parts[part] = parts.get(part, 0.0) + taken
+        known += taken
+    parts["other"] = parts.get("other", 0.0) + max(0.0, startup_s - known)

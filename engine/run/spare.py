@@ -19,6 +19,7 @@ from engine.run.process import spawn
 
 if TYPE_CHECKING:
     from engine.run.launch import Launch
+    from engine.runconfig import RunConfig
 
 SPARE_MODULE = "engine.train.spare"
 
@@ -81,6 +82,25 @@ class Spare:
         popen, self.popen = self.popen, None
         if popen is not None:
             _end(popen)
+
+
+def early(config: RunConfig) -> Spare | None:
+    """The first attempt's process, started before the run is: `cockpit --no-ui` starts it as it
+    begins checking the device (which imports torch too), so that the trainer's imports, CUDA's
+    context and the workload's data are made while the CLI works, not after it. Only where one
+    trainer process will run it (not a command, not torchrun's several), and not with
+    COCKPIT_SPARE=0. Its output before it is handed the attempt: this process's stderr (it says
+    only what it could not do ahead)."""
+    from engine.run.launchers.trainer import spare_for
+
+    device = config.device
+    if config.workload.is_command or device.world_size > 1 or device.nodes[1] > 1 \
+            or os.environ.get("COCKPIT_SPARE", "1") == "0":
+        return None
+    try:
+        return Spare(log=sys.stderr, **spare_for(config, device))
+    except OSError:   # no process to spare: the attempt starts as before
+        return None
 
 
 def _end(popen: subprocess.Popen) -> None:

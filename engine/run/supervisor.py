@@ -58,11 +58,12 @@ from engine.errors import ConfigError
 class Supervisor:
     def __init__(self, run: RunDir, on_events: Callable[[list[dict]], None] | None = None,
                  poll_s: float = 0.1, *, terminal: alerts.Terminal | None = None,
-                 notify_command: str | None = None, spare: bool | None = None,
+                 notify_command: str | None = None, spare: bool | Spare | None = None,
                  wake_on_exit: bool = True, launcher: Launcher | None = None,
                  signals: dict[signal.Signals, Callable[[], None]] | None = None,
                  begun: Callable[[], None] | None = None):
-        """`spare`: pre-start the next attempt's process (None: unless COCKPIT_SPARE=0);
+        """`spare`: pre-start the next attempt's process (None: unless COCKPIT_SPARE=0; a Spare:
+        yes, and this one, started already, for the first attempt: engine.run.spare.early);
         `wake_on_exit`: the loop wakes as the attempt exits (False: at its next poll only);
         `launcher`: every attempt's (an adopted process's), instead of the one that fits each
         attempt's preset (engine.run.launchers.for_attempt); `signals`: what a signal to this
@@ -99,9 +100,9 @@ class Supervisor:
         self._first_attempt = 1   # above 1 when this supervisor continues a run
         self._fired: set[str] = set()   # the faults injected in this run, whatever the preset
         self._own_faults: list[vocabulary.Fault] = []   # the attempt's preempt@N not yet fired
-        self.use_spare = spare if spare is not None else os.environ.get("COCKPIT_SPARE", "1") != "0"
-        self._spare: Spare | None = None   # the next attempt's process, started ahead
-        self.spare_pids: list[int] = []    # every spare started (did an attempt run in one?)
+        self.use_spare = spare is not False and (spare is not None or os.environ.get("COCKPIT_SPARE", "1") != "0")
+        self._spare = spare if isinstance(spare, Spare) else None   # the next attempt's, started ahead
+        self.spare_pids = [self._spare.pid or 0] if self._spare else []   # every one started
         self._no_spare_for: int | None = None   # the next attempt that none can serve (torchrun)
 
     def launcher_for(self, preset) -> Launcher:
@@ -379,8 +380,7 @@ class Supervisor:
                 self.preempt(f"{fault.spec} (rehearsed)")
 
     def _wait_until(self, ready: Callable[[], bool], poll_s: float = 0.5) -> bool:
-        """Between two attempts, until `ready()` (reading events meanwhile); False if the run
-        was asked to stop first."""
+        """Between two attempts, until `ready()` (reading events); False if asked to stop first."""
         while not ready():
             if self.stop_requests:
                 return False

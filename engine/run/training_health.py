@@ -19,7 +19,9 @@ one resumes from a checkpoint before the finding began.
                         (a warning only: a finished curve is flat too)
 
 A rise must also be at least MIN_RISE of the largest value the run has seen: a loss that
-has converged to 1e-10 wanders by orders of magnitude in float noise, which is no spike. An
+has converged to a millionth of its start wanders by orders of magnitude in float noise, which is
+no spike (a matmul regression's loss, 0.9 at the start, went from 1e-6 to 1e-4 and its gradient
+norm from 2e-5 to 4e-4 and 6e-3 on a loaded CI machine). An
 incident is said once: the reports after its first that are still out of line are part of it;
 they are kept out of the window it is judged against (one spike does not raise the bar for the
 next) until SETTLE of them in a row, when the new level is the window's (a shift, not a spike,
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 from engine.preset_types import HealthSettings
 
 SETTLE = 5          # reports in a row out of line that make the new level the window's
-MIN_RISE = 1e-4     # of the largest value the run has seen: a smaller rise is float noise
+MIN_RISE = 1e-2     # of the largest value the run has seen: a smaller rise is float noise
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,15 @@
 """A spare: the next attempt's process, started before it is needed.
 
-    python -P -m engine.train.spare [MODULE...]      (started by the supervisor, stdin a pipe)
+    python -P -m engine.train.spare [--device=DEVICE] [--workload=JSON] [MODULE...]
+                                                    (started by the supervisor, stdin a pipe)
 
 Most of a built-in attempt's start is the interpreter's and torch's imports, seconds of a
-recovery on a small machine. So while an attempt runs, the supervisor may start a spare
-(engine.run.spare.Spare) with the environment the next attempt would have: it imports torch,
-the trainer and the MODULEs named (the workload's), then blocks on one JSON line from its stdin:
+recovery on a small machine; on a GPU, CUDA's context too. So while an attempt runs, the
+supervisor may start a spare (engine.run.spare.Spare) with the environment the next attempt
+would have: it imports torch, the trainer and the MODULEs named (the workload's), creates
+DEVICE's context (CUDA's; others have none worth it), builds the workload whose preset JSON
+holds (its data; engine.train.startup hands it to the trainer), then blocks on one JSON line
+from its stdin:
 
     {"argv": [trainer arguments], "env": {the attempt's environment}, "log": "attempt-N.log"}
 
@@ -31,7 +35,9 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    warm = sys.argv[1:] if argv is None else argv
+    args = sys.argv[1:] if argv is None else argv
+    warm = [a for a in args if not a.startswith("--")]
+    options = dict(a[2:].partition("=")[::2] for a in args if a.startswith("--"))
     import torch  # noqa: F401  (the point: imported before the attempt needs it)
     import torch._dynamo  # noqa: F401  (every optimizer's constructor imports it: a second more)
 
@@ -43,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
                 importlib.import_module(name)
         except Exception as e:  # noqa: BLE001
             print(f"spare: {name} not imported ahead: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+    try:
+        ahead(options.get("device"), options.get("workload"))
+    except Exception as e:  # noqa: BLE001  (the attempt does it again, and reports what fails)
+        print(f"spare: not prepared ahead: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
     line = sys.stdin.buffer.readline()
     if not line.strip():
         return 0   # the supervisor is gone, or has no attempt for it
@@ -50,6 +60,26 @@ def main(argv: list[str] | None = None) -> int:
     become(message["log"], message["env"])
     sys.argv = [trainer.__file__, *message["argv"]]
     return trainer.main(message["argv"])
+
+
+def ahead(device: str | None, workload: str | None) -> None:
+    """The attempt's start-up that does not wait for its launch, done now: the device's
+    context and the run's workload (engine.train.startup)."""
+    import torch
+
+    from engine import presets, workloads
+    from engine.monitor import device as devices
+    from engine.train import startup
+
+    if device and device.startswith(("cuda", "auto")) and torch.cuda.is_available():
+        devices.make_ready(torch.device("cuda" if device == "auto" else device))
+        startup.device_ready_ahead()
+    if workload:   # the run's workload preset, as a table
+        preset = presets.workload_from_table(json.loads(workload), "the spare's --workload")
+        name, params, seed = preset.workload, preset.params, preset.train.seed
+        devices.seed_everything(seed)   # as the trainer seeds before its build
+        built = workloads.build(name, params, seed)
+        startup.built_ahead(name, params, seed, built, devices.rng_state())
 
 
 def become(log_path: str, env: dict[str, str]) -> None:

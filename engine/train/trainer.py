@@ -35,10 +35,9 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, cast
+from typing import Any, Callable
 
 import torch
-from torch import nn
 
 from engine import presets, workloads
 from engine.emit import Emit
@@ -48,7 +47,7 @@ from engine.presets import DevicePreset
 from engine.record import reached
 from engine.record.events import EventWriter
 from engine.record.rundir import RunDir
-from engine.train import cadence, checkpointer, optim, parity, peaks, threads
+from engine.train import cadence, checkpointer, compiling, optim, parity, peaks, startup, threads
 from engine.train.cadence import Cadence
 from engine.train.data import SampleOrder
 from engine.train.distributed import World
@@ -85,6 +84,7 @@ class Trainer(Saving):
                  stop: StopRequest | None = None, rewind: tuple[int, float] = (0, 1.0)):
         """`rewind`: (batches to skip, a factor of the learning rate) asked of the checkpoint it
         resumes from by the run's rewinds to it (engine.run.rewind)."""
+        self.clock = startup.Clock()   # its set-up timed by phase, for trainer_ready
         config = run.config()
         self.stop = stop or StopRequest()
         self.run, self.events = run, events
@@ -96,6 +96,7 @@ class Trainer(Saving):
         if self.world.size > 1 and self.device.type == "cuda":
             self.device = torch.device("cuda", self.world.local_rank)
             torch.cuda.set_device(self.device)
+        devices.make_ready(self.device)
         # Rank 0 speaks for the run (evals, checkpoints); each machine's local rank 0 for its
         # machine (its start, its steps: the supervisor there reads them); the other ranks only
         # heartbeat (and report their own exceptions, from main()). Injected faults hit rank 0.
@@ -114,10 +115,19 @@ class Trainer(Saving):
         # they are free (engine.train.threads); the count just set is the most
         self.threads = threads.Adapter.for_run(preset, self.device, self.say)
 
+        self.clock.lap("device")
+
         devices.seed_everything(self.train.seed)
         self.name = config.workload.workload
-        self.workload = workloads.build(self.name, config.workload.params, self.train.seed)
+        if (ahead := startup.take_workload(self.name, config.workload.params, self.train.seed)) is not None:
+            # built by the spare this process was, seeded as here: the model draws from the
+            # random state the build left, as it would have
+            self.workload, after = ahead
+            devices.set_rng_state(after)
+        else:
+            self.workload = workloads.build(self.name, config.workload.params, self.train.seed)
         workloads.check_batch(preset, self.workload.num_samples, *step_set_by(config.overrides, preset, preset_name))
+        self.clock.lap("data")
         self.model = self.workload.build_model(grad_checkpointing=preset.grad_checkpointing).to(self.device)
         self.ddp = None
         if self.world.size > 1:
@@ -126,8 +136,8 @@ class Trainer(Saving):
             self.ddp = DistributedDataParallel(
                 self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         wrapped = self.ddp or self.model
-        # compiling a module gives a module (an OptimizedModule) that forwards to it
-        self.forward = cast(nn.Module, torch.compile(wrapped)) if preset.compile else wrapped
+        # the whole model, or each of its repeated blocks where the workload names them
+        self.forward = compiling.compiled_forward(wrapped, self.workload, preset)
         # The workload's own optimizer (and scheduler), or the one [train] describes.
         own = optim.from_workload(self.workload, config.workload.workload, self.model, self.train)
         self.scheduler: Any
@@ -135,6 +145,7 @@ class Trainer(Saving):
         self.peak_lrs = [g["lr"] for g in self.optimizer.param_groups]  # what the schedule scales
         self.lr = self.peak_lrs[0]
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.resolved.precision == "fp16")
+        self.clock.lap("model")
         self.order = SampleOrder(self.workload.num_samples, self.train.seed)
         self.total_samples = max(1, round(self.train.epochs * self.workload.num_samples))
         # The first attempt's global batch (kept in every checkpoint, whatever run.toml says by
@@ -149,6 +160,7 @@ class Trainer(Saving):
         # lower-lr rewinds; both kept in every checkpoint.
         self.skipped_samples, self.lr_scale = 0, 1.0
         self.resumed_from = self._resume()
+        self.clock.lap("resume")
         if rewind != (0, 1.0):
             self._skip(*rewind)
         if self.train.max_steps:
@@ -182,14 +194,18 @@ class Trainer(Saving):
         # called with (done, of) after each micro-batch (the probe)
         self.micro_batch_hook: Callable[[int, int], None] | None = None
         self._first_step_s: float | None = None     # this attempt's first step, timed
-        self._compile_told = not preset.compile     # its compile time said in a step event
+        self._first_step_at = 0.0                   # ... when it ended (time.time())
+        self._first_told = False                    # ... and said in a step event
         self.stopping = False                        # a stop agreed by every rank (should_continue)
 
     # ------------------------------------------------------------ the loop
 
     def fit(self) -> str:
         """Train to the end of the schedule or to a stop request: 'finished' or 'stopped'."""
-        self.say("trainer_ready", **self.describe())
+        self.clock.lap("setup")
+        ready = self.describe()
+        ready["startup"] = self.clock.fields()
+        self.say("trainer_ready", **ready)
         self.faults.before_step(0)
         if self.preset.parity_check:
             self.check_parity()
@@ -199,6 +215,7 @@ class Trainer(Saving):
             self.train_step()
             if started is not None:   # compiling happens in it (host time: the compile's)
                 self._first_step_s = time.monotonic() - started
+                self._first_step_at = time.time()   # the end of start-up (benchmarks/startup.py)
             self.maybe_report()
             self.maybe_eval()
             self.maybe_checkpoint()
@@ -397,12 +414,15 @@ class Trainer(Saving):
             event["gflop_s"] = round(samples_per_s * self.workload.flops_per_sample / 1e9, 2)
             if self.peak is not None:  # model FLOP utilisation of every rank's GPU together
                 event["mfu"] = round(event["gflop_s"] / (self.peak[0] * 1e3 * self.world.size), 4)
-        if not self._compile_told and self._first_step_s is not None:
-            # What compiling cost: the first step's time beyond a step's (the window's others);
-            # the window's rates keep it, the run's goodput moves it to its compile bucket.
-            self._compile_told = True
-            others = (elapsed - self._first_step_s) / (w.steps - 1) if w.steps > 1 else 0.0
-            event["compile_s"] = round(max(0.0, self._first_step_s - others), 3)
+        if not self._first_told and self._first_step_s is not None:
+            self._first_told = True
+            event["first_step_at"] = round(self._first_step_at, 3)
+            if self.preset.compile:
+                # What compiling cost: the first step's time beyond a step's (the window's
+                # others); the window's rates keep it, the run's goodput moves it to its
+                # compile bucket.
+                others = (elapsed - self._first_step_s) / (w.steps - 1) if w.steps > 1 else 0.0
+                event["compile_s"] = round(max(0.0, self._first_step_s - others), 3)
         if elapsed < self.train.report_every_s:
             # Cut short by a checkpoint or the end: a few steps' rate, too noisy to show or to
             # count as a best (the run's averages still count its samples and time).
@@ -464,6 +484,7 @@ class Trainer(Saving):
             device=str(self.device), precision=self.resolved.precision, reason=self.resolved.reason,
             batch_size=self.preset.batch_size, accumulation=self.preset.accumulation,
             compile=self.preset.compile, grad_checkpointing=self.preset.grad_checkpointing,
+            compiled=compiling.mode(self.forward), compiled_blocks=compiling.blocks(self.forward),
             threads=torch.get_num_threads(), total_steps=self.total_steps,
             total_samples=self.total_samples, resumed_from=self.resumed_from,
             parameters=sum(p.numel() for p in self.model.parameters()),

@@ -41,14 +41,23 @@ class TrainerLauncher(Launcher):
         return trainer_launch(self.run, attempt, name, preset, rewind=(resume or {}).get("rewind"))
 
     def spare(self, attempt: int, name: str, preset: DevicePreset) -> dict | None:
-        """The next attempt's process, torch and the workload's modules imported ahead."""
-        launch = self.launch(attempt, name, preset)
-        warm: tuple[str, ...] = ()
-        if (module := BUILTIN.get(self.config.workload.workload)) is not None:
-            warm = (module, f"{module}.workload")   # its card and (where it has one) its model
-        if preset.compile:
-            warm += ("torch._inductor.compile_fx",)   # the compiler's own modules, a second or more
-        return {"env": launch.env, "cwd": launch.cwd, "warm": warm, "varying": SPARE_VARYING}
+        return spare_for(self.config, preset)
+
+
+def spare_for(config: RunConfig, preset: DevicePreset) -> dict:
+    """A spare for an attempt of this run on `preset` (engine.run.spare.Spare's keywords), before
+    the run directory need exist (`cockpit --no-ui` starts the first attempt's while it checks
+    the device): torch and the workload's modules imported, the device's context created and
+    the workload built ahead (engine.train.startup)."""
+    workload = config.workload
+    warm: tuple[str, ...] = ()
+    if (module := BUILTIN.get(workload.workload)) is not None:
+        warm = (module, f"{module}.workload")   # its card and (where it has one) its model
+    if preset.compile:
+        warm += ("torch._inductor.compile_fx",)   # the compiler's own modules, a second or more
+    warm = (f"--device={preset.device}", f"--workload={json.dumps(to_table(workload))}", *warm)
+    env = trainer_env(preset, time.time())
+    return {"env": env, "cwd": None, "warm": warm, "varying": SPARE_VARYING}
 
 
 def trainer_launch(run: RunDir, attempt: int, name: str, preset: DevicePreset,
@@ -60,12 +69,15 @@ def trainer_launch(run: RunDir, attempt: int, name: str, preset: DevicePreset,
                "--preset", name, "--device-json", json.dumps(to_table(preset))]
     if rewind and (rewind.get("skip_batches") or rewind.get("lr_scale", 1.0) != 1.0):
         trainer += ["--skip-batches", str(rewind["skip_batches"]), "--lr-scale", repr(rewind["lr_scale"])]
+    started = time.time() if started is None else started
+    argv = launcher + trainer if launcher else [sys.executable, "-P", *trainer]
+    return Launch(argv=argv, env=trainer_env(preset, started, torchrun=bool(launcher)), started=started)
+
+
+def trainer_env(preset: DevicePreset, started: float, torchrun: bool = False) -> dict[str, str]:
+    """The trainer's environment: the compile caches, the preset's, when it was launched."""
     # torchrun starts its workers itself; PYTHONSAFEPATH is -P for them (the working directory
     # must not shadow engine or the workload).
-    started = time.time() if started is None else started
-    env = child_env({**compile_caches(preset), **preset.env,
-                     **({"PYTHONSAFEPATH": "1"} if launcher else {}),
-                     STARTED_ENV: repr(started)})  # timed faults count from it
-    argv = launcher + trainer if launcher else [sys.executable, "-P", *trainer]
-    return Launch(argv=argv, env=env, started=started)
+    return child_env({**compile_caches(preset), **preset.env, **({"PYTHONSAFEPATH": "1"} if torchrun else {}),
+                      STARTED_ENV: repr(started)})  # timed faults count from it
 

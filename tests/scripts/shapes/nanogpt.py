@@ -33,6 +33,7 @@ max_iters = 60
 learning_rate = 1e-2
 step_delay = 0.03   # seconds of sleep per iteration: a steady, measurable speed on a busy machine
 device = "cpu"
+compile = False   # nanoGPT's: torch.compile the model (benchmarks/startup.py)
 
 # -----------------------------------------------------------------------------
 # configurator.py, as nanoGPT has it (minus config files)
@@ -69,7 +70,7 @@ def get_batch(split):
     ix = torch.randint(len(d) - block_size, (batch_size,))
     x = torch.stack([d[i:i + block_size] for i in ix])
     y = torch.stack([d[i + 1:i + 1 + block_size] for i in ix])
-    return x, y
+    return x.to(device), y.to(device)
 
 
 class Bigram(nn.Module):
@@ -95,11 +96,16 @@ elif init_from == "resume":
     model.load_state_dict(checkpoint["model"])
     iter_num = checkpoint["iter_num"]
     best_val_loss = checkpoint["best_val_loss"]
+model.to(device)
 print(f"number of parameters: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M")
 optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate)
 if init_from == "resume":
     optimizer.load_state_dict(checkpoint["optimizer"])
     checkpoint = None
+raw_model = model
+if compile:
+    print("compiling the model... (takes a ~minute)")
+    model = torch.compile(model)
 
 truth = Truth(out_dir, "nanogpt", total=max_iters, samples_per_step=batch_size * gradient_accumulation_steps,
               tokens_per_step=tokens_per_iter, first_index=0, resumed_from=iter_num, eval_name="val_loss")
@@ -136,7 +142,7 @@ while True:
         if losses["val"] < best_val_loss or always_save_checkpoint:
             best_val_loss = losses["val"]
             if iter_num > 0:
-                checkpoint = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                checkpoint = {"model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
                               "iter_num": iter_num, "best_val_loss": best_val_loss}
                 print(f"saving checkpoint to {out_dir}")
                 torch.save(checkpoint, os.path.join(out_dir, "ckpt.pt"))

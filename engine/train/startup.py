@@ -1,0 +1,84 @@
+"""An attempt's start-up, timed by phase: trainer_ready's `startup`, and the parts of goodput's
+start-up bucket (engine.record.goodput), so that a slow start says which part was slow.
+
+    launch   its launch to the trainer's main(): the process, the interpreter and the imports
+             (in a spare: the hand-over only, all that was done ahead)
+    device   the device resolved and made ready: CUDA's context created by its first allocation
+             (else the model's move to it would pay it, unseen)
+    data     the workload built: its data generated, read or tokenized
+    model    the model built and moved to the device, wrapped (DDP, torch.compile's wrapper: the
+             compile itself happens in the first step, goodput's compile bucket), its optimizer
+    resume   the checkpoint found and loaded (goodput's checkpoint_load bucket already)
+    setup    the rest of the trainer's set-up: schedule, checkpoint writer, instruments
+
+and, after trainer_ready, `parity` (the parity check, in its own event).
+
+What a spare (engine.train.spare) did ahead is not paid again: it creates the device's context
+and builds the workload while the attempt before trains (`ahead`), and the trainer takes that
+workload if it is the same one (name, parameters, seed). Torch-free.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from engine.train.faults import attempt_started
+
+
+class Clock:
+    """Laps of the trainer's set-up, each named as it ends; `launch` from the launch's moment."""
+
+    def __init__(self) -> None:
+        self.phases: dict[str, float] = {}
+        if (launched := attempt_started()) is not None:   # the launch's moment, time.time()
+            self.phases["launch"] = round(max(0.0, time.time() - launched), 3)
+        self._lap = time.monotonic()
+
+    def lap(self, phase: str) -> float:
+        """End `phase` now; its seconds (added to any earlier lap of the same name)."""
+        now = time.monotonic()
+        spent = now - self._lap
+        self._lap = now
+        self.phases[phase] = round(self.phases.get(phase, 0.0) + spent, 3)
+        return spent
+
+    def fields(self) -> dict[str, Any]:
+        """trainer_ready's `startup`: seconds by phase, and what a spare did ahead."""
+        done = {"ahead": sorted(_ahead)} if _ahead else {}
+        return {**self.phases, **done}
+
+
+# What the spare did ahead in this process: the phases it saved ('device', 'data') and the
+# workload it built, under its key, with torch's random state as the build left it.
+_ahead: set[str] = set()
+_workload: tuple[str, Any, Any] | None = None
+
+
+def workload_key(name: str, params: dict, seed: int) -> str:
+    return json.dumps([name, params, seed], sort_keys=True, default=str)
+
+
+def built_ahead(name: str, params: dict, seed: int, workload: Any, rng_after: Any) -> None:
+    """The spare built this workload (seeded as the trainer seeds it), for the attempt it
+    becomes; `rng_after`: the random state the build left, which the model's initialisation
+    draws from next."""
+    global _workload
+    _workload = (workload_key(name, params, seed), workload, rng_after)
+    _ahead.add("data")
+
+
+def device_ready_ahead() -> None:
+    _ahead.add("device")
+
+
+def take_workload(name: str, params: dict, seed: int) -> tuple[Any, Any] | None:
+    """The workload built ahead and the random state after it, if it is this one (once: its
+    data is the attempt's now)."""
+    global _workload
+    held, _workload = _workload, None
+    if held is not None and held[0] == workload_key(name, params, seed):
+        return held[1], held[2]
+    _ahead.discard("data")
+    return None

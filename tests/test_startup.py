@@ -1,0 +1,105 @@
+"""An attempt's start-up, timed by phase and cut (issue 40, item 1): trainer_ready says its
+phases, goodput's start-up bucket its parts, and the first attempt runs in the process the CLI
+started as it checked the device, its data built there ahead, training exactly as a process
+started after the checks does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import psutil
+
+from conftest import child_env, cockpit_cmd
+from engine.record.goodput import Timeline
+from engine.record.rundir import list_runs, summarize
+from cockpit.present.words import goodput_text
+
+PHASES = {"launch", "device", "data", "model", "resume", "setup"}
+
+
+def run(home, workload: str, *sets: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    before = {r.id for r in list_runs(home / "runs")}
+    done = subprocess.run(cockpit_cmd("--no-ui", "-w", workload, "-d", "cpu", *sum((["--set", s] for s in sets), [])),
+                          capture_output=True, text=True, env={**child_env(), **(env or {})}, timeout=300)
+    runs = [r for r in list_runs(home / "runs") if r.id not in before]
+    return done, runs[0].events() if runs else []
+
+
+# A protocol workload whose build draws from torch's global generator (its data), as a user's
+# may: the model's initialisation draws after it.
+GLOBAL_DRAWS = """
+import torch
+from sine_workload import Params, SineWorkload   # its Params: the [params] table checked
+
+def build(params: Params, seed: int) -> SineWorkload:
+    torch.rand(7)   # the global generator, as the trainer seeded it
+    return SineWorkload(params, seed)
+"""
+
+
+def test_the_first_attempt_runs_in_the_process_started_during_the_checks_and_trains_the_same(home):
+    from conftest import ROOT, user_preset
+
+    (home / "wl").mkdir()
+    (home / "wl" / "global_draws.py").write_text(GLOBAL_DRAWS)
+    sine = (ROOT / "examples" / "presets" / "workloads" / "sine.toml").read_text()
+    user_preset(home, "workloads", "draws", sine.replace("sine_workload:build", "global_draws:build"))
+    env = {"PYTHONPATH": os.pathsep.join((str(ROOT), str(ROOT / "examples"), str(home / "wl")))}
+    sets = ("params.samples=256", "params.eval_samples=64", "train.epochs=2", "batch_size=32",
+            "accumulation=1", "threads=1", "train.report_every_s=0.01")
+    done, events = run(home, "draws", *sets, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (ready,) = [e for e in events if e["type"] == "trainer_ready"]
+    startup = ready["startup"]
+    assert PHASES <= set(startup) and all(startup[p] >= 0 for p in PHASES)
+    assert startup["ahead"] == ["data"]   # the workload built before the run existed
+    # the same run with no process started ahead trains the same model: its weights drawn from
+    # the random state the spare's build left, as here
+    plain, plain_events = run(home, "draws", *sets, env={**env, "COCKPIT_SPARE": "0"})
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    (plain_ready,) = [e for e in plain_events if e["type"] == "trainer_ready"]
+    assert "ahead" not in plain_ready["startup"] and PHASES <= set(plain_ready["startup"])
+    # what the two models learned, exactly (a window's loss depends on where the window fell)
+    evals = [[e["metrics"] for e in evs if e["type"] == "eval"] for evs in (events, plain_events)]
+    assert evals[0] and evals[0] == evals[1]
+
+
+def test_bad_input_found_while_the_first_attempt_starts_leaves_no_run_and_no_process(home):
+    mark = f"startup-test-{os.getpid()}"   # in the environment of whatever the CLI starts
+    done = subprocess.run(cockpit_cmd("--no-ui", "-w", "matmul", "-d", "cuda"), capture_output=True,
+                          text=True, env={**child_env(), "COCKPIT_TEST_MARK": mark}, timeout=300)
+    assert done.returncode == 2 and "device preset 'cuda': device:" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not list_runs(home / "runs")
+    assert not [p for p in psutil.process_iter() if _marked(p, mark)]
+
+
+def _marked(process: psutil.Process, mark: str) -> bool:
+    try:
+        return process.environ().get("COCKPIT_TEST_MARK") == mark
+    except (psutil.Error, OSError):
+        return False
+
+
+def test_goodput_says_the_start_up_by_its_parts():
+    t0 = 1000.0
+    timeline = Timeline()
+    for e in [{"type": "run_started", "t": t0},
+              {"type": "attempt_started", "attempt": 1, "t": t0 + 0.5},
+              {"type": "trainer_ready", "attempt": 1, "t": t0 + 4.5,
+               "startup": {"launch": 2.0, "device": 0.5, "data": 0.4, "model": 1.0, "resume": 0.2,
+                           "setup": 0.1, "ahead": []}, "resumed_from": {"step": 10, "load_s": 0.2}},
+              {"type": "parity", "attempt": 1, "t": t0 + 5.0, "seconds": 0.5},
+              {"type": "step", "attempt": 1, "t": t0 + 7.0, "step": 20, "window_s": 1.5, "steps_per_s": 6.7},
+              {"type": "attempt_ended", "attempt": 1, "t": t0 + 7.1, "outcome": "finished", "last_step": 20},
+              {"type": "run_finished", "t": t0 + 7.2, "status": "finished"}]:
+        timeline.add(e)
+    g = timeline.result({})
+    # run_started -> the first window: 5.5 s, less the checkpoint's 0.2 s load (its own bucket)
+    assert abs(g.buckets["startup"] - 5.3) < 1e-6
+    parts = g.startup_parts
+    assert abs(parts["cockpit"] - 0.5) < 1e-6 and parts["launch"] == 2.0 and parts["parity"] == 0.5
+    assert "resume" not in parts   # checkpoint_load's
+    assert abs(sum(parts.values()) - g.buckets["startup"]) < 1e-6   # the rest is 'other'
+    text = goodput_text(g.as_dict())
+    assert "start-up 5.3 s (launch 2.0 s, model 1.0 s, " in text
