@@ -17,7 +17,6 @@ from engine import runconfig
 from engine.record import checkpoint
 from engine.record.rundir import RunDir
 from engine.train import compiling
-from engine.workloads.trm.workload import ByteLM
 from train_support import trainer_for
 
 TRM = ["threads=1", "batch_size=4", "accumulation=1", "params.hidden_size=32", "params.num_heads=2",
@@ -36,11 +35,10 @@ def losses(run: RunDir, attempt: int | None = None) -> dict[int, float]:
 
 
 @pytest.mark.parametrize("compile_as", ["off", "regional", "model"])
-def test_the_parity_check_passes_however_the_model_is_compiled(home, monkeypatch, compile_as):
-    if compile_as == "model":   # trm names its blocks: without them, the whole model
-        monkeypatch.delattr(ByteLM, "repeated_blocks")
+def test_the_parity_check_passes_however_the_model_is_compiled(home, compile_as):
+    # trm names its blocks: the whole model where the preset says compile_regions = false
     run = trm_run(f"compile={str(compile_as != 'off').lower()}", "parity_check=true",
-                  "train.max_steps=2")
+                  f"compile_regions={str(compile_as != 'model').lower()}", "train.max_steps=2")
     trainer = trainer_for(run)
     assert trainer.fit() == "finished"
     (ready,) = [e for e in run.events() if e["type"] == "trainer_ready"]
