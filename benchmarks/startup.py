@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -41,25 +42,57 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-MATMUL = ["params.samples=65536", "train.epochs=100", "train.max_steps=400",
-          "train.checkpoint_every_steps=20", "train.eval_every_steps=0"]
-# trm-chat-small as the shipped cuda preset trains it, short: a checkpoint every 20 steps
-TRM = ["train.max_steps=90", "train.checkpoint_every_steps=20", "train.eval_every_steps=0",
-       "params.corpus_bytes=1000000", "batch_size=32", "accumulation=1"]
+# A crash well into each run, once the spare for the next attempt is ready (it starts when the
+# attempt trains: torch's imports, CUDA's context, the data, a compiled model's compile); the
+# runs are stopped once the attempt after it has trained a step.
+MATMUL = ["params.samples=65536", "train.epochs=1000", "train.checkpoint_every_steps=20",
+          "train.eval_every_steps=0"]
+MATMUL_CRASH = "native-crash@30s"
+# trm-chat-small as the shipped cuda preset trains it: a checkpoint every 20 steps
+TRM = ["train.checkpoint_every_steps=20", "train.eval_every_steps=0", "params.corpus_bytes=1000000",
+       "batch_size=32", "accumulation=1"]
+TRM_CRASH = "native-crash@45s"
 
 
-def cockpit(home: Path, *args: str, env: dict[str, str] | None = None) -> tuple[float, list[dict], str]:
-    """One `cockpit --no-ui` run: its spawn's time.time(), its events and its output."""
+def cockpit(home: Path, *args: str, until_step_of: int = 1,
+            env: dict[str, str] | None = None) -> tuple[float, list[dict], str]:
+    """One `cockpit --no-ui` run: its spawn's time.time(), its events and its output. It is
+    stopped (SIGINT, as Ctrl-C) once attempt `until_step_of` has said its first step."""
     runs = home / "runs"
     before = set(runs.iterdir()) if runs.is_dir() else set()
     child = {**os.environ, "COCKPIT_RUNS_DIR": str(runs), "COCKPIT_CONFIG_DIR": str(home / "config"),
              "COCKPIT_CACHE_DIR": str(home / "cache"), "COCKPIT_ALERTS": "off", **(env or {})}
     spawned = time.time()
-    done = subprocess.run([sys.executable, "-m", "cockpit", "--no-ui", *args], cwd=ROOT, env=child,
-                          capture_output=True, text=True, timeout=1200)
-    (run,) = set(runs.iterdir()) - before
-    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines() if line.strip()]
-    return spawned, events, done.stdout[-3000:] + done.stderr[-2000:]
+    with open(home / "output.txt", "w+") as output:
+        process = subprocess.Popen([sys.executable, "-m", "cockpit", "--no-ui", *args], cwd=ROOT, env=child,
+                                   stdout=output, stderr=subprocess.STDOUT,
+                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        deadline = time.monotonic() + 900
+        while process.poll() is None and time.monotonic() < deadline:
+            made = set(runs.iterdir()) - before if runs.is_dir() else set()
+            if made and first_step(read_events(next(iter(made))), until_step_of) is not None:
+                process.send_signal(signal.SIGINT)
+                break
+            time.sleep(0.5)
+        process.wait(timeout=300)
+        output.seek(0)
+        said = output.read()[-3000:]
+    made = set(runs.iterdir()) - before if runs.is_dir() else set()
+    if not made:
+        raise SystemExit(f"cockpit made no run: {said}")
+    (run,) = made
+    return spawned, read_events(run), said
+
+
+def read_events(run: Path) -> list[dict]:
+    lines = (run / "events.jsonl").read_text().splitlines() if (run / "events.jsonl").exists() else []
+    events = []
+    for line in lines:
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:   # the line being written
+            pass
+    return events
 
 
 def first(events: list[dict], kind: str, attempt: int | None = None, **match) -> dict | None:
@@ -101,7 +134,7 @@ def crash_to_next_step(events: list[dict]) -> dict:
 
 def matmul(home: Path, device: str) -> dict:
     spawned, events, out = cockpit(home, "-w", "matmul", "-d", device, *sets(MATMUL),
-                                   "--inject", "native-crash@60")
+                                   "--inject", MATMUL_CRASH, until_step_of=2)
     return {"launch -> first step": launch_to_first_step(spawned, events, out),
             "crash -> next step": crash_to_next_step(events)}
 
@@ -109,10 +142,11 @@ def matmul(home: Path, device: str) -> dict:
 def compiled(home: Path, device: str) -> dict:
     result = {}
     for label in ("cold", "warm"):   # the compile cache is the user's (COCKPIT_CACHE_DIR): kept
-        spawned, events, out = cockpit(home, "-w", "trm-chat-small", "-d", device, *sets(TRM),
-                                       *(["--inject", "native-crash@60"] if label == "warm" else []))
+        crash = ["--inject", TRM_CRASH] if label == "warm" else []
+        spawned, events, out = cockpit(home, "-w", "trm-chat-small", "-d", device, *sets(TRM), *crash,
+                                       until_step_of=2 if crash else 1)
         result[f"launch -> first step ({label} cache)"] = launch_to_first_step(spawned, events, out)
-        if label == "warm":
+        if crash:
             result["crash -> next step"] = crash_to_next_step(events)
     return result
 
@@ -124,8 +158,11 @@ def nanogpt(home: Path, device: str) -> dict:
         home, "run", "-d", device, "--inject", "native-crash@40",
         "--set", 'command.resume=["--init_from=resume"]', "--set", "command.checkpoints={run_dir}/out/ckpt.pt",
         "--", sys.executable, str(script), "--out_dir={run_dir}/out", "--max_iters=80",
-        "--compile=True", "--device={device}", "--step_delay=0.0", env={"PYTHONPATH": str(script.parent)})
+        "--compile=True", "--device={device}", "--step_delay=0.0", until_step_of=3,
+        env={"PYTHONPATH": os.pathsep.join(p for p in (str(script.parent), os.environ.get("PYTHONPATH")) if p)})
     crash = first(events, "crash", 1)
+    # a command's step after the crash: its first said (a sighting of where it resumed, then
+    # its output's steps)
     step = next((e for e in events if e["type"] == "step" and e.get("attempt") == 2), None)
     if not (crash and step):
         return {"crash -> next step": {"error": out[-600:]}}

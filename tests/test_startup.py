@@ -103,3 +103,36 @@ def test_goodput_says_the_start_up_by_its_parts():
     assert abs(sum(parts.values()) - g.buckets["startup"]) < 1e-6   # the rest is 'other'
     text = goodput_text(g.as_dict())
     assert "start-up 5.3 s (launch 2.0 s, model 1.0 s, " in text
+
+
+# A tiny trm, compiled, a checkpoint every step and every step its own report.
+TINY_TRM = ["threads=1", "batch_size=4", "accumulation=1", "params.hidden_size=32", "params.num_heads=2",
+            "params.L_layers=2", "params.H_cycles=1", "params.L_cycles=1", "params.seq_len=16",
+            "params.corpus_bytes=20000", "params.eval_bytes=256", "train.max_steps=8",
+            "train.report_every_s=1e-9", "train.checkpoint_every_steps=1", "compile=true"]
+
+
+def test_a_spare_compiles_the_model_ahead_and_the_attempt_in_it_trains_as_one_that_did_not(home):
+    """COCKPIT_SPARE_MODEL=1: what CUDA gets by default (with half its memory free), here on the
+    CPU. Each attempt runs in a spare that built and compiled the model before it was handed
+    the attempt; the one after a crash loads its checkpoint into that model and goes on as an
+    uninterrupted run of processes that built their own does."""
+    sets = [a for s in TINY_TRM for a in ("--set", s)]
+    done = subprocess.run(cockpit_cmd("--no-ui", "-w", "trm-tiny", "-d", "cpu", *sets, "--inject", "native-crash@5"),
+                          capture_output=True, text=True, env={**child_env(), "COCKPIT_SPARE_MODEL": "1"}, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (run,) = list_runs(home / "runs")
+    events = run.events()
+    ready = {e["attempt"]: e for e in events if e["type"] == "trainer_ready"}
+    assert set(ready) == {1, 2}
+    assert all(r["startup"]["ahead"] == ["data", "model"] and r["compiled"] == "regional" for r in ready.values())
+    assert ready[2]["resumed_from"]["step"] == 4
+    plain = subprocess.run(cockpit_cmd("--no-ui", "-w", "trm-tiny", "-d", "cpu", *sets),
+                           capture_output=True, text=True, env={**child_env(), "COCKPIT_SPARE": "0"}, timeout=600)
+    assert plain.returncode == 0, plain.stdout[-3000:]
+    (other,) = [r for r in list_runs(home / "runs") if r.id != run.id]
+    resumed = {e["step"]: e["loss"] for e in events if e["type"] == "step" and e["attempt"] == 2}
+    uninterrupted = {e["step"]: e["loss"] for e in other.events() if e["type"] == "step"}
+    assert sorted(resumed) == [5, 6, 7, 8]
+    assert all(abs(v - uninterrupted[s]) <= 1e-4 * abs(uninterrupted[s]) for s, v in resumed.items()), \
+        (resumed, uninterrupted)

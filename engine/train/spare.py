@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # noqa: BLE001
             print(f"spare: {name} not imported ahead: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
     try:
-        ahead(options.get("device"), options.get("workload"))
+        ahead(options.get("device"), options.get("workload"), options.get("preset"))
     except Exception as e:  # noqa: BLE001  (the attempt does it again, and reports what fails)
         print(f"spare: not prepared ahead: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
     line = sys.stdin.buffer.readline()
@@ -62,9 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     return trainer.main(message["argv"])
 
 
-def ahead(device: str | None, workload: str | None) -> None:
+def ahead(device: str | None, workload: str | None, preset: str | None = None) -> None:
     """The attempt's start-up that does not wait for its launch, done now: the device's
-    context and the run's workload (engine.train.startup)."""
+    context, the run's workload and, given the preset of a compiled model, the model compiled
+    (engine.train.startup), where compile_model_ahead allows."""
     import torch
 
     from engine import presets, workloads
@@ -75,11 +76,36 @@ def ahead(device: str | None, workload: str | None) -> None:
         devices.make_ready(torch.device("cuda" if device == "auto" else device))
         startup.device_ready_ahead()
     if workload:   # the run's workload preset, as a table
-        preset = presets.workload_from_table(json.loads(workload), "the spare's --workload")
-        name, params, seed = preset.workload, preset.params, preset.train.seed
+        chosen = presets.workload_from_table(json.loads(workload), "the spare's --workload")
+        name, params, seed = chosen.workload, chosen.params, chosen.train.seed
         devices.seed_everything(seed)   # as the trainer seeds before its build
         built = workloads.build(name, params, seed)
         startup.built_ahead(name, params, seed, built, devices.rng_state())
+        if preset:
+            device_preset = presets.device_from_table(json.loads(preset), "the spare's --preset")
+            resolved = devices.resolve(device_preset)
+            if compile_model_ahead(resolved.device):
+                startup.compile_ahead(built, startup.workload_key(name, params, seed), device_preset, resolved)
+
+
+# The share of the GPU's memory that must be free for a spare to build and compile the model
+# while the attempt before it trains: the attempt holds its own, and may need more at an eval.
+FREE_FOR_MODEL = 0.5
+
+
+def compile_model_ahead(device, environ: dict[str, str] | None = None) -> bool:
+    """Whether the spare builds and compiles the model: on CUDA, with half its memory free (the
+    attempt training beside it must not run out); COCKPIT_SPARE_MODEL=1 or 0 says so anywhere
+    (on the CPU the compile would take the cores the attempt trains on)."""
+    import torch
+
+    said = (os.environ if environ is None else environ).get("COCKPIT_SPARE_MODEL")
+    if said in ("0", "1"):
+        return said == "1"
+    if device.type != "cuda":
+        return False
+    free, total = torch.cuda.mem_get_info(device)
+    return free >= FREE_FOR_MODEL * total
 
 
 def become(log_path: str, env: dict[str, str]) -> None:

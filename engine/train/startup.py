@@ -14,8 +14,10 @@ start-up bucket (engine.record.goodput), so that a slow start says which part wa
 and, after trainer_ready, `parity` (the parity check, in its own event).
 
 What a spare (engine.train.spare) did ahead is not paid again: it creates the device's context
-and builds the workload while the attempt before trains (`ahead`), and the trainer takes that
-workload if it is the same one (name, parameters, seed). Torch-free.
+and builds the workload while the attempt before trains (`ahead`), and, for a compiled model on
+CUDA, builds the model and compiles its forward; the trainer takes what is the same one (the
+workload's name, parameters and seed; the preset's settings that shape the model). Torch is
+imported only where a model is built.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class Clock:
 # workload it built, under its key, with torch's random state as the build left it.
 _ahead: set[str] = set()
 _workload: tuple[str, Any, Any] | None = None
+_model: tuple[str, Any, Any, Any] | None = None   # a compiled model: its key, it, its forward, the RNG
 
 
 def workload_key(name: str, params: dict, seed: int) -> str:
@@ -67,6 +70,53 @@ def built_ahead(name: str, params: dict, seed: int, workload: Any, rng_after: An
     global _workload
     _workload = (workload_key(name, params, seed), workload, rng_after)
     _ahead.add("data")
+
+
+def model_key(workload: str, preset: Any) -> str:
+    """What a model built ahead must match: the workload and the preset's settings that shape
+    the model or its compiled graph (its micro-batch: the graph's shapes)."""
+    return json.dumps([workload, preset.device, preset.precision, preset.compile, preset.compile_regions,
+                       preset.grad_checkpointing, preset.batch_size])
+
+
+def compile_ahead(workload: Any, key: str, preset: Any, resolved: Any) -> None:
+    """The spare's model, built as the trainer builds it and its forward compiled by one
+    forward and backward pass on the workload's first micro-batch (CUDA's compile, seconds a
+    recovery would wait), then set back: its gradients dropped, its state (buffers a train-mode
+    pass may move) as built, torch's random state as the build left it. The attempt loads its
+    checkpoint into it, or trains it from there as it would a model it built itself."""
+    import torch
+
+    from engine.monitor import device as devices
+    from engine.train import compiling
+
+    global _model
+    model = workload.build_model(grad_checkpointing=preset.grad_checkpointing).to(resolved.device)
+    after = devices.rng_state()
+    forward = compiling.compiled_forward(model, workload, preset)
+    built = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    batch = workload.batch(torch.arange(min(preset.batch_size, workload.num_samples)), resolved.device)
+    with resolved.autocast():
+        loss = workload.loss(forward, batch)
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+    model.load_state_dict(built)
+    del built, batch, loss
+    devices.empty_cache(resolved.device)
+    devices.set_rng_state(after)
+    _model = (model_key(key, preset), model, forward, after)
+    _ahead.add("model")
+
+
+def take_model(key: str, preset: Any) -> tuple[Any, Any, Any] | None:
+    """The model compiled ahead, its forward and the random state after its build, if it was
+    built for this workload and preset (once)."""
+    global _model
+    held, _model = _model, None
+    if held is not None and held[0] == model_key(key, preset):
+        return held[1], held[2], held[3]
+    _ahead.discard("model")
+    return None
 
 
 def device_ready_ahead() -> None:

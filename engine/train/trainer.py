@@ -128,7 +128,14 @@ class Trainer(Saving):
             self.workload = workloads.build(self.name, config.workload.params, self.train.seed)
         workloads.check_batch(preset, self.workload.num_samples, *step_set_by(config.overrides, preset, preset_name))
         self.clock.lap("data")
-        self.model = self.workload.build_model(grad_checkpointing=preset.grad_checkpointing).to(self.device)
+        key = startup.workload_key(self.name, config.workload.params, self.train.seed)
+        if self.world.size == 1 and (compiled := startup.take_model(key, preset)) is not None:
+            # built and compiled by the spare this process was (engine.train.startup)
+            self.model, forward, after = compiled
+            devices.set_rng_state(after)
+        else:
+            self.model = self.workload.build_model(grad_checkpointing=preset.grad_checkpointing).to(self.device)
+            forward = None
         self.ddp = None
         if self.world.size > 1:
             from torch.nn.parallel import DistributedDataParallel
@@ -137,7 +144,7 @@ class Trainer(Saving):
                 self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         wrapped = self.ddp or self.model
         # the whole model, or each of its repeated blocks where the workload names them
-        self.forward = compiling.compiled_forward(wrapped, self.workload, preset)
+        self.forward = forward or compiling.compiled_forward(wrapped, self.workload, preset)
         # The workload's own optimizer (and scheduler), or the one [train] describes.
         own = optim.from_workload(self.workload, config.workload.workload, self.model, self.train)
         self.scheduler: Any

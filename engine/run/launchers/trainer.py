@@ -55,7 +55,9 @@ def spare_for(config: RunConfig, preset: DevicePreset) -> dict:
         warm = (module, f"{module}.workload")   # its card and (where it has one) its model
     if preset.compile:
         warm += ("torch._inductor.compile_fx",)   # the compiler's own modules, a second or more
-    warm = (f"--device={preset.device}", f"--workload={json.dumps(to_table(workload))}", *warm)
+    warm = (f"--device={preset.device}", f"--workload={json.dumps(to_table(workload))}",
+            # a compiled model: built and compiled ahead too, where the spare finds room
+            *([f"--preset={json.dumps(to_table(preset))}"] if preset.compile else []), *warm)
     env = trainer_env(preset, time.time())
     return {"env": env, "cwd": None, "warm": warm, "varying": SPARE_VARYING}
 
