@@ -144,7 +144,8 @@ class Trainer(Saving):
                 self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         wrapped = self.ddp or self.model
         # the whole model, or each of its repeated blocks where the workload names them
-        self.forward = forward or compiling.compiled_forward(wrapped, self.workload, preset)
+        # (not `forward or ...`: a compiled module's truth is its len(), which most models lack)
+        self.forward = forward if forward is not None else compiling.compiled_forward(wrapped, self.workload, preset)
         # The workload's own optimizer (and scheduler), or the one [train] describes.
         own = optim.from_workload(self.workload, config.workload.workload, self.model, self.train)
         self.scheduler: Any
