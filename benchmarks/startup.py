@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 # runs are stopped once the attempt after it has trained a step.
 MATMUL = ["params.samples=65536", "train.epochs=1000", "train.checkpoint_every_steps=20",
           "train.eval_every_steps=0"]
-MATMUL_CRASH = "native-crash@30s"
+MATMUL_CRASH = "native-crash@60s"
 # trm-chat-small as the shipped cuda preset trains it: a checkpoint every 20 steps
 TRM = ["train.checkpoint_every_steps=20", "train.eval_every_steps=0", "params.corpus_bytes=1000000",
        "batch_size=32", "accumulation=1"]
