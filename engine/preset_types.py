@@ -134,7 +134,8 @@ class DevicePreset:
     compile: bool = setting(False, "torch.compile the model (refused on MPS)", aka=("torch_compile",))
     compile_regions: bool = setting(True, "with compile: each of the workload's repeated blocks "
                                           "compiled once for all (a faster compile), not the whole "
-                                          "model (fusion across blocks)", aka=("regional_compile",))
+                                          "model (fusion across blocks); the whole model under "
+                                          "grad_checkpointing", aka=("regional_compile",))
     parity_check: bool = setting(False, "before training, check the device's loss, gradients and "
                                         "optimizer step against the CPU in fp32 (`cockpit check`); "
                                         "wrong numbers are a crash of kind numerical-parity")

@@ -6,6 +6,7 @@ returns, the spare by which process ran the attempt."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -183,6 +184,21 @@ def test_a_spare_whose_pipe_closes_exits_by_itself(home, tmp_path):
     popen = spare.popen
     assert popen is not None and popen.stdin is not None
     popen.stdin.close()
+    assert popen.wait(timeout=120) == 0
+
+
+def test_a_spare_at_its_work_ahead_exits_at_once_when_its_pipe_closes(home, tmp_path):
+    """Its work ahead (here a workload whose build never ends) runs beside the wait for an
+    attempt: the supervisor gone, the spare does not finish it first."""
+    (tmp_path / "never_built.py").write_text("import time\n\ndef build(params, seed):\n    time.sleep(3600)\n")
+    launch = spare_launch(home)
+    env = {**launch.env, "PYTHONPATH": os.pathsep.join((str(tmp_path), launch.env["PYTHONPATH"]))}
+    with open(tmp_path / "spare.log", "ab") as log:
+        spare = Spare(env, log, varying=SPARE_VARYING,
+                      warm=(f"--workload={json.dumps({'workload': 'never_built:build'})}",))
+    popen = spare.popen
+    assert popen is not None and popen.stdin is not None
+    popen.stdin.close()   # while it imports, or builds for an hour: either way it ends now
     assert popen.wait(timeout=120) == 0
 
 

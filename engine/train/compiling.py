@@ -10,7 +10,8 @@ measures both.
 
 A workload names its repeated blocks with an optional `repeated_blocks(model)` (trm and lora:
 the stack's layers; clip: each tower's blocks). Where it does, the preset's `compile = true`
-compiles them (unless `compile_regions = false`); where it does not, the whole model as before.
+compiles them (unless `compile_regions = false`, or gradient checkpointing is on: see
+compiled_forward); where it does not, the whole model as before.
 
 Either way only the trainer's forward is compiled. The model itself runs eagerly when called
 directly: the evaluation, the parity check and a short last micro-batch call it so, because
@@ -76,7 +77,10 @@ def compiled_forward(wrapped: nn.Module, workload: Any, preset: Any) -> nn.Modul
     block by block where the workload names its repeated blocks."""
     if not preset.compile:
         return wrapped
-    blocks = repeated_blocks(wrapped, workload) if preset.compile_regions else []
+    # Not with gradient checkpointing: its backward runs each block again, outside this
+    # forward, eagerly, and the tensors it recomputes are not those the compiled block saved.
+    regional = preset.compile_regions and not preset.grad_checkpointing
+    blocks = repeated_blocks(wrapped, workload) if regional else []
     if blocks:
         return Regional(wrapped, blocks)
     # compiling a module gives a module (an OptimizedModule) that forwards to it

@@ -1,47 +1,71 @@
 """A spare: the next attempt's process, started before it is needed.
 
-    python -P -m engine.train.spare [--device=DEVICE] [--workload=JSON] [MODULE...]
+    python -P -m engine.train.spare [--device=DEVICE] [--workload=JSON] [--preset=JSON] [MODULE...]
                                                     (started by the supervisor, stdin a pipe)
 
 Most of a built-in attempt's start is the interpreter's and torch's imports, seconds of a
-recovery on a small machine; on a GPU, CUDA's context too. So while an attempt runs, the
-supervisor may start a spare (engine.run.spare.Spare) with the environment the next attempt
-would have: it imports torch, the trainer and the MODULEs named (the workload's), creates
-DEVICE's context (CUDA's; others have none worth it), builds the workload whose preset JSON
-holds (its data; engine.train.startup hands it to the trainer), then blocks on one JSON line
-from its stdin:
+recovery on a small machine; on a GPU, CUDA's context and a compiled model's compile too. So
+while an attempt runs, the supervisor may start a spare (engine.run.spare.Spare) with the
+environment the next attempt would have. In a thread, it imports torch, the trainer and the
+MODULEs named (the workload's), creates DEVICE's context (CUDA's; others have none worth it),
+builds the workload whose preset JSON holds (its data) and, given the device preset's JSON of a
+compiled model, builds the model and compiles it where engine.train.startup says there is room
+(engine.train.startup hands all of it to the trainer). Meanwhile it waits for one JSON line on
+its stdin:
 
     {"argv": [trainer arguments], "env": {the attempt's environment}, "log": "attempt-N.log"}
 
-Handed one, it becomes the attempt: its output goes to the attempt's log (stdin from /dev/null,
-as an attempt started directly has), its environment is the attempt's (the entries that vary
-from one attempt to the next: when it started, which timed faults count from) and it runs
-engine.train.trainer.main with that argv, exiting with its exit code, or dying of its signal,
-exactly as `python -P -m engine.train.trainer` would. It is already in a session of its own, as
-attempts are, so the supervisor and the lifeline stop it as one.
+Handed one, it finishes its work ahead, then becomes the attempt: its output goes to the
+attempt's log (stdin from /dev/null, as an attempt started directly has), its environment is the
+attempt's (the entries that vary from one attempt to the next: when it started, which timed
+faults count from) and it runs engine.train.trainer.main with that argv, exiting with its exit
+code, or dying of its signal, exactly as `python -P -m engine.train.trainer` would. It is already
+in a session of its own, as attempts are, so the supervisor and the lifeline stop it as one.
 
-An empty line, or the pipe closing (the supervisor ended, or died), ends it: a spare never
-outlives its supervisor. Until it is handed an attempt, what it prints goes to the supervisor's
-log.
+An empty line, or the pipe closing (the supervisor ended, or died), ends it at once, whatever
+its work ahead is doing: a spare never outlives its supervisor. Until it is handed an attempt,
+what it prints goes to the supervisor's log.
 """
 
 from __future__ import annotations
 
+import gc
 import importlib
 import importlib.util
 import json
 import os
 import sys
+import threading
+import traceback
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     warm = [a for a in args if not a.startswith("--")]
     options = dict(a[2:].partition("=")[::2] for a in args if a.startswith("--"))
+    # The work ahead runs beside the wait for an attempt, so that the pipe closing (the
+    # supervisor gone, or done with it) ends the spare at once, whatever it is doing then.
+    worker = threading.Thread(target=prepare, args=(warm, options), daemon=True, name="spare-ahead")
+    worker.start()
+    line = sys.stdin.buffer.readline()
+    if not line.strip():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)   # not a return: an import or a compile under way must not hold the exit up
+    worker.join()     # the attempt takes what was made ahead
+    message = json.loads(line)
+    become(message["log"], message["env"])
+    from engine.train import trainer
+
+    sys.argv = [trainer.__file__, *message["argv"]]
+    return trainer.main(message["argv"])
+
+
+def prepare(warm: list[str], options: dict[str, str]) -> None:
     import torch  # noqa: F401  (the point: imported before the attempt needs it)
     import torch._dynamo  # noqa: F401  (every optimizer's constructor imports it: a second more)
 
-    from engine.train import trainer  # the trainer and its imports, ahead: the point as well
+    from engine.train import startup, trainer  # noqa: F401  (the trainer's imports, ahead)
 
     for name in warm:   # the workload's modules: a failure is the attempt's to report, not ours
         try:
@@ -53,13 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         ahead(options.get("device"), options.get("workload"), options.get("preset"))
     except Exception as e:  # noqa: BLE001  (the attempt does it again, and reports what fails)
         print(f"spare: not prepared ahead: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-    line = sys.stdin.buffer.readline()
-    if not line.strip():
-        return 0   # the supervisor is gone, or has no attempt for it
-    message = json.loads(line)
-    become(message["log"], message["env"])
-    sys.argv = [trainer.__file__, *message["argv"]]
-    return trainer.main(message["argv"])
+    finally:
+        startup.done_ahead()
 
 
 def ahead(device: str | None, workload: str | None, preset: str | None = None) -> None:
@@ -84,19 +103,36 @@ def ahead(device: str | None, workload: str | None, preset: str | None = None) -
         if preset:
             device_preset = presets.device_from_table(json.loads(preset), "the spare's --preset")
             resolved = devices.resolve(device_preset)
+            if device_preset.threads:   # as the trainer sets them: Dynamo's guards check the count
+                torch.set_num_threads(device_preset.threads)
             if compile_model_ahead(resolved.device):
-                startup.compile_ahead(built, startup.workload_key(name, params, seed), device_preset, resolved)
+                key = startup.workload_key(name, params, seed)
+                try:
+                    startup.compile_ahead(built, key, device_preset, resolved)
+                except torch.cuda.OutOfMemoryError:
+                    gc.collect()   # no room after all: the attempt builds and compiles its own
+                    devices.empty_cache(resolved.device)
+                    raise
+                except Exception:
+                    if resolved.device.type == "cuda":
+                        # CUDA's context may be broken for good: this spare must not become an
+                        # attempt (the supervisor starts one afresh)
+                        traceback.print_exc()
+                        sys.stderr.flush()
+                        os._exit(1)
+                    raise
 
 
-# The share of the GPU's memory that must be free for a spare to build and compile the model
-# while the attempt before it trains: the attempt holds its own, and may need more at an eval.
-FREE_FOR_MODEL = 0.5
+# What must stay free of the GPU's memory, beyond what the spare may take, for the attempt
+# training beside it (an eval's other shapes, its allocator's growth).
+MARGIN_FOR_ATTEMPT = 0.25
 
 
 def compile_model_ahead(device, environ: dict[str, str] | None = None) -> bool:
-    """Whether the spare builds and compiles the model: on CUDA, with half its memory free (the
-    attempt training beside it must not run out); COCKPIT_SPARE_MODEL=1 or 0 says so anywhere
-    (on the CPU the compile would take the cores the attempt trains on)."""
+    """Whether the spare builds and compiles the model: on CUDA, where the memory free exceeds
+    what the attempt holds (the attempt before it, training now, at its peak: the spare's one
+    pass, without an optimizer's state, needs less) by a quarter of the GPU; COCKPIT_SPARE_MODEL=1
+    or 0 says so anywhere (on the CPU the compile would take the cores the attempt trains on)."""
     import torch
 
     said = (os.environ if environ is None else environ).get("COCKPIT_SPARE_MODEL")
@@ -105,7 +141,8 @@ def compile_model_ahead(device, environ: dict[str, str] | None = None) -> bool:
     if device.type != "cuda":
         return False
     free, total = torch.cuda.mem_get_info(device)
-    return free >= FREE_FOR_MODEL * total
+    held = total - free   # the attempt's, mostly (a CUDA context is half a GB)
+    return free - held >= MARGIN_FOR_ATTEMPT * total
 
 
 def become(log_path: str, env: dict[str, str]) -> None:

@@ -1,8 +1,9 @@
 """An attempt's start-up, timed by phase: trainer_ready's `startup`, and the parts of goodput's
 start-up bucket (engine.record.goodput), so that a slow start says which part was slow.
 
-    launch   its launch to the trainer's main(): the process, the interpreter and the imports
-             (in a spare: the hand-over only, all that was done ahead)
+    spare    handed to a spare still at its work ahead (below): the wait for it
+    launch   its launch (or that wait's end) to the trainer's set-up: the process, the
+             interpreter and the imports (in a spare: the hand-over only)
     device   the device resolved and made ready: CUDA's context created by its first allocation
              (else the model's move to it would pay it, unseen)
     data     the workload built: its data generated, read or tokenized
@@ -34,8 +35,13 @@ class Clock:
 
     def __init__(self) -> None:
         self.phases: dict[str, float] = {}
+        now = time.time()
         if (launched := attempt_started()) is not None:   # the launch's moment, time.time()
-            self.phases["launch"] = round(max(0.0, time.time() - launched), 3)
+            if _ahead_done is not None and _ahead_done > launched:
+                # handed to a spare still at its work ahead: the wait for it is its own part
+                self.phases["spare"] = round(_ahead_done - launched, 3)
+                launched = _ahead_done
+            self.phases["launch"] = round(max(0.0, now - launched), 3)
         self._lap = time.monotonic()
 
     def lap(self, phase: str) -> float:
@@ -57,6 +63,7 @@ class Clock:
 _ahead: set[str] = set()
 _workload: tuple[str, Any, Any] | None = None
 _model: tuple[str, Any, Any, Any] | None = None   # a compiled model: its key, it, its forward, the RNG
+_ahead_done: float | None = None   # time.time() when the spare's work ahead ended
 
 
 def workload_key(name: str, params: dict, seed: int) -> str:
@@ -117,6 +124,12 @@ def take_model(key: str, preset: Any) -> tuple[Any, Any, Any] | None:
         return held[1], held[2], held[3]
     _ahead.discard("model")
     return None
+
+
+def done_ahead() -> None:
+    """The spare's work ahead is over (done or given up): when, for the attempt's `spare` part."""
+    global _ahead_done
+    _ahead_done = time.time()
 
 
 def device_ready_ahead() -> None:

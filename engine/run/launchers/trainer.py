@@ -56,8 +56,10 @@ def spare_for(config: RunConfig, preset: DevicePreset) -> dict:
     if preset.compile:
         warm += ("torch._inductor.compile_fx",)   # the compiler's own modules, a second or more
     warm = (f"--device={preset.device}", f"--workload={json.dumps(to_table(workload))}",
-            # a compiled model: built and compiled ahead too, where the spare finds room
-            *([f"--preset={json.dumps(to_table(preset))}"] if preset.compile else []), *warm)
+            # a built-in's compiled model: built and compiled ahead too, where the spare finds
+            # room (a user's workload may keep state that the spare's pass through its batch()
+            # and loss() would move, a generator of its own: the attempt builds its model)
+            *([f"--preset={json.dumps(to_table(preset))}"] if preset.compile and module else []), *warm)
     env = trainer_env(preset, time.time())
     return {"env": env, "cwd": None, "warm": warm, "varying": SPARE_VARYING}
 
