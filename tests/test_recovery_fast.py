@@ -259,3 +259,14 @@ def test_the_lifeline_stops_an_attempt_running_in_a_spare(home):
     for p in spares:
         if p.pid != ready[0]["pid"]:
             p.wait(timeout=60)
+
+
+def test_a_spare_is_started_only_where_memory_leaves_room_for_it():
+    from engine.run.attempt import room_for_spare
+
+    gb = 2**30
+    sample = {"system_total": 16 * gb, "system_used": 8 * gb, "rss": 2 * gb}
+    assert room_for_spare(sample)
+    assert not room_for_spare({**sample, "system_used": 15 * gb})           # above 90% in use
+    assert not room_for_spare({**sample, "rss": 9 * gb})                    # no room for its copy
+    assert room_for_spare({**sample, "rss": None})                          # the attempt just ended

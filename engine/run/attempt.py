@@ -21,7 +21,7 @@ from typing import Callable
 from engine.preset_types import DevicePreset
 from engine.record import reached
 from engine.record.attempt_log import OutputFollower, log_tail
-from engine.event_types import WarningFields
+from engine.event_types import MemoryFields, WarningFields
 from engine.record.events import EventWriter
 from engine.record.rundir import RunDir
 from engine.run.fallback import Rung
@@ -87,6 +87,7 @@ class Attempt:
         self.process: AttemptProcess | None = None
         self.health: AttemptHealth | None = None     # memory, slowdown (engine.run.health)
         self.memory_percent: float | None = None      # system memory in use at the last sample
+        self.room_for_spare = True                    # ... and whether it leaves room for a spare
         self.hung_for: float | None = None
         self.released = False                         # no longer followed, left running (adopted)
         self._output: OutputFollower | None = None    # attempt-N.log as it is written
@@ -286,6 +287,7 @@ class Attempt:
         if self.health is None or (sample := self.health.sample()) is None:
             return
         self.memory_percent = 100.0 * sample["system_used"] / sample["system_total"]
+        self.room_for_spare = room_for_spare(sample)
         if sample["rss"] is None:
             return  # the attempt exited since it was last seen alive: nothing of it to measure
         self.events.emit("memory", attempt=self.number, **sample)
@@ -349,3 +351,10 @@ class Attempt:
         if self.running:
             self.launcher.non_finite(lambda: self._escalate_stop(skip_graceful=True))
 
+
+def room_for_spare(sample: MemoryFields) -> bool:
+    """Whether a memory sample leaves room for a spare beside the attempt: at most 90% of the
+    machine's memory in use, and what is free holds another copy of what the attempt holds (a
+    spare imports torch and builds the workload's data ahead too)."""
+    available = sample["system_total"] - sample["system_used"]
+    return sample["system_used"] <= 0.9 * sample["system_total"] and available >= (sample["rss"] or 0)

@@ -285,7 +285,7 @@ class Supervisor:
         attempt's process as its launcher's `spare` says, never when the run is stopping or
         system memory is short."""
         if self._spare is not None or not self.use_spare or self.stop_requests \
-                or number == self._no_spare_for or (attempt.memory_percent or 0.0) > 90.0:
+                or number == self._no_spare_for or not attempt.room_for_spare:
             return
         how = attempt.launcher.spare(number, name, preset)
         if how is None:   # a command's, torchrun's: none for this attempt
