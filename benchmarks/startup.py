@@ -112,13 +112,14 @@ def launch_to_first_step(spawned: float, events: list[dict], output: str) -> dic
     if not (started and launched and ready and step):
         return {"error": "no first step: " + output[-600:]}
     parity = first(events, "parity", 1)
-    phases = {k: v for k, v in (ready.get("startup") or {}).items() if k != "ahead"}
+    phases = {k: v for k, v in (ready.get("startup") or {}).items() if k not in ("ahead", "ahead_s")}
     parts = {"cockpit": started["t"] - spawned, "checks": launched["t"] - started["t"], **phases,
              "parity": (parity or {}).get("seconds", 0.0)}
     total = step["first_step_at"] - spawned
     parts["first step"] = total - sum(parts.values())   # compiling, when it compiles
     return {"seconds": round(total, 2), "compile_s": step.get("compile_s"),
-            "parts": {k: round(v, 2) for k, v in parts.items()}}
+            "parts": {k: round(v, 2) for k, v in parts.items()},
+            "spare's work ahead": (ready.get("startup") or {}).get("ahead_s")}
 
 
 def crash_to_next_step(events: list[dict]) -> dict:
@@ -128,8 +129,8 @@ def crash_to_next_step(events: list[dict]) -> dict:
         return {"error": "no crash and recovery in the events"}
     startup = ready.get("startup") or {}
     return {"seconds": round(step["first_step_at"] - crash["t"], 2), "compile_s": step.get("compile_s"),
-            "ahead": startup.get("ahead", []),
-            "parts": {k: v for k, v in startup.items() if k != "ahead"}}
+            "ahead": startup.get("ahead", []), "spare's work ahead": startup.get("ahead_s"),
+            "parts": {k: v for k, v in startup.items() if k not in ("ahead", "ahead_s")}}
 
 
 def matmul(home: Path, device: str) -> dict:

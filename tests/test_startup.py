@@ -56,6 +56,7 @@ def test_the_first_attempt_runs_in_the_process_started_during_the_checks_and_tra
     startup = ready["startup"]
     assert PHASES <= set(startup) and all(startup[p] >= 0 for p in PHASES)
     assert startup["ahead"] == ["data"]   # the workload built before the run existed
+    assert {"imports", "data"} <= set(startup["ahead_s"])   # what that took the spare
     # the same run with no process started ahead trains the same model: its weights drawn from
     # the random state the spare's build left, as here
     plain, plain_events = run(home, "draws", *sets, env={**env, "COCKPIT_SPARE": "0"})

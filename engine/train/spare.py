@@ -36,6 +36,7 @@ import json
 import os
 import sys
 import threading
+import time
 import traceback
 
 
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def prepare(warm: list[str], options: dict[str, str]) -> None:
+    started = time.monotonic()
     import torch  # noqa: F401  (the point: imported before the attempt needs it)
     import torch._dynamo  # noqa: F401  (every optimizer's constructor imports it: a second more)
 
@@ -73,6 +75,7 @@ def prepare(warm: list[str], options: dict[str, str]) -> None:
                 importlib.import_module(name)
         except Exception as e:  # noqa: BLE001
             print(f"spare: {name} not imported ahead: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+    startup.timed_ahead("imports", started)
     try:
         ahead(options.get("device"), options.get("workload"), options.get("preset"))
     except Exception as e:  # noqa: BLE001  (the attempt does it again, and reports what fails)
@@ -91,22 +94,26 @@ def ahead(device: str | None, workload: str | None, preset: str | None = None) -
     from engine.monitor import device as devices
     from engine.train import startup
 
+    started = time.monotonic()
     if device and device.startswith(("cuda", "auto")) and torch.cuda.is_available():
         devices.make_ready(torch.device("cuda" if device == "auto" else device))
         startup.device_ready_ahead()
+        startup.timed_ahead("device", started)
     if workload:   # the run's workload preset, as a table
+        started = time.monotonic()
         chosen = presets.workload_from_table(json.loads(workload), "the spare's --workload")
         name, params, seed = chosen.workload, chosen.params, chosen.train.seed
         devices.seed_everything(seed)   # as the trainer seeds before its build
         built = workloads.build(name, params, seed)
         startup.built_ahead(name, params, seed, built, devices.rng_state())
+        startup.timed_ahead("data", started)
         if preset:
             device_preset = presets.device_from_table(json.loads(preset), "the spare's --preset")
             resolved = devices.resolve(device_preset)
             if device_preset.threads:   # as the trainer sets them: Dynamo's guards check the count
                 torch.set_num_threads(device_preset.threads)
             if compile_model_ahead(resolved.device):
-                key = startup.workload_key(name, params, seed)
+                key, started = startup.workload_key(name, params, seed), time.monotonic()
                 try:
                     startup.compile_ahead(built, key, device_preset, resolved)
                 except torch.cuda.OutOfMemoryError:
@@ -121,6 +128,8 @@ def ahead(device: str | None, workload: str | None, preset: str | None = None) -
                         sys.stderr.flush()
                         os._exit(1)
                     raise
+                finally:
+                    startup.timed_ahead("model", started)
 
 
 # What must stay free of the GPU's memory, beyond what the spare may take, for the attempt

@@ -53,9 +53,17 @@ class Clock:
         return spent
 
     def fields(self) -> dict[str, Any]:
-        """trainer_ready's `startup`: seconds by phase, and what a spare did ahead."""
+        """trainer_ready's `startup`: seconds by phase, what a spare did ahead and how long each
+        part of that took it (`ahead_s`: imports, device, data, model), whether the attempt
+        waited for it or not."""
         done = {"ahead": sorted(_ahead)} if _ahead else {}
-        return {**self.phases, **done}
+        timed = {"ahead_s": {k: round(v, 3) for k, v in _ahead_s.items()}} if _ahead_s else {}
+        return {**self.phases, **done, **timed}
+
+
+def timed_ahead(part: str, since: float) -> None:
+    """The spare spent time.monotonic() - `since` on `part` of its work ahead."""
+    _ahead_s[part] = _ahead_s.get(part, 0.0) + time.monotonic() - since
 
 
 # What the spare did ahead in this process: the phases it saved ('device', 'data') and the
@@ -64,6 +72,7 @@ _ahead: set[str] = set()
 _workload: tuple[str, Any, Any] | None = None
 _model: tuple[str, Any, Any, Any] | None = None   # a compiled model: its key, it, its forward, the RNG
 _ahead_done: float | None = None   # time.time() when the spare's work ahead ended
+_ahead_s: dict[str, float] = {}    # the spare's seconds by part of its work ahead
 
 
 def workload_key(name: str, params: dict, seed: int) -> str:
