@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+from torch import nn
 
 from engine import presets, workloads
 from engine.emit import Emit
@@ -119,23 +120,10 @@ class Trainer(Saving):
 
         devices.seed_everything(self.train.seed)
         self.name = config.workload.workload
-        if (ahead := startup.take_workload(self.name, config.workload.params, self.train.seed)) is not None:
-            # built by the spare this process was, seeded as here: the model draws from the
-            # random state the build left, as it would have
-            self.workload, after = ahead
-            devices.set_rng_state(after)
-        else:
-            self.workload = workloads.build(self.name, config.workload.params, self.train.seed)
+        self.workload = self._build_workload(config.workload.params)
         workloads.check_batch(preset, self.workload.num_samples, *step_set_by(config.overrides, preset, preset_name))
         self.clock.lap("data")
-        key = startup.workload_key(self.name, config.workload.params, self.train.seed)
-        if self.world.size == 1 and (compiled := startup.take_model(key, preset)) is not None:
-            # built and compiled by the spare this process was (engine.train.startup)
-            self.model, forward, after = compiled
-            devices.set_rng_state(after)
-        else:
-            self.model = self.workload.build_model(grad_checkpointing=preset.grad_checkpointing).to(self.device)
-            forward = None
+        self.model, forward = self._build_model(config.workload.params, preset)
         self.ddp = None
         if self.world.size > 1:
             from torch.nn.parallel import DistributedDataParallel
@@ -205,6 +193,26 @@ class Trainer(Saving):
         self._first_step_at = 0.0                   # ... when it ended (time.time())
         self._first_told = False                    # ... and said in a step event
         self.stopping = False                        # a stop agreed by every rank (should_continue)
+
+    def _build_workload(self, params: Any) -> Any:
+        """The run's workload, built here or by the spare this process was (seeded as here:
+        the model draws from the random state the build left, as it would have)."""
+        ahead = startup.take_workload(self.name, params, self.train.seed)
+        if ahead is None:
+            return workloads.build(self.name, params, self.train.seed)
+        workload, after = ahead
+        devices.set_rng_state(after)
+        return workload
+
+    def _build_model(self, params: Any, preset: DevicePreset) -> tuple[nn.Module, nn.Module | None]:
+        """The model on its device, and its compiled forward where the spare this process was
+        built and compiled it (engine.train.startup; None: compiled below, if at all)."""
+        key = startup.workload_key(self.name, params, self.train.seed)
+        if self.world.size == 1 and (compiled := startup.take_model(key, preset)) is not None:
+            model, forward, after = compiled
+            devices.set_rng_state(after)
+            return model, forward
+        return self.workload.build_model(grad_checkpointing=preset.grad_checkpointing).to(self.device), None
 
     # ------------------------------------------------------------ the loop
 
