@@ -209,5 +209,5 @@ def goodput_cell(g: dict | None) -> str:
     """'72% (start-up 14 s)': the run's goodput and where most of the rest went."""
     if not g or g.get("goodput") is None:
         return "-"
-    parts = badput_parts(g)
+    parts = badput_parts(g, detail=False)   # a table's cell: the bucket, not its parts
     return f"{g['goodput']:.0%}" + (f" ({parts[0]})" if parts and not parts[0].startswith("not known") else "")

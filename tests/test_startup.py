@@ -15,6 +15,7 @@ import torch
 from conftest import child_env, cockpit_cmd
 from engine.record.goodput import Timeline
 from engine.record.rundir import list_runs, summarize
+from cockpit.comparison import goodput_cell
 from cockpit.present.words import goodput_text
 
 PHASES = {"launch", "device", "data", "model", "resume", "setup"}
@@ -107,6 +108,11 @@ def test_goodput_says_the_start_up_by_its_parts():
     assert abs(sum(parts.values()) - g.buckets["startup"]) < 1e-6   # the rest is 'other'
     text = goodput_text(g.as_dict())
     assert "start-up 5.3 s (launch 2.0 s, model 1.0 s, " in text
+    # a table's cell says the bucket alone; a run whose start nothing timed (a command's, a run
+    # recorded before) says no parts, not 'other'
+    assert goodput_cell(g.as_dict()) == f"{g.fraction:.0%} (start-up 5.3 s)"
+    untimed = {**g.as_dict(), "startup_parts": {"cockpit": 0.5, "other": 4.8}}
+    assert "start-up 5.3 s," in goodput_text(untimed) and "other" not in goodput_text(untimed)
 
 
 # A tiny trm, compiled, a checkpoint every step and every step its own report.

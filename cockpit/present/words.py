@@ -178,11 +178,12 @@ def goodput_line(g: dict) -> str:
     return line
 
 
-def badput_parts(g: dict) -> list[str]:
-    """The badput's buckets, largest first ('start-up 14 s', ...), then those not known."""
+def badput_parts(g: dict, detail: bool = True) -> list[str]:
+    """The badput's buckets, largest first ('start-up 14 s', ...), then those not known;
+    `detail`: the start-up's parts too, where the trainer timed them."""
     buckets = g.get("buckets") or {}
     known = sorted(((v, k) for k, v in buckets.items() if v), reverse=True)
-    parts = [f"{BUCKET_WORDS.get(k, k)} {span(v)}" + (startup_parts(g) if k == "startup" else "")
+    parts = [f"{BUCKET_WORDS.get(k, k)} {span(v)}" + (startup_parts(g) if k == "startup" and detail else "")
              for v, k in known if v >= 0.05]
     unknown = [BUCKET_WORDS.get(k, k) for k, v in buckets.items() if v is None]
     if unknown:
@@ -192,8 +193,12 @@ def badput_parts(g: dict) -> list[str]:
 
 def startup_parts(g: dict, most: int = 3) -> str:
     """' (launch 2.7 s, model 2.2 s, data 1.1 s)': the start-up's largest parts
-    (engine.train.startup), where the trainer timed them."""
-    timed = sorted(((v, k) for k, v in (g.get("startup_parts") or {}).items() if v >= 0.05), reverse=True)
+    (engine.train.startup), where the trainer timed them: not a command's, nor a run's from
+    before they were timed (their start-up is all 'other')."""
+    parts = g.get("startup_parts") or {}
+    if not set(parts) - {"other", "cockpit"}:
+        return ""
+    timed = sorted(((v, k) for k, v in parts.items() if v >= 0.05 and k != "other"), reverse=True)
     return f" ({', '.join(f'{k} {span(v)}' for v, k in timed[:most])})" if timed else ""
 
 
