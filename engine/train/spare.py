@@ -38,6 +38,10 @@ import sys
 import threading
 import time
 import traceback
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.preset_types import DevicePreset
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,34 +106,45 @@ def ahead(device: str | None, workload: str | None, preset: str | None = None) -
     if workload:   # the run's workload preset, as a table
         started = time.monotonic()
         chosen = presets.workload_from_table(json.loads(workload), "the spare's --workload")
-        name, params, seed = chosen.workload, chosen.params, chosen.train.seed
-        devices.seed_everything(seed)   # as the trainer seeds before its build
-        built = workloads.build(name, params, seed)
-        startup.built_ahead(name, params, seed, built, devices.rng_state())
+        key = startup.workload_key(chosen.workload, chosen.params, chosen.train.seed)
+        devices.seed_everything(chosen.train.seed)   # as the trainer seeds before its build
+        built = workloads.build(chosen.workload, chosen.params, chosen.train.seed)
+        startup.built_ahead(key, built, devices.rng_state())
         startup.timed_ahead("data", started)
         if preset:
-            device_preset = presets.device_from_table(json.loads(preset), "the spare's --preset")
-            resolved = devices.resolve(device_preset)
-            if device_preset.threads:   # as the trainer sets them: Dynamo's guards check the count
-                torch.set_num_threads(device_preset.threads)
-            if compile_model_ahead(resolved.device):
-                key, started = startup.workload_key(name, params, seed), time.monotonic()
-                try:
-                    startup.compile_ahead(built, key, device_preset, resolved)
-                except torch.cuda.OutOfMemoryError:
-                    gc.collect()   # no room after all: the attempt builds and compiles its own
-                    devices.empty_cache(resolved.device)
-                    raise
-                except Exception:
-                    if resolved.device.type == "cuda":
-                        # CUDA's context may be broken for good: this spare must not become an
-                        # attempt (the supervisor starts one afresh)
-                        traceback.print_exc()
-                        sys.stderr.flush()
-                        os._exit(1)
-                    raise
-                finally:
-                    startup.timed_ahead("model", started)
+            model_ahead(built, key, presets.device_from_table(json.loads(preset), "the spare's --preset"))
+
+
+def model_ahead(built: Any, key: str, preset: DevicePreset) -> None:
+    """The model of a compiled preset, built and compiled (engine.train.startup), where
+    compile_model_ahead allows."""
+    import torch
+
+    from engine.monitor import device as devices
+    from engine.train import startup
+
+    resolved = devices.resolve(preset)
+    if preset.threads:   # as the trainer sets them: Dynamo's guards check the count
+        torch.set_num_threads(preset.threads)
+    if not compile_model_ahead(resolved.device):
+        return
+    started = time.monotonic()
+    try:
+        startup.compile_ahead(built, key, preset, resolved)
+    except torch.cuda.OutOfMemoryError:
+        gc.collect()   # no room after all: the attempt builds and compiles its own
+        devices.empty_cache(resolved.device)
+        raise
+    except Exception:
+        if resolved.device.type == "cuda":
+            # CUDA's context may be broken for good: this spare must not become an attempt
+            # (the supervisor starts one afresh)
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(1)
+        raise
+    finally:
+        startup.timed_ahead("model", started)
 
 
 # What must stay free of the GPU's memory, beyond what the spare may take, for the attempt

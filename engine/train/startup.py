@@ -44,13 +44,11 @@ class Clock:
             self.phases["launch"] = round(max(0.0, now - launched), 3)
         self._lap = time.monotonic()
 
-    def lap(self, phase: str) -> float:
-        """End `phase` now; its seconds (added to any earlier lap of the same name)."""
+    def lap(self, phase: str) -> None:
+        """End `phase` now (its seconds added to any earlier lap of the same name)."""
         now = time.monotonic()
-        spent = now - self._lap
+        self.phases[phase] = round(self.phases.get(phase, 0.0) + now - self._lap, 3)
         self._lap = now
-        self.phases[phase] = round(self.phases.get(phase, 0.0) + spent, 3)
-        return spent
 
     def fields(self) -> dict[str, Any]:
         """trainer_ready's `startup`: seconds by phase, what a spare did ahead and how long each
@@ -79,12 +77,12 @@ def workload_key(name: str, params: dict, seed: int) -> str:
     return json.dumps([name, params, seed], sort_keys=True, default=str)
 
 
-def built_ahead(name: str, params: dict, seed: int, workload: Any, rng_after: Any) -> None:
-    """The spare built this workload (seeded as the trainer seeds it), for the attempt it
-    becomes; `rng_after`: the random state the build left, which the model's initialisation
-    draws from next."""
+def built_ahead(key: str, workload: Any, rng_after: Any) -> None:
+    """The spare built this workload (`key`: workload_key; seeded as the trainer seeds it), for
+    the attempt it becomes; `rng_after`: the random state the build left, which the model's
+    initialisation draws from next."""
     global _workload
-    _workload = (workload_key(name, params, seed), workload, rng_after)
+    _workload = (key, workload, rng_after)
     _ahead.add("data")
 
 
@@ -145,12 +143,12 @@ def device_ready_ahead() -> None:
     _ahead.add("device")
 
 
-def take_workload(name: str, params: dict, seed: int) -> tuple[Any, Any] | None:
-    """The workload built ahead and the random state after it, if it is this one (once: its
-    data is the attempt's now)."""
+def take_workload(key: str) -> tuple[Any, Any] | None:
+    """The workload built ahead and the random state after it, if it is this one (`key`:
+    workload_key; once: its data is the attempt's now)."""
     global _workload
     held, _workload = _workload, None
-    if held is not None and held[0] == workload_key(name, params, seed):
+    if held is not None and held[0] == key:
         return held[1], held[2]
     _ahead.discard("data")
     return None

@@ -120,10 +120,12 @@ class Trainer(Saving):
 
         devices.seed_everything(self.train.seed)
         self.name = config.workload.workload
-        self.workload = self._build_workload(config.workload.params)
+        # what a spare built ahead is taken by this key (engine.train.startup)
+        key = startup.workload_key(self.name, config.workload.params, self.train.seed)
+        self.workload = self._build_workload(config.workload.params, key)
         workloads.check_batch(preset, self.workload.num_samples, *step_set_by(config.overrides, preset, preset_name))
         self.clock.lap("data")
-        self.model, forward = self._build_model(config.workload.params, preset)
+        self.model, forward = self._build_model(key, preset)
         self.ddp = None
         if self.world.size > 1:
             from torch.nn.parallel import DistributedDataParallel
@@ -194,20 +196,19 @@ class Trainer(Saving):
         self._first_told = False                    # ... and said in a step event
         self.stopping = False                        # a stop agreed by every rank (should_continue)
 
-    def _build_workload(self, params: Any) -> Any:
+    def _build_workload(self, params: Any, key: str) -> Any:
         """The run's workload, built here or by the spare this process was (seeded as here:
         the model draws from the random state the build left, as it would have)."""
-        ahead = startup.take_workload(self.name, params, self.train.seed)
+        ahead = startup.take_workload(key)
         if ahead is None:
             return workloads.build(self.name, params, self.train.seed)
         workload, after = ahead
         devices.set_rng_state(after)
         return workload
 
-    def _build_model(self, params: Any, preset: DevicePreset) -> tuple[nn.Module, nn.Module | None]:
+    def _build_model(self, key: str, preset: DevicePreset) -> tuple[nn.Module, nn.Module | None]:
         """The model on its device, and its compiled forward where the spare this process was
         built and compiled it (engine.train.startup; None: compiled below, if at all)."""
-        key = startup.workload_key(self.name, params, self.train.seed)
         if self.world.size == 1 and (compiled := startup.take_model(key, preset)) is not None:
             model, forward, after = compiled
             devices.set_rng_state(after)

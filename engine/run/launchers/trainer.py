@@ -84,4 +84,3 @@ def trainer_env(preset: DevicePreset, started: float, torchrun: bool = False) ->
     # must not shadow engine or the workload).
     return child_env({**compile_caches(preset), **preset.env, **({"PYTHONSAFEPATH": "1"} if torchrun else {}),
                       STARTED_ENV: repr(started)})  # timed faults count from it
-
