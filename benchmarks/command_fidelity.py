@@ -271,19 +271,21 @@ def line_rates(steps: list[dict], t: dict, tolerance: float = LINE_RATE_TOLERANC
 
 
 def eta_half_way(steps: list[dict], t: dict) -> tuple[float | None, float | None]:
-    """The ETA of the first step line past half of what the last attempt trains, and the time
-    the script took from that step to its last: (cockpit's, the truth), or (None, None)."""
+    """The ETA of the last attempt's first full window past half of what it trains (else of
+    its last full window before), and the time the script took from that step to its last:
+    (cockpit's, the truth). An attempt with no full window has no rate to say an ETA from:
+    unknown on both sides (a fast shape's short resume on a loaded machine), as the rate in
+    lines is; a full window that says no ETA is WRONG."""
     last = t["attempts"][-1]
     times = first_prints(last)
-    if not times:
-        return None, None
     number = len(t["attempts"])
+    full = [e for e in steps if e.get("attempt") == number and e.get("window_s") is not None
+            and not e.get("partial") and e["step"] in times]
+    if not full:
+        return None, None
     half = (last["resumed_from"] + t["total"]) / 2
-    for e in steps:
-        if e.get("attempt") == number and e["step"] >= half and e.get("eta_s") is not None \
-                and not e.get("partial") and e["step"] in times:
-            return e["eta_s"], times[max(times)] - times[e["step"]]
-    return None, times[max(times)] - times[min(times)]
+    e = next((e for e in full if e["step"] >= half), full[-1])
+    return e.get("eta_s"), times[max(times)] - times[e["step"]]
 
 
 # ---------------------------------------------------------------- cockpit's figures

@@ -40,6 +40,17 @@ def _shown_id(row: str) -> str:
     return row.split()[-1]
 
 
+def _layout(screen: RunsScreen) -> str:
+    """What sizes the id column, for a failure: the table's size and scrollable region, its
+    columns' widths and the room the screen computed for the ids."""
+    table = screen.query_one("#runs", DataTable)
+    widths = {str(key.value): column.get_render_width(table) for key, column in table.columns.items()}
+    return (f"table size {table.size}, scrollable {table.scrollable_content_region.size}, virtual "
+            f"{table.virtual_size}, scrollbars v={table.show_vertical_scrollbar} "
+            f"h={table.show_horizontal_scrollbar}, screen {screen.size}; columns {widths} "
+            f"(sum {sum(widths.values())}); id room {screen._id_room()}; rows {_table_rows(screen)}")
+
+
 # ------------------------------------------------------------ the runs screen's id column
 
 
@@ -55,7 +66,8 @@ def test_the_id_column_tells_runs_apart_at_80_columns(home):
             # each row shows an end of its own id, the random token at least, none the same
             await wait_for(pilot, lambda: all(
                 run_id.endswith(_shown_id(row).removeprefix("…")) and run_id[-4:] in _shown_id(row)
-                for run_id, row in zip(ordered, _table_rows(screen))), what="the ids' ends in the id column")
+                for run_id, row in zip(ordered, _table_rows(screen))), what="the ids' ends in the id column",
+                why=lambda: _layout(screen))
             shown = [_shown_id(row) for row in _table_rows(screen)]
             assert len(set(shown)) == len(IDS), shown
             # the table still holds the whole id, and the detail line says it for the row
@@ -73,7 +85,8 @@ def test_the_id_column_tells_runs_apart_at_80_columns(home):
             screen.load()
             await wait_for(pilot, lambda: len(screen.rows) == len(IDS) + 1, what="the new run")
             await wait_for(pilot, lambda: [_shown_id(row) for row in _table_rows(screen)]
-                           == ["77aa", *(i[-4:] for i in IDS)], what="the tokens in the id column")
+                           == ["77aa", *(i[-4:] for i in IDS)], what="the tokens in the id column",
+                           why=lambda: _layout(screen))
 
     run(drive())
 
@@ -112,7 +125,8 @@ def test_a_run_read_half_written_sizes_its_columns_anew_when_whole(home):
                 await wait_for(pilot, lambda: len(screen.rows) == len(IDS) + 1
                                and screen.rows[0][1].status == status, what=f"the run {stage}")
                 await wait_for(pilot, lambda: _columns_fit_cells(screen), what=f"columns that fit the run {stage}")
-            assert [_shown_id(row) for row in _table_rows(screen)] == ["77aa", *(i[-4:] for i in IDS)]
+            assert [_shown_id(row) for row in _table_rows(screen)] == ["77aa", *(i[-4:] for i in IDS)], \
+                _layout(screen)
             assert "auto(cpu)→cpu" in _table_rows(screen)[0]
 
     run(drive())

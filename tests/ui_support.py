@@ -31,13 +31,16 @@ def fake_live(run: Path, pid: int | None = None) -> None:
     RunDir(run).write_supervisor_pid(pid or os.getpid())
 
 
-async def wait_for(pilot, condition, timeout: float = 60.0, what: str = "condition") -> None:
+async def wait_for(pilot, condition, timeout: float = 60.0, what: str = "condition",
+                   why=None) -> None:
     """Until `condition()` holds; the timeout is for a hang only (what it waits for takes a
-    second or two, four times that on a loaded machine)."""
+    second or two, four times that on a loaded machine). `why()`, if given, is said with a
+    timeout: the state that the condition read, for a failure seen once in CI."""
     deadline = time.monotonic() + timeout
     while not _holds(condition):
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+            said = f"\n{why()}" if why is not None else ""
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{said}")
         await pilot.pause(0.05)
 
 
