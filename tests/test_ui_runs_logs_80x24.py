@@ -132,6 +132,29 @@ def test_a_run_read_half_written_sizes_its_columns_anew_when_whole(home):
     run(drive())
 
 
+def test_a_table_laid_out_wider_than_its_room_gives_the_difference_to_the_ids(home, monkeypatch):
+    """Where the table comes out wider than the room the screen measured for the ids (CI saw it
+    a cell wider at 80 columns, the ids cut), the ids give up the difference: here the room is
+    said one cell too large, and the tokens must still show whole."""
+    for run_id in IDS:
+        copy_run(home, "finished", run_id)
+    copy_run(home, "crash-fallback", "20261125-080000-matmul-auto-77aa")
+    measured = RunsScreen._id_room
+    monkeypatch.setattr(RunsScreen, "_id_room", lambda self: None if (room := measured(self)) is None else room + 1)
+
+    async def drive():
+        app = make_app(attach=False)
+        async with app.run_test(size=SMALL) as pilot:
+            screen = await open_runs(app, pilot, len(IDS) + 1)
+            await wait_for(pilot, lambda: [_shown_id(row) for row in _table_rows(screen)]
+                           == ["77aa", *(i[-4:] for i in IDS)], what="the tokens whole",
+                           why=lambda: _layout(screen))
+            table = screen.query_one("#runs", DataTable)
+            assert table.virtual_size.width <= table.scrollable_content_region.width, _layout(screen)
+
+    run(drive())
+
+
 def test_shown_ids_keep_what_tells_them_apart():
     ids = ["20261123-111049-matmul-cpu-2bcd", "20261123-111512-matmul-cpu-2bcd",
            "20261124-000001-finished"]
