@@ -18,7 +18,8 @@ Scenarios (--only, comma-separated):
                     (an empty compile cache) and warm (a second run), then a crash -> next step
     nanogpt         tests/scripts/shapes/nanogpt.py (nanoGPT's train.py in miniature: a bigram
                     model, not GPT-2), compiled (--compile=True), under `cockpit run`: a crash ->
-                    the next attempt's first step line (its output is all cockpit reads)
+                    the next attempt's first step line (its output is all cockpit reads), without
+                    a spare and with one
 
     python benchmarks/startup.py --device cpu --only matmul        # here
     python benchmarks/startup.py --device cuda --out $OUT/startup.json    # on the device tool
@@ -52,6 +53,8 @@ MATMUL_CRASH = "native-crash@60s"
 TRM = ["train.checkpoint_every_steps=20", "train.eval_every_steps=0", "params.corpus_bytes=1000000",
        "batch_size=32", "accumulation=1"]
 TRM_CRASH = "native-crash@45s"
+# nanoGPT in miniature, compiled, under `cockpit run`: its first compile done and its spare ready
+NANOGPT_CRASH = "native-crash@45s"
 
 
 def cockpit(home: Path, *args: str, until_step_of: int = 1,
@@ -101,8 +104,11 @@ def first(events: list[dict], kind: str, attempt: int | None = None, **match) ->
 
 
 def first_step(events: list[dict], attempt: int) -> dict | None:
+    """The attempt's first step event: the trainer's says when the step ended (first_step_at);
+    a command's is its output's first step, read."""
+    command = any(e["type"] == "attempt_started" and "command" in e for e in events)
     return next((e for e in events if e["type"] == "step" and e.get("attempt") == attempt
-                 and e.get("first_step_at") is not None), None)
+                 and (command or e.get("first_step_at") is not None)), None)
 
 
 def launch_to_first_step(spawned: float, events: list[dict], output: str) -> dict:
@@ -153,21 +159,28 @@ def compiled(home: Path, device: str) -> dict:
 
 
 def nanogpt(home: Path, device: str) -> dict:
-    """A compiled command: its steps are its output's; the crash -> its next step's line."""
+    """A compiled command: its steps are its output's; a crash (timed, once its spare is ready)
+    -> the next attempt's first step line, with no spare (COCKPIT_SPARE=0, as before issue 40)
+    and with one (its interpreter, torch and the compiler's modules imported ahead)."""
     script = ROOT / "tests" / "scripts" / "shapes" / "nanogpt.py"
-    spawned, events, out = cockpit(
-        home, "run", "-d", device, "--inject", "native-crash@40",
-        "--set", 'command.resume=["--init_from=resume"]', "--set", "command.checkpoints={run_dir}/out/ckpt.pt",
-        "--", sys.executable, str(script), "--out_dir={run_dir}/out", "--max_iters=80",
-        "--compile=True", "--device={device}", "--step_delay=0.0", until_step_of=3,
-        env={"PYTHONPATH": os.pathsep.join(p for p in (str(script.parent), os.environ.get("PYTHONPATH")) if p)})
-    crash = first(events, "crash", 1)
-    # a command's step after the crash: its first said (a sighting of where it resumed, then
-    # its output's steps)
-    step = next((e for e in events if e["type"] == "step" and e.get("attempt") == 2), None)
-    if not (crash and step):
-        return {"crash -> next step": {"error": out[-600:]}}
-    return {"crash -> next step": {"seconds": round(step["t"] - crash["t"], 2)}}
+    path = os.pathsep.join(p for p in (str(script.parent), os.environ.get("PYTHONPATH")) if p)
+    result = {}
+    for label, spare in (("no spare", "0"), ("spare", "1")):
+        spawned, events, out = cockpit(
+            home, "run", "-d", device, "--inject", NANOGPT_CRASH,
+            "--set", 'command.resume=["--init_from=resume"]', "--set", "command.checkpoints={run_dir}/out/ckpt.pt",
+            "--", sys.executable, str(script), "--out_dir={run_dir}/out", "--max_iters=100000",
+            "--compile=True", "--device={device}", "--step_delay=0.01", until_step_of=2,
+            env={"PYTHONPATH": path, "COCKPIT_SPARE": spare})
+        crash = first(events, "crash", 1)
+        step = first_step(events, 2)   # its first said (a sighting of where it resumed, then its output's)
+        if not (crash and step):
+            result[f"crash -> next step ({label})"] = {"error": out[-600:]}
+            continue
+        process = first(events, "attempt_process", 2) or {}
+        result[f"crash -> next step ({label})"] = {"seconds": round(step["t"] - crash["t"], 2),
+                                                   "in a spare": bool(process.get("spare"))}
+    return result
 
 
 def sets(overrides: list[str]) -> list[str]:

@@ -113,6 +113,7 @@ class AttemptProcessFields(TypedDict):
     signals: list[str]              # how it is stopped, in order
     grace_s: float                  # between two of them
     group: bool                     # to its process group (a command), or the process
+    spare: NotRequired[bool]        # true: a spare started ahead became it (engine.run.spare)
 
 
 class AttemptEndedFields(TypedDict):

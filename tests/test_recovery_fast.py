@@ -137,10 +137,12 @@ LOOP = textwrap.dedent("""
 """)
 
 
-def test_a_command_never_gets_a_spare(home, tmp_path):
+def test_a_command_that_is_not_a_python_script_gets_no_spare(home, tmp_path):
+    # a shell may start any program: nothing can be started ahead of it (a Python script's
+    # spare: tests/test_command_spare.py)
     script = tmp_path / "loop.py"
     script.write_text(LOOP)
-    config = runconfig.resolve_command([sys.executable, str(script)], "loop", "cpu",
+    config = runconfig.resolve_command(["/bin/sh", "-c", f"exec {sys.executable} {script}"], "loop", "cpu",
                                        ["inject=['native-crash@4']", "rules={native-crash='retry'}"])
     assert launchers.for_attempt(RunDir.create(config), config, config.device).spare(2, "cpu", config.device) is None
     run = RunDir.create(config)

@@ -52,6 +52,28 @@ def reporter(argv: list[str], cwd: str, env: dict[str, str]) -> tuple[str, bool]
     return {0: (shown, True), 3: (shown, False)}.get(done.returncode)
 
 
+def python_parts(argv: list[str], cwd: str) -> tuple[list[str], list[str], str] | None:
+    """A command that runs a script or a module in a Python interpreter, split as a spare
+    (engine.command.handover) takes it: (the interpreter and its own options, the script or
+    `-m MODULE` and their arguments, what sys.path[0] is for it); None for anything else (-c,
+    a script on stdin, a shell, a binary, torchrun's wrapper: started as they are)."""
+    if not argv or not _PYTHON.fullmatch(os.path.basename(argv[0])):
+        return None
+    value = False
+    for i, arg in enumerate(argv[1:], 1):
+        if value:  # the value of -X or -W
+            value = False
+        elif arg in ("-X", "-W"):
+            value = True
+        elif arg == "-m" and i + 1 < len(argv):
+            return argv[:i], argv[i:], os.path.abspath(cwd)
+        elif arg == "-" or arg == "--" or arg.startswith(("-c", "-m")) and not arg.startswith("--"):
+            return None   # a script on stdin, -c code, -mMODULE: as they are
+        elif not arg.startswith("-"):
+            return argv[:i], argv[i:], os.path.dirname(os.path.abspath(os.path.join(cwd, arg)))
+    return None
+
+
 def _program(name: str, cwd: str, env: dict[str, str]) -> str | None:
     if os.sep in name or (os.altsep and os.altsep in name):
         path = os.path.join(cwd, os.path.expanduser(name))

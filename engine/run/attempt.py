@@ -85,6 +85,7 @@ class Attempt:
         self.watch = AttemptWatch(number)
         self.rehearsal = Rehearsal(self.launch, self.watch, self.events)
         self.process: AttemptProcess | None = None
+        self.in_spare = False                         # its process a spare started ahead
         self.health: AttemptHealth | None = None     # memory, slowdown (engine.run.health)
         self.memory_percent: float | None = None      # system memory in use at the last sample
         self.room_for_spare = True                    # ... and whether it leaves room for a spare
@@ -131,7 +132,7 @@ class Attempt:
         """Its own session: a Ctrl-C in the terminal reaches only the supervisor, which forwards
         exactly one stop request."""
         if spare is not None and (process := self.launcher.hand(spare, self.launch, self.log_path)):
-            self.process = process
+            self.process, self.in_spare = process, True
             return process
         with open(self.log_path, "ab") as log:
             self.process = self.launcher.start(self.launch, log, self.events)
@@ -166,7 +167,8 @@ class Attempt:
         signals, grace, group = self.launcher.lifeline_plan(self.launch, self.context.pace.slowest_gap)
         stop = lifeline.attempt(self.number, self.process.pid, signals, grace, group=group)
         if stop is not None:
-            self.events.emit("attempt_process", attempt=self.number, **stop)
+            self.events.emit("attempt_process", attempt=self.number, **stop,
+                             **({"spare": True} if self.in_spare else {}))
 
     def _end(self, code: int | None, unstarted: OSError | None = None) -> AttemptResult:
         self._read_output(final=True)

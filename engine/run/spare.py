@@ -1,9 +1,10 @@
-"""A process started ahead of the next attempt: the supervisor's side of engine.train.spare.
+"""A process started ahead of the next attempt: the supervisor's side of engine.train.spare
+(the built-in trainer's) and engine.command.handover (a Python command's).
 
-While a built-in trainer attempt trains, the supervisor starts the next attempt's process, torch
-and the trainer imported, blocked on a line from a pipe; should the attempt crash, the next one
-runs in it and saves the interpreter's and torch's start (engine.run.launchers.trainer says when
-one can serve and how it is started).
+While an attempt trains, the supervisor starts the next attempt's process, torch imported (and
+the trainer, or the command's interpreter with its options), blocked on a line from a pipe;
+should the attempt crash, the next one runs in it and saves the interpreter's and torch's start
+(engine.run.launchers.trainer and .command say when one can serve and how it is started).
 """
 
 from __future__ import annotations
@@ -37,25 +38,32 @@ class Spare:
     environment as they start: thread counts, allocators, paths)."""
 
     def __init__(self, env: dict[str, str], log, *, cwd: str | None = None,
-                 warm: tuple[str, ...] = (), varying: tuple[str, ...] = ()):
+                 warm: tuple[str, ...] = (), varying: tuple[str, ...] = (),
+                 argv: list[str] | None = None, runs: list[str] | None = None,
+                 restore_sigint: bool = False):
+        """`argv`: how it starts (the trainer's spare, `warm` its modules, by default); `runs`:
+        the argv prefix of the launches it can run, the rest of theirs handed over (`python -P
+        -m engine.train.trainer` by default; a command's interpreter and its flags)."""
         self.env = {k: v for k, v in env.items() if k not in varying}
         self.cwd = cwd
         self.varying = varying
+        self.runs = runs if runs is not None else [sys.executable, "-P", "-m", "engine.train.trainer"]
         # Its own output until it is handed an attempt: `log` (an open file; the supervisor's).
         self.popen: subprocess.Popen | None = spawn(
-            [sys.executable, "-P", "-m", SPARE_MODULE, *warm], stdin=subprocess.PIPE, stdout=log,
-            stderr=subprocess.STDOUT, env=env, cwd=cwd)
+            argv or [sys.executable, "-P", "-m", SPARE_MODULE, *warm], stdin=subprocess.PIPE,
+            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd, restore_sigint=restore_sigint)
 
     @property
     def pid(self) -> int | None:
         return self.popen.pid if self.popen is not None else None
 
     def fits(self, launch: Launch) -> bool:
-        """Whether `launch` is what this spare can run: the built-in trainer in one process,
-        started as `python -P -m engine.train.trainer ...` in the same directory, with the same
-        environment but for the entries that vary; never a command."""
-        trainer = [sys.executable, "-P", "-m", "engine.train.trainer"]
-        return (launch.argv[:4] == trainer and launch.cwd == self.cwd
+        """Whether `launch` is what this spare can run: started as `runs` and more (the
+        built-in trainer in one process; the command's script or module by its interpreter with
+        the same options), in the same directory, with the same environment but for the
+        entries that vary."""
+        runs = self.runs
+        return (launch.argv[:len(runs)] == runs and len(launch.argv) > len(runs) and launch.cwd == self.cwd
                 and {k: v for k, v in launch.env.items() if k not in self.varying} == self.env)
 
     def take(self, launch: Launch, log_path: str | os.PathLike) -> subprocess.Popen | None:
@@ -67,7 +75,7 @@ class Spare:
         if not self.fits(launch) or popen.poll() is not None:
             _end(popen)
             return None
-        message = {"argv": launch.argv[4:], "env": launch.env, "log": os.fspath(log_path)}
+        message = {"argv": launch.argv[len(self.runs):], "env": launch.env, "log": os.fspath(log_path)}
         try:
             assert popen.stdin is not None  # stdin=PIPE
             popen.stdin.write((json.dumps(message) + "\n").encode())

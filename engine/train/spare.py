@@ -40,6 +40,8 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
+from engine.command.handover import become
+
 if TYPE_CHECKING:
     from engine.preset_types import DevicePreset
 
@@ -167,21 +169,6 @@ def compile_model_ahead(device, environ: dict[str, str] | None = None) -> bool:
     free, total = torch.cuda.mem_get_info(device)
     held = total - free   # the attempt's, mostly (a CUDA context is half a GB)
     return free - held >= MARGIN_FOR_ATTEMPT * total
-
-
-def become(log_path: str, env: dict[str, str]) -> None:
-    """The attempt's standard streams and environment, as its launch would have given them."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
-    os.environ.clear()
-    os.environ.update(env)
 
 
 if __name__ == "__main__":

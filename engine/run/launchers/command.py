@@ -4,8 +4,13 @@ Its argv is templated from the device preset (engine.command), `resume` appended
 checkpoint it wrote; its progress is read from its output (engine.command.progress) or reported
 through cockpit.report; its exit codes are its own (engine.run.crashes.COMMAND); a stop is
 delivered as Ctrl-C would be: SIGINT to its process group, then SIGTERM, then SIGKILL, each after
-its grace period. What it leaves behind (its DataLoader workers) is killed once it exits. A spare
-is never started for it: the user's program is never pre-started.
+its grace period. What it leaves behind (its DataLoader workers) is killed once it exits.
+
+A command that is `python [options] script.py ...` or `python [options] -m module ...` gets a
+spare, as the built-in trainer does: its own interpreter, with its options, environment and
+working directory, started while the attempt before trains and importing torch from where the
+script would (engine.command.handover). The user's program is never started ahead: the spare
+runs it, as __main__, only when it is handed the next attempt's argv.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from pathlib import Path
 
 from engine import command as commands
 from engine import vocabulary
-from engine.command import statements
+from engine.command import interpreter, statements
 from engine.preset_types import DevicePreset
 from engine.record import reached
 from engine.record.rundir import RunDir
@@ -32,6 +37,11 @@ from engine.train.faults import STARTED_ENV
 
 # What Ctrl-C in a terminal gives it, then what a terminal's closing and kill -9 would
 COMMAND_STOP = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
+# A spare's program, and what its environment may differ in from the attempt it becomes: read
+# by cockpit.report and the script at run time, never by the interpreter or torch as they start
+HANDOVER = Path(interpreter.__file__).with_name("handover.py")
+SPARE_VARYING = ("COCKPIT_ATTEMPT", "COCKPIT_INJECT", "COCKPIT_RESUME_STEP", "COCKPIT_RESUME_SAMPLES",
+                 STARTED_ENV, reached.ENV)
 
 
 class CommandLauncher(Launcher):
@@ -61,6 +71,33 @@ class CommandLauncher(Launcher):
 
     def exited(self, process: AttemptProcess) -> None:
         process.kill()  # what it left behind (its DataLoader workers)
+
+    def spare(self, attempt: int, name: str, preset: DevicePreset) -> dict | None:
+        """The next attempt's interpreter, started ahead (engine.command.handover), where the
+        command is a Python script or module; what differs from one attempt to the next (its
+        number, its resume, when it started) is the hand-over's."""
+        launch = self.launch(attempt, name, preset)
+        parts = interpreter.python_parts(launch.argv, launch.cwd or os.getcwd())
+        if parts is None:
+            return None
+        python, (target, *_), path0 = parts
+        return {"argv": [*python, "-c", HANDOVER.read_text(), path0, *ahead(target, launch.cwd)], "runs": python,
+                "env": launch.env, "cwd": launch.cwd, "varying": SPARE_VARYING, "restore_sigint": True}
+
+
+def ahead(target: str, cwd: str | None) -> list[str]:
+    """What a command's spare imports ahead: torch, and torch._dynamo, which every optimizer's
+    constructor imports (a second more); the compiler's modules too for a script whose text
+    asks torch.compile for its model (nanoGPT's `compile = True` does)."""
+    modules = ["torch", "torch._dynamo"]
+    if target != "-m":
+        try:
+            source = Path(cwd or os.getcwd(), target).read_text(errors="replace")
+        except OSError:
+            source = ""
+        if "torch.compile" in source:
+            modules.append("torch._inductor.compile_fx")
+    return modules
 
 
 def describe_command(launch: Launch) -> dict:
