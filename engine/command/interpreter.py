@@ -54,23 +54,31 @@ def reporter(argv: list[str], cwd: str, env: dict[str, str]) -> tuple[str, bool]
 
 def python_parts(argv: list[str], cwd: str) -> tuple[list[str], list[str], str] | None:
     """A command that runs a script or a module in a Python interpreter, split as a spare
-    (engine.command.handover) takes it: (the interpreter and its own options, the script or
-    `-m MODULE` and their arguments, what sys.path[0] is for it); None for anything else (-c,
-    a script on stdin, a shell, a binary, torchrun's wrapper: started as they are)."""
+    (engine.handover) takes it: (the interpreter and its own options, the script or `-m MODULE`
+    and their arguments, what sys.path[0] is for it); None for anything else (-c, a script on
+    stdin, a shell, a binary, torchrun's wrapper, -m joined to other options: started as they
+    are)."""
     if not argv or not _PYTHON.fullmatch(os.path.basename(argv[0])):
         return None
     value = False
     for i, arg in enumerate(argv[1:], 1):
-        if value:  # the value of -X or -W
+        if value:  # the value of -X, -W or --check-hash-based-pycs
             value = False
-        elif arg in ("-X", "-W"):
+        elif arg in ("-X", "-W", "--check-hash-based-pycs"):
             value = True
-        elif arg == "-m" and i + 1 < len(argv):
-            return argv[:i], argv[i:], os.path.abspath(cwd)
-        elif arg == "-" or arg == "--" or arg.startswith(("-c", "-m")) and not arg.startswith("--"):
-            return None   # a script on stdin, -c code, -mMODULE: as they are
-        elif not arg.startswith("-"):
-            return argv[:i], argv[i:], os.path.dirname(os.path.abspath(os.path.join(cwd, arg)))
+        elif arg == "-m" and i + 1 < len(argv):   # sys.path[0]: the working directory, as getcwd() says it
+            return argv[:i], argv[i:], os.path.realpath(cwd)
+        elif arg in ("-", "--"):
+            return None   # a script on stdin; -- before the script
+        elif arg.startswith("-") and not arg.startswith("--"):   # options, one or several: -u, -uB, -Wignore
+            for j, letter in enumerate(arg[1:], 2):
+                if letter in "cm":
+                    return None   # -c code; -m joined to other options
+                if letter in "WX":   # its value: the rest of this argument, else the next one
+                    value = j == len(arg)
+                    break
+        elif not arg.startswith("-"):   # sys.path[0]: the script's directory, symbolic links resolved
+            return argv[:i], argv[i:], os.path.dirname(os.path.realpath(os.path.join(cwd, arg)))
     return None
 
 

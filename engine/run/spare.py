@@ -1,5 +1,5 @@
 """A process started ahead of the next attempt: the supervisor's side of engine.train.spare
-(the built-in trainer's) and engine.command.handover (a Python command's).
+(the built-in trainer's) and engine.handover (a Python command's).
 
 While an attempt trains, the supervisor starts the next attempt's process, torch imported (and
 the trainer, or the command's interpreter with its options), blocked on a line from a pipe;
@@ -40,14 +40,16 @@ class Spare:
     def __init__(self, env: dict[str, str], log, *, cwd: str | None = None,
                  warm: tuple[str, ...] = (), varying: tuple[str, ...] = (),
                  argv: list[str] | None = None, runs: list[str] | None = None,
-                 restore_sigint: bool = False):
+                 target: list[str] | None = None, restore_sigint: bool = False):
         """`argv`: how it starts (the trainer's spare, `warm` its modules, by default); `runs`:
-        the argv prefix of the launches it can run, the rest of theirs handed over (`python -P
-        -m engine.train.trainer` by default; a command's interpreter and its flags)."""
+        what starts the launches it can run, the rest of their argv handed over (`python -P -m
+        engine.train.trainer` by default; a command's interpreter and its options), `target`
+        what must follow it (a command's script, or -m and its module)."""
         self.env = {k: v for k, v in env.items() if k not in varying}
         self.cwd = cwd
         self.varying = varying
         self.runs = runs if runs is not None else [sys.executable, "-P", "-m", "engine.train.trainer"]
+        self.target = target or []
         # Its own output until it is handed an attempt: `log` (an open file; the supervisor's).
         self.popen: subprocess.Popen | None = spawn(
             argv or [sys.executable, "-P", "-m", SPARE_MODULE, *warm], stdin=subprocess.PIPE,
@@ -62,8 +64,8 @@ class Spare:
         built-in trainer in one process; the command's script or module by its interpreter with
         the same options), in the same directory, with the same environment but for the
         entries that vary."""
-        runs = self.runs
-        return (launch.argv[:len(runs)] == runs and len(launch.argv) > len(runs) and launch.cwd == self.cwd
+        start = self.runs + self.target   # exactly: another option there is another interpreter
+        return (launch.argv[:len(start)] == start and len(launch.argv) > len(self.runs) and launch.cwd == self.cwd
                 and {k: v for k, v in launch.env.items() if k not in self.varying} == self.env)
 
     def take(self, launch: Launch, log_path: str | os.PathLike) -> subprocess.Popen | None:

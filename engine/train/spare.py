@@ -40,7 +40,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
-from engine.command.handover import become
+from engine.handover import become
 
 if TYPE_CHECKING:
     from engine.preset_types import DevicePreset

@@ -9,8 +9,9 @@ its grace period. What it leaves behind (its DataLoader workers) is killed once 
 A command that is `python [options] script.py ...` or `python [options] -m module ...` gets a
 spare, as the built-in trainer does: its own interpreter, with its options, environment and
 working directory, started while the attempt before trains and importing torch from where the
-script would (engine.command.handover). The user's program is never started ahead: the spare
-runs it, as __main__, only when it is handed the next attempt's argv.
+script would (engine.handover), where the script imports torch before it runs any code of its
+own. The user's program is never started ahead: the spare runs it, as __main__, only when it is
+handed the next attempt's argv.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from pathlib import Path
 
 from engine import command as commands
 from engine import vocabulary
+import ast
+
+from engine import handover
 from engine.command import interpreter, statements
 from engine.preset_types import DevicePreset
 from engine.record import reached
@@ -39,7 +43,7 @@ from engine.train.faults import STARTED_ENV
 COMMAND_STOP = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
 # A spare's program, and what its environment may differ in from the attempt it becomes: read
 # by cockpit.report and the script at run time, never by the interpreter or torch as they start
-HANDOVER = Path(interpreter.__file__).with_name("handover.py")
+HANDOVER = Path(handover.__file__)
 SPARE_VARYING = ("COCKPIT_ATTEMPT", "COCKPIT_INJECT", "COCKPIT_RESUME_STEP", "COCKPIT_RESUME_SAMPLES",
                  STARTED_ENV, reached.ENV)
 
@@ -73,31 +77,78 @@ class CommandLauncher(Launcher):
         process.kill()  # what it left behind (its DataLoader workers)
 
     def spare(self, attempt: int, name: str, preset: DevicePreset) -> dict | None:
-        """The next attempt's interpreter, started ahead (engine.command.handover), where the
-        command is a Python script or module; what differs from one attempt to the next (its
-        number, its resume, when it started) is the hand-over's."""
+        """The next attempt's interpreter, started ahead (engine.handover), where the command is
+        a Python script or module that imports torch first; what differs from one attempt to
+        the next (its number, its resume, when it started) is the hand-over's."""
         launch = self.launch(attempt, name, preset)
-        parts = interpreter.python_parts(launch.argv, launch.cwd or os.getcwd())
+        cwd = launch.cwd or os.getcwd()
+        parts = interpreter.python_parts(launch.argv, cwd)
         if parts is None:
             return None
-        python, (target, *_), path0 = parts
-        return {"argv": [*python, "-c", HANDOVER.read_text(), path0, *ahead(target, launch.cwd)], "runs": python,
-                "env": launch.env, "cwd": launch.cwd, "varying": SPARE_VARYING, "restore_sigint": True}
+        python, rest, path0 = parts
+        target = rest[:2] if rest[0] == "-m" else rest[:1]
+        modules = ahead(target, cwd)
+        if modules is None:
+            return None
+        return {"argv": [*python, "-c", HANDOVER.read_text(), path0, *modules], "runs": python,
+                "target": target, "env": launch.env, "cwd": launch.cwd, "varying": SPARE_VARYING,
+                "restore_sigint": True}
 
 
-def ahead(target: str, cwd: str | None) -> list[str]:
+# Libraries that import torch as they are imported: a script's first import of one is where
+# torch is loaded.
+LOADS_TORCH = frozenset({"torch", "torchvision", "torchaudio", "transformers", "lightning",
+                         "pytorch_lightning", "accelerate", "trl", "peft", "timm", "deepspeed"})
+
+
+def ahead(target: list[str], cwd: str) -> list[str] | None:
     """What a command's spare imports ahead: torch, and torch._dynamo, which every optimizer's
     constructor imports (a second more); the compiler's modules too for a script whose text
-    asks torch.compile for its model (nanoGPT's `compile = True` does)."""
+    asks torch.compile for its model (nanoGPT's `compile = True` does). None where that would
+    change what the script does: code of its own runs before torch is loaded (it may set what
+    torch reads as it loads, OMP_NUM_THREADS or sys.path), or its source is not found here (a
+    module installed elsewhere)."""
+    source = _source(target, cwd)
+    if source is None or not _loads_torch_first(source):
+        return None
     modules = ["torch", "torch._dynamo"]
-    if target != "-m":
-        try:
-            source = Path(cwd or os.getcwd(), target).read_text(errors="replace")
-        except OSError:
-            source = ""
-        if "torch.compile" in source:
-            modules.append("torch._inductor.compile_fx")
+    if "torch.compile" in source:
+        modules.append("torch._inductor.compile_fx")
     return modules
+
+
+def _source(target: list[str], cwd: str) -> str | None:
+    if target[0] == "-m":   # a module of the working directory (sys.path[0] for -m)
+        base = Path(cwd, *target[1].split("."))
+        paths = [base.with_suffix(".py"), base / "__main__.py"]
+    else:
+        paths = [Path(cwd, target[0])]
+    for path in paths:
+        try:
+            return path.read_text(errors="replace")
+        except OSError:
+            continue
+    return None
+
+
+def _loads_torch_first(source: str) -> bool:
+    """Whether the script's top level loads torch (LOADS_TORCH) before any statement but
+    imports, definitions and its docstring."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False   # its interpreter says what is wrong with it
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            if any(alias.name.split(".")[0] in LOADS_TORCH for alias in node.names):
+                return True
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0 and (node.module or "").split(".")[0] in LOADS_TORCH:
+                return True
+        elif not (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  or isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
+            return False
+    return False
 
 
 def describe_command(launch: Launch) -> dict:
