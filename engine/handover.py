@@ -1,5 +1,6 @@
-"""How a spare becomes its attempt: `become` (the built-in trainer's spare, engine.train.spare,
-uses it), and the whole of a Python command's spare when run as a program.
+"""How a spare becomes its attempt: `handed` and `become` (the built-in trainer's spare,
+engine.train.spare, uses them too), and the whole of a Python command's spare when run as a
+program.
 
 A command's spare is the command's own interpreter, started ahead with its own options, that
 imports torch while the attempt before it trains, then runs the script or module it is handed
@@ -98,18 +99,29 @@ def _run_module(argv: list) -> None:
     runpy._run_module_as_main(argv[1], alter_argv=True)  # type: ignore[attr-defined]  # what the interpreter's -m calls (private, as old as -m)
 
 
-def _main() -> None:
-    worker = threading.Thread(target=_ahead, args=(sys.argv[2:],), daemon=True, name="spare-ahead")
+def handed(prepare) -> list:
+    """A spare's life until it is handed its attempt, the trainer's (engine.train.spare) and a
+    command's alike: `prepare()` (its work ahead) in a thread beside the wait for one JSON line
+    on stdin, so that an empty line or the pipe closing ends it at once, whatever that work is
+    doing; handed one, the work ahead finished, it becomes the attempt (`become`). The
+    attempt's argv."""
+    worker = threading.Thread(target=prepare, daemon=True, name="spare-ahead")
     worker.start()
     line = sys.stdin.buffer.readline()
     if not line.strip():
-        os._exit(0)   # not a return: an import under way must not hold the exit up
-    worker.join()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)   # not a return: an import or a compile under way must not hold the exit up
+    worker.join()     # the attempt takes what was made ahead
     message = json.loads(line)
     become(message["log"], message["env"])
-    argv = message["argv"]
+    return message["argv"]
+
+
+def _main() -> None:
+    argv = handed(lambda: _ahead(sys.argv[2:]))
     (_run_module if argv[0] == "-m" else _run_script)(argv)
 
 
-if __name__ == "__main__":   # -c code runs as __main__; imported (become), nothing
+if __name__ == "__main__":   # -c code runs as __main__; imported (handed, become), nothing
     _main()

@@ -35,12 +35,11 @@ import importlib.util
 import json
 import os
 import sys
-import threading
 import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
-from engine.handover import become
+from engine.handover import handed
 
 if TYPE_CHECKING:
     from engine.preset_types import DevicePreset
@@ -50,22 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     warm = [a for a in args if not a.startswith("--")]
     options = dict(a[2:].partition("=")[::2] for a in args if a.startswith("--"))
-    # The work ahead runs beside the wait for an attempt, so that the pipe closing (the
-    # supervisor gone, or done with it) ends the spare at once, whatever it is doing then.
-    worker = threading.Thread(target=prepare, args=(warm, options), daemon=True, name="spare-ahead")
-    worker.start()
-    line = sys.stdin.buffer.readline()
-    if not line.strip():
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)   # not a return: an import or a compile under way must not hold the exit up
-    worker.join()     # the attempt takes what was made ahead
-    message = json.loads(line)
-    become(message["log"], message["env"])
+    handed_argv = handed(lambda: prepare(warm, options))   # the work ahead beside the wait
     from engine.train import trainer
 
-    sys.argv = [trainer.__file__, *message["argv"]]
-    return trainer.main(message["argv"])
+    sys.argv = [trainer.__file__, *handed_argv]
+    return trainer.main(handed_argv)
 
 
 def prepare(warm: list[str], options: dict[str, str]) -> None:

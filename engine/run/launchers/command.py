@@ -16,6 +16,7 @@ handed the next attempt's argv.
 
 from __future__ import annotations
 
+import ast
 import os
 import shlex
 import signal
@@ -23,10 +24,7 @@ import time
 from pathlib import Path
 
 from engine import command as commands
-from engine import vocabulary
-import ast
-
-from engine import handover
+from engine import handover, vocabulary
 from engine.command import interpreter, statements
 from engine.preset_types import DevicePreset
 from engine.record import reached
