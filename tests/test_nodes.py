@@ -76,6 +76,17 @@ def finish(*processes: subprocess.Popen, timeout: float = 300) -> list[int]:
     return codes
 
 
+def told(home) -> str:
+    """What each machine said of its attempts, and their logs' ends: a failure's evidence."""
+    lines = []
+    for name in "ab":
+        for e in events(home, name, "attempt_ended") + events(home, name, "crash"):
+            lines.append(f"{name} attempt {e['attempt']} {e['type']}: {e.get('sentence', e.get('outcome'))}")
+        for log in sorted((home / "runs" / "r1" / "nodes" / name).glob("attempt-*.log")):
+            lines += [f"--- {name}/{log.name}", *log.read_text(errors="replace").splitlines()[-25:]]
+    return "\n".join(lines)
+
+
 # Alone on half the global batch at lr 0.05, the tiny matmul goes unstable: its loss climbs
 # from 0.003 to 0.1 over a hundred steps before it settles, which the health detectors rightly say
 # (a node's findings warn only: every machine reports its own loss).
@@ -88,8 +99,10 @@ def test_a_lost_machine_is_said_the_run_goes_on_without_it_and_grows_back(home):
         # machine it lost, with the connection gloo saw broken
         (lost_here,) = wait_until(lambda: events(home, "b", "crash"), "b's node-lost", 240)
         assert lost_here["kind"] == "node-lost" and "This machine (b)" in lost_here["sentence"]
+        # (or, where its collective waits instead of breaking, b's own word once a is quiet)
         (lost_there,) = wait_until(lambda: events(home, "a", "crash"), "a's node-lost", 240)
-        assert lost_there["kind"] == "node-lost" and "by peer" in lost_there["sentence"]
+        assert lost_there["kind"] == "node-lost" and any(
+            said in lost_there["sentence"] for said in ("by peer", "Machine b was lost"))
         # a re-forms alone, from the newest checkpoint before the loss (whether the run began
         # with both machines or grew to two as b joined late)
         alone = wait_until(lambda: [e for e in events(home, "a", "trainer_ready")
@@ -114,6 +127,7 @@ def test_a_lost_machine_is_said_the_run_goes_on_without_it_and_grows_back(home):
         assert stopped.returncode == 0 and "a, b" in stopped.stdout, stopped.stdout + stopped.stderr
     except BaseException:
         finish(a, b, timeout=0)
+        print(told(home))   # shown by pytest with the failure
         raise
     assert finish(a, b) == [130, 130]
     shown = json.loads(subprocess.run(cockpit_cmd("runs", "show", "r1", "--json"), env=child_env(),
@@ -196,6 +210,46 @@ def test_a_rendezvous_that_never_formed_is_bad_input_naming_the_endpoint(home):
     assert launcher.judge(AttemptWatch(1), launch, 1, tail, **facts)[0].kind == "node-lost"
 
 
+def test_a_survivor_quiet_after_a_peer_said_it_was_lost_is_judged_lost_without_the_whole_hang_timeout(home):
+    # a collective may wait for the process group's timeout instead of breaking (seen once in
+    # CI: the survivor hung until its hang timeout); the peer's supervisor said it was lost
+    from engine import runconfig
+    from engine.record.events import EventWriter
+    from engine.run.launchers.node import PEER_LOST_GRACE_S, NodeLauncher
+    from engine.run.watch import AttemptWatch
+
+    config = runconfig.resolve("matmul", "cpu", ["nnodes=1:2", "rdzv_endpoint=127.0.0.1:29400"])
+    a, b = (nodes.join(config, "r1", name, home / "runs") for name in "ab")
+    launcher = NodeLauncher(a, a.config())
+    launch = launcher.launch(2, "cpu", a.config().device)
+    launcher.see({"type": "trainer_ready", "attempt": 2, "nodes": 2, "world_size": 2}, lambda *x, **k: None)
+    hung = dict(hung_for=PEER_LOST_GRACE_S, unstarted=None, stop_requested=False, memory_percent=None,
+                injected_crash=False)
+    tail = "torch.distributed.elastic.agent.server.api:Received 15 death signal, shutting down workers\n"
+
+    def b_says(lost_at: float) -> None:
+        events = EventWriter(b.events_path)
+        events.emit("crash", attempt=1, kind="node-lost", evidence={"machine": "b"},
+                    sentence="This machine (b) was lost after step 12 (...).", t=lost_at)
+        events.emit("memory", attempt=1, rss=1)   # its supervisor is not silent: it is away
+
+    # b's loss said before this attempt began is an old one: this quiet is a plain hang
+    b_says(launch.started - 100)
+    assert launcher.hang_limit(launch, 300.0, quiet_s=PEER_LOST_GRACE_S + 1) == 300.0
+    assert launcher.judge(AttemptWatch(2), launch, -15, tail, **hung)[0].kind == "hang"
+    # said during it: judged after the grace, as b lost, with the quiet as its evidence
+    b_says(launch.started + 1)
+    launcher = NodeLauncher(a, a.config())
+    for seen in ({"type": "trainer_ready", "attempt": 2, "nodes": 2, "world_size": 2},
+                 {"type": "step", "attempt": 2, "step": 40}):
+        launcher.see(seen, lambda *x, **k: None)
+    assert launcher.hang_limit(launch, 300.0, quiet_s=PEER_LOST_GRACE_S / 2) == 300.0
+    assert launcher.hang_limit(launch, 300.0, quiet_s=PEER_LOST_GRACE_S + 1) == PEER_LOST_GRACE_S
+    verdict = launcher.judge(AttemptWatch(2), launch, -15, tail, **hung)[0]
+    assert verdict.kind == "node-lost" and verdict.sentence.startswith("Machine b was lost after step 40")
+    assert "its supervisor said so" in verdict.sentence and verdict.evidence["machine"] == "b"
+
+
 def test_a_run_on_several_machines_is_supervised_while_any_machine_is(home):
     from engine import runconfig
 
@@ -206,3 +260,39 @@ def test_a_run_on_several_machines_is_supervised_while_any_machine_is(home):
     assert not whole.supervised()
     a.write_supervisor_pid(os.getpid())   # this process, alive, as a's supervisor
     assert whole.supervised()
+
+
+def test_a_lost_machines_workers_die_with_it_though_one_exits_as_they_are_listed(home, monkeypatch):
+    # torchrun starts every worker in a session of its own: the agent's group alone would leave
+    # them training. One gone between the listing and the look at its group spares no other.
+    import sys
+
+    import psutil
+
+    from engine.run import process
+
+    leader = spawn([sys.executable, "-c", (
+        "import subprocess, sys, time\n"
+        "for _ in range(2):\n"
+        "    w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
+        "    print(w.pid, flush=True)\n"
+        "time.sleep(600)\n")], restore_sigint=True, stdout=subprocess.PIPE)
+    workers = []
+    try:
+        workers = [int(leader.stdout.readline()) for _ in range(2)]
+        gone, getpgid = workers[0], os.getpgid
+        monkeypatch.setattr(process.os, "getpgid",
+                            lambda pid: (_ for _ in ()).throw(ProcessLookupError) if pid == gone else getpgid(pid))
+        process.signal_group(leader.pid, signal.SIGKILL)
+        monkeypatch.undo()
+        assert leader.wait(60) == -signal.SIGKILL
+        survivor = psutil.Process(workers[1]) if psutil.pid_exists(workers[1]) else None
+        if survivor is not None:   # killed, a zombie until init reaps it
+            wait_until(lambda: not psutil.pid_exists(workers[1]) or survivor.status() == psutil.STATUS_ZOMBIE,
+                       "the other worker killed", 30)
+    finally:
+        for pid in [leader.pid, *workers]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

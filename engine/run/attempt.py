@@ -149,7 +149,8 @@ class Attempt:
             self._sample_health()
             self.rehearsal.tick()
             if self.hung_for is None and (quiet := time.monotonic() - watch.last_progress) > \
-                    watch.hang_timeout(self.preset, context.pace.slowest_gap):
+                    self.launcher.hang_limit(self.launch, watch.hang_timeout(
+                        self.preset, context.pace.slowest_gap), quiet):
                 self.hung_for = quiet
                 self.launcher.hung(process, self.preset, context.poll_s)
             if watch.ready:

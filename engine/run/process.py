@@ -69,13 +69,12 @@ def signal_group(leader: int, sig: signal.Signals, *, strays: bool = True) -> No
     """The process group `leader` leads, and its descendants that left it for a session of
     their own (torchrun starts every worker with start_new_session). `strays`: False once the
     leader was reaped, when its pid may be another process's."""
-    found = []
+    found: list[psutil.Process] = []
     try:
-        found = [c for c in psutil.Process(leader).children(recursive=True)
-                 if os.getpgid(c.pid) != leader] if strays else []
-    except (psutil.Error, ProcessLookupError):
+        found = psutil.Process(leader).children(recursive=True) if strays else []
+    except psutil.Error:
         pass  # the leader is gone; its group is still signalled below
-    for target in [None, *found]:
+    for target in [None, *(c for c in found if _left_group(c.pid, leader))]:
         try:
             if target is None:
                 os.killpg(leader, sig)
@@ -83,6 +82,14 @@ def signal_group(leader: int, sig: signal.Signals, *, strays: bool = True) -> No
                 target.send_signal(sig)
         except (ProcessLookupError, PermissionError, psutil.Error):
             pass
+
+
+def _left_group(pid: int, leader: int) -> bool:
+    """In a process group of its own (a descendant gone since it was listed: no)."""
+    try:
+        return os.getpgid(pid) != leader
+    except ProcessLookupError:
+        return False
 
 
 class ExitWait:

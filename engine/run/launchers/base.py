@@ -123,6 +123,11 @@ class Launcher:
         """It gave no sign of life for its hang timeout: SIGTERM, then SIGKILL."""
         process.end_hung(min(10.0, preset.hang_timeout_s), poll_s)
 
+    def hang_limit(self, launch: Launch, limit: float, quiet_s: float) -> float:
+        """How long it may be quiet before it is judged hung, having been quiet `quiet_s`: the
+        watch's `limit`, unless the kind knows better (a node whose peer said it was lost)."""
+        return limit
+
     def non_finite(self, stop_now: Callable[[], None]) -> None:
         """Its loss went NaN or infinite (a command's, read from its output): it trains garbage
         for hours with every monitor green, so it is stopped now, without the graceful stop (a

@@ -57,6 +57,11 @@ RDZV_CONF = "last_call_timeout=3,keep_alive_interval=1,keep_alive_max_attempt=5"
 AGENT_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 # How long a rehearsed lost machine stays away at most (its peers re-form in seconds).
 AWAY_S = 120.0
+# A peer that said it was lost (its agent killed, its supervisor alive to say so) while this
+# machine trains nothing: judged lost after this long, not the whole hang timeout, since a
+# collective may wait for the process group's timeout instead of breaking (30 minutes).
+PEER_LOST_GRACE_S = 30.0
+PEERS_READ_S = 5.0   # how often the others' word is read while this machine is quiet
 # What a rendezvous that never formed says: the endpoint unreachable, too few machines in time.
 _UNFORMED = re.compile(r"RendezvousTimeoutError|RendezvousConnectionError|Connection refused|"
                        r"DistNetworkError|timed out after \d+ms")
@@ -88,6 +93,8 @@ class NodeLauncher(TorchrunLauncher):
             self.see(event, lambda *a, **k: None)
         self.formed = False                         # its workers started in a world, this attempt
         self.rehearsed = False                      # --inject node-lost fired in this attempt
+        self._peers_read = 0.0                      # when the others' word was last read (monotonic)
+        self._peer_said: str | None = None          # a peer said it was lost during this attempt
 
     def launch(self, attempt: int, name: str, preset: DevicePreset, resume: dict | None = None) -> Launch:
         run = nodes.run_of(self.run)
@@ -123,6 +130,15 @@ class NodeLauncher(TorchrunLauncher):
         self.rehearsed = True
         process.kill()
 
+    def hang_limit(self, launch: Launch, limit: float, quiet_s: float) -> float:
+        """Quiet for PEER_LOST_GRACE_S after a peer said it was lost during this attempt: judged
+        now (engine.run.attempt), not after the whole `limit`."""
+        if not self.formed or quiet_s < PEER_LOST_GRACE_S:
+            return limit
+        if (now := time.monotonic()) - self._peers_read >= PEERS_READ_S:
+            self._peers_read, self._peer_said = now, self._said_lost(launch.started)
+        return min(limit, PEER_LOST_GRACE_S) if self._peer_said is not None else limit
+
     def away(self) -> Callable[[], bool] | None:
         """After a rehearsed loss, this machine stays away until another trained in a world
         without it (their next trainer_ready), or for AWAY_S at most: the rehearsal shows the run
@@ -145,7 +161,7 @@ class NodeLauncher(TorchrunLauncher):
         if not self.formed and not self.rehearsed and (
                 (line := _first_line(_UNFORMED, tail)) is not None or facts.get("hung_for") is not None):
             return self._unformed(verdict, line or verdict.sentence), code, sig
-        if (lost := self._lost(verdict, tail, sig, facts.get("hung_for"))) is not None:
+        if (lost := self._lost(verdict, tail, sig, facts.get("hung_for"), launch.started)) is not None:
             return lost, code, sig
         return verdict, code, sig
 
@@ -162,26 +178,38 @@ class NodeLauncher(TorchrunLauncher):
                        {**verdict.evidence, "message": line, "node": self.run.path.name,
                         "judged_by": self.name})
 
-    def _lost(self, verdict: Verdict, tail: str, sig: str | None, hung_for: float | None) -> Verdict | None:
+    def _lost(self, verdict: Verdict, tail: str, sig: str | None, hung_for: float | None,
+              started: float) -> Verdict | None:
         """A crash that is a machine lost: this one's (its agent killed), or a peer's (a broken
-        connection in the log, a hang with a silent machine), with its evidence."""
+        connection in the log; a hang after it said it was lost, or with it silent), with its
+        evidence: `machine`, the one lost, where known."""
         where = f" after step {self.last_step}" if self.last_step else ""
-        evidence = {**verdict.evidence}
+        evidence, machine = {**verdict.evidence}, None
+        quiet = verdict.evidence.get("message", "no progress")
         if self.rehearsed:
-            who, how = f"This machine ({self.run.path.name})", "its agent and workers killed: rehearsed, --inject node-lost"
+            machine, how = self.run.path.name, "its agent and workers killed: rehearsed, --inject node-lost"
         elif verdict.kind == "killed" and sig == "SIGKILL":
-            who, how = f"This machine ({self.run.path.name})", "its torchrun agent was killed by SIGKILL"
+            machine, how = self.run.path.name, "its torchrun agent was killed by SIGKILL"
         elif (line := _first_line(_PEER_LOST, tail)) is not None:
             # the broken connection and its address, not gloo's advice after it
             found = _PEER_LOST.search(line)
             who, how = self._peer(), line[found.start():].split(". ")[0] if found else line
             evidence["message"] = line
-        elif hung_for is not None and (silent := self._silent_peer(hung_for)) is not None:
-            who, how = f"Machine {silent}", f"{verdict.evidence.get('message', 'no progress')}, and it is silent too"
+        elif hung_for is not None and (machine := self._said_lost(started)) is not None:
+            how = f"{quiet}, after its supervisor said so"
+        elif hung_for is not None and (machine := self._silent_peer(hung_for)) is not None:
+            how = f"{quiet}, and it is silent too"
         else:
             return None
+        if machine is not None:
+            who = f"This machine ({machine})" if machine == self.run.path.name else f"Machine {machine}"
+            evidence["machine"] = machine
         evidence["node"] = self.run.path.name
         return Verdict("node-lost", f"{who} was lost{where} ({how}).", evidence)
+
+    def _said_lost(self, since: float) -> str | None:
+        """A machine of the run whose supervisor said, since `since`, that it was lost."""
+        return next((n.path.name for n in nodes.siblings(self.run) if nodes.said_lost(n, since)), None)
 
     def _peer(self) -> str:
         """Which machine is gone, as far as the run's directories say: the one whose supervisor
