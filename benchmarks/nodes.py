@@ -109,6 +109,7 @@ def lost() -> None:
     shrank = [e for e in of(a, "nodes_changed") if e["nodes"] == 1][0]
     alone = next(e for e in of(a, "step") if e["t"] > shrank["t"])
     back = next(e for e in of(a, "step") if e["t"] > grew["t"])
+    print(f"lost      a's verdict: {crash['kind']}: {crash['sentence']}")
     print(f"lost      b's agent killed at step {fired['step']} -> a judged node-lost in "
           f"{crash['t'] - fired['t']:.1f} s -> training alone again {alone['t'] - crash['t']:.1f} s later "
           f"(from step {shrank['resumed_step']}, {shrank['steps_lost']} steps lost)")
