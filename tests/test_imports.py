@@ -6,7 +6,7 @@ import subprocess
 import sys
 import tomllib
 
-from conftest import ROOT, child_env
+from conftest import ROOT, TINY, child_env
 
 
 def _modules_after(code: str) -> set[str]:
@@ -26,6 +26,20 @@ def test_help_and_presets_do_not_import_torch():
     mods = _modules_after("from cockpit.cli import build_parser; build_parser(); "
                           "from engine import presets, runconfig; runconfig.resolve('matmul', 'cpu')")
     assert "torch" not in mods
+
+
+def test_the_supervisor_of_a_cpu_run_never_imports_torch(home):
+    """Its trainer imports its own; the supervisor's would be a second of CPU at every start and
+    some 200 MB held for the run. The preset is still judged before anything is written."""
+    sets = ", ".join(f"'--set', '{o}'" for o in TINY)
+    mods = _modules_after(f"from cockpit.cli import main; code = main(['--no-ui', '-w', 'matmul', '-d', 'cpu', "
+                          f"{sets}]); assert code == 0, code")
+    assert "torch" not in mods and "engine.run.supervisor" in mods
+    (ran,) = (home / "runs").iterdir()
+    refused = subprocess.run([sys.executable, "-m", "cockpit", "--no-ui", "-w", "matmul", "-d", "cpu",
+                              "--set", "precision=fp16"], capture_output=True, text=True, env=child_env())
+    assert refused.returncode == 2 and "precision" in refused.stderr and "'fp16' needs CUDA" in refused.stderr
+    assert list((home / "runs").iterdir()) == [ran]   # nothing written for the refused one
 
 
 def test_a_cached_probe_answers_without_torch():

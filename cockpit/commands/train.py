@@ -11,6 +11,7 @@ from cockpit.present.words import duration, goodput_text, throughput_parts
 from engine.numbers import metric
 from engine import command, presets, runconfig, settings
 from engine.errors import ConfigError
+from engine.monitor import device_rules
 from engine.run.alerts import Terminal
 from engine.run import detached, follow as run_follow, spare, supervisor
 from engine.record import nodes
@@ -44,9 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_and_start(config, args: argparse.Namespace, first: spare.Spare | None) -> int:
     if not config.workload.is_command:  # a command resolves its own device
-        from engine.monitor import device
-
-        device.resolve(config.device, where=f"device preset {config.device_preset!r}")
+        device_rules.check(config.device, where=f"device preset {config.device_preset!r}")
     several = config.device.nodes[1] > 1
     if several != bool(args.node):
         raise ConfigError("--node", args.node,

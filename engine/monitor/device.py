@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from engine.errors import ConfigError
+from engine.monitor.device_rules import settle
 from engine.preset_types import DevicePreset
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -55,25 +56,10 @@ def resolve(preset: DevicePreset, where: str = "device preset") -> Resolved:
         if kind == "mps" and not mps_available():
             raise ConfigError(where, "device", "'mps' is not available on this machine "
                               "(torch.backends.mps.is_available() is false); expected 'auto' or 'cpu'")
-    if kind == "mps" and preset.world_size > 1:
-        raise ConfigError(where, "nproc_per_node", f"{preset.nproc_per_node} is refused: auto picked "
-                          "MPS, and torch.distributed has no MPS backend; expected 1")
     if kind == "cuda" and 1 < preset.nproc_per_node > torch.cuda.device_count():
         raise ConfigError(where, "nproc_per_node", f"{preset.nproc_per_node} processes but this "
                           f"machine has {torch.cuda.device_count()} CUDA devices; expected at most that")
-    if kind == "mps" and preset.compile:
-        raise ConfigError(where, "compile", "true is refused on MPS: torch.compile's Metal "
-                          "backend is immature; expected false")
-
-    precision = preset.precision
-    if precision == "auto":
-        if kind == "cuda" and torch.cuda.is_bf16_supported():
-            precision, why = "bf16", why + "; bf16 because this GPU supports it"
-        else:
-            precision, why = "fp32", why + f"; fp32, the safe default on {kind}"
-    if precision == "fp16" and kind != "cuda":
-        raise ConfigError(where, "precision", f"'fp16' needs CUDA's GradScaler; on {kind} "
-                          "expected 'fp32' or 'bf16'")
+    precision, why = settle(preset, kind, why, where, bf16_supported=torch.cuda.is_bf16_supported)
     return Resolved(torch.device(kind), precision, why)
 
 

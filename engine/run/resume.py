@@ -145,9 +145,9 @@ def plan(run: RunDir, history: History, device: str | None = None,
     resumed = runconfig.configure(config.workload, config.workload_preset, str(run.config_path),
                                   name, start, start_where, overrides, known=known)
     if not resumed.workload.is_command:
-        from engine.monitor import device as devices  # torch, for a trainer's resume alone
+        from engine.monitor import device_rules  # the trainer's device, judged as it will be
 
-        devices.resolve(resumed.device, where=f"device preset {name!r}")
+        device_rules.check(resumed.device, where=f"device preset {name!r}")
     return dataclasses.replace(resumed, overrides=config.overrides + tuple(overrides))
 
 
