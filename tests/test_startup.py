@@ -151,3 +151,22 @@ def test_a_spare_compiles_the_model_ahead_and_the_attempt_in_it_trains_as_one_th
     assert sorted(resumed) == [5, 6, 7, 8]
     assert all(abs(v - uninterrupted[s]) <= 1e-4 * abs(uninterrupted[s]) for s, v in resumed.items()), \
         (resumed, uninterrupted)
+
+
+def test_an_attempt_that_trained_and_crashed_between_two_polls_still_gets_its_spare(home):
+    """The next attempt's spare starts once a poll sees this one train; a crash before the next
+    poll (a fast run on a loaded machine; here the poll outlasts the attempt) leaves the next
+    attempt one all the same, started as the crash is judged."""
+    from conftest import TINY
+    from engine import runconfig
+    from engine.record.rundir import RunDir
+    from engine.run.supervisor import Supervisor
+
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", TINY + [
+        "inject=['native-crash@3']", "train.checkpoint_every_steps=1"]))
+    supervisor = Supervisor(run, poll_s=3600)
+    assert supervisor.supervise() == "finished"
+    events = run.events()
+    assert [e["outcome"] for e in events if e["type"] == "attempt_ended"] == ["native-crash", "finished"]
+    assert [e["attempt"] for e in events if e["type"] == "attempt_process" and e.get("spare")] == [2]
+    assert len(supervisor.spare_pids) == 1

@@ -99,7 +99,7 @@ class Attempt:
     def run(self, lifeline: Lifeline | None, spare: Spare | None = None,
             on_ready: Callable[[], None] = lambda: None) -> AttemptResult:
         """Start it (in `spare` where it can run), follow it to its end and judge it;
-        `on_ready` is called at each poll once it trains."""
+        `on_ready` is called at each poll once it trains, and once more if it crashed."""
         self.events.emit("attempt_started", attempt=self.number, preset=self.name,
                          config=to_table(self.preset), log=self.log_path.name,
                          **self.launcher.describe(self.launch))
@@ -126,7 +126,10 @@ class Attempt:
         self.launcher.exited(process)   # what it left behind (a command's DataLoader workers)
         if lifeline is not None:
             lifeline.attempt_ended()
-        return self._end(process.returncode)
+        result = self._end(process.returncode)
+        if result.verdict.crashed and self.watch.ready:
+            on_ready()   # it trained, then crashed between two polls: the next one's spare all the same
+        return result
 
     def _start(self, spare: Spare | None) -> AttemptProcess:
         """Its own session: a Ctrl-C in the terminal reaches only the supervisor, which forwards
