@@ -233,3 +233,34 @@ def test_a_workload_that_lacks_a_method_exits_2_naming_it(home, tmp_path):
     assert f"workload '{mod}:build': the Half its factory returned lacks batch(indices, device), " \
            "loss(model, batch)" in done.stdout
     assert "run failed: 1 attempt (cpu: config)" in done.stdout
+
+
+def test_a_workloads_exit_hooks_run_when_its_attempt_ends(home, tmp_path):
+    """The trainer leaves without the interpreter's slow teardown (engine.train.trainer.leave),
+    but what a workload's code registered with atexit (a logger's flush, wandb.finish) still runs."""
+    (tmp_path / "hooked.py").write_text(textwrap.dedent(f"""\
+        import atexit
+        import torch
+        from torch import nn
+
+        class Data:
+            num_samples = 32
+            def __init__(self, seed):
+                self.x = torch.randn(32, 4, generator=torch.Generator().manual_seed(seed))
+            def build_model(self, *, grad_checkpointing):
+                return nn.Linear(4, 1)
+            def batch(self, indices, device):
+                return self.x[indices].to(device)
+            def loss(self, model, batch):
+                return model(batch).pow(2).mean()
+
+        def build(params, seed):
+            atexit.register(lambda: open({str(tmp_path / "ended")!r}, "a").write("flushed\\n"))
+            return Data(seed)
+        """))
+    user_preset(home, "workloads", "hooked", f'workload = "{tmp_path / "hooked.py"}:build"\n[train]\nepochs = 1\n')
+    sets = [a for o in ("batch_size=8", "accumulation=1", "threads=1") for a in ("--set", o)]
+    done = subprocess.run(cockpit_cmd("--no-ui", "-w", "hooked", "-d", "cpu", *sets), capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert (tmp_path / "ended").read_text() == "flushed\n"

@@ -160,4 +160,7 @@ def compile_model_ahead(device, environ: dict[str, str] | None = None) -> bool:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    from engine.train.trainer import leave   # imported by main already
+
+    leave(code)

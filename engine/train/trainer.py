@@ -25,6 +25,7 @@ checkpoint (engine.train.cadence), resuming from the newest checkpoint that load
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import dataclasses
 import faulthandler
@@ -35,7 +36,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import torch
 from torch import nn
@@ -545,16 +546,22 @@ def main(argv: list[str] | None = None) -> int:
                     trainer.finish_checkpoints()
             return report_failure(events, e, trainer.step if trainer else None)
     print(f"attempt {args.attempt}: {outcome} at step {trainer.step}/{trainer.total_steps}", flush=True)
-    code = EXIT_FINISHED if outcome == "finished" else EXIT_STOPPED
-    if trainer.world.size > 1:
-        # Everything is written; the interpreter's own teardown of torch.distributed's threads
-        # aborted one rank in several runs ("terminate called without an active exception",
-        # SIGABRT after "finished"), which its peers then saw as a machine lost. Its end is
-        # decided: leave without it.
-        sys.stderr.flush()
-        os._exit(code)
-    return code
+    return EXIT_FINISHED if outcome == "finished" else EXIT_STOPPED
+
+
+def leave(code: int) -> NoReturn:
+    """The attempt's end, decided and written (events with os.write, checkpoints finished, the
+    step published through a shared map): its exit hooks run (a workload's logger, wandb.finish),
+    then it exits without the interpreter's teardown. After torch
+    that teardown took about a second of C-level destructors on the 2-core machine, at every
+    attempt's end, a crash's included, before the supervisor could see it; and with
+    torch.distributed's threads it aborted one rank in several runs ("terminate called without
+    an active exception", SIGABRT after "finished"), which its peers then saw as a machine lost."""
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())
