@@ -235,9 +235,11 @@ def test_a_workload_that_lacks_a_method_exits_2_naming_it(home, tmp_path):
     assert "run failed: 1 attempt (cpu: config)" in done.stdout
 
 
-def test_a_workloads_exit_hooks_run_when_its_attempt_ends(home, tmp_path):
-    """The trainer leaves without the interpreter's slow teardown (engine.train.trainer.leave),
-    but what a workload's code registered with atexit (a logger's flush, wandb.finish) still runs."""
+def test_a_workload_of_the_users_own_ends_as_python_ends(home, tmp_path):
+    """The trainer of a built-in workload leaves without the interpreter's slow teardown
+    (engine.train.trainer.ending); a workload of the user's own keeps Python's whole end: what it
+    registered with atexit (a logger's flush, wandb.finish) runs, a file it never closed is
+    flushed."""
     (tmp_path / "hooked.py").write_text(textwrap.dedent(f"""\
         import atexit
         import torch
@@ -252,7 +254,10 @@ def test_a_workloads_exit_hooks_run_when_its_attempt_ends(home, tmp_path):
             def batch(self, indices, device):
                 return self.x[indices].to(device)
             def loss(self, model, batch):
+                LOG.write("loss\\n")   # buffered, never flushed nor closed by the workload
                 return model(batch).pow(2).mean()
+
+        LOG = open({str(tmp_path / "log")!r}, "w")
 
         def build(params, seed):
             atexit.register(lambda: open({str(tmp_path / "ended")!r}, "a").write("flushed\\n"))
@@ -264,3 +269,4 @@ def test_a_workloads_exit_hooks_run_when_its_attempt_ends(home, tmp_path):
                           text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert (tmp_path / "ended").read_text() == "flushed\n"
+    assert (tmp_path / "log").read_text().count("loss\n") >= 4   # every step's, 32 samples in 8s

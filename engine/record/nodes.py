@@ -115,13 +115,10 @@ def siblings(node: RunDir) -> list[RunDir]:
     return [n for n in nodes_of(run) if n.path.name != node.path.name] if run is not None else []
 
 
-def said_lost(node: RunDir, since: float) -> float | None:
-    """When this machine's supervisor said it was itself lost (its agent killed), at or after
-    `since` (unix time); None if it has not."""
-    said = [e.get("t") or 0.0 for e in (node.events() if node.events_path.exists() else ())
-            if e.get("type") == "crash" and e.get("kind") == "node-lost"
-            and (e.get("evidence") or {}).get("machine") == node.path.name]
-    return max(said) if said and max(said) >= since else None
+def lost_itself(event: dict, name: str) -> bool:
+    """The event is machine `name`'s supervisor saying that its own machine was lost."""
+    return (event.get("type") == "crash" and event.get("kind") == "node-lost"
+            and (event.get("evidence") or {}).get("machine") == name)
 
 
 @dataclass

@@ -160,7 +160,4 @@ def compile_model_ahead(device, environ: dict[str, str] | None = None) -> bool:
 
 
 if __name__ == "__main__":
-    code = main()
-    from engine.train.trainer import leave   # imported by main already
-
-    leave(code)
+    sys.exit(main())

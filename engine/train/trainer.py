@@ -36,7 +36,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -57,6 +57,7 @@ from engine.train.failures import (NonFiniteLoss, checked_loss,
                                    refuse_unreachable_faults, report_failure, step_set_by)
 from engine.train.faults import DIVERGE, SPIKE, Injector
 from engine.train.saving import Saving
+from engine.workloads.builtin import BUILTIN
 from engine.train.window import Window, grad_norm
 from engine.vocabulary import EXIT_FINISHED, EXIT_STOPPED
 
@@ -544,24 +545,27 @@ def main(argv: list[str] | None = None) -> int:
                 # it, so the next attempt resumes from it.
                 with contextlib.suppress(Exception):
                     trainer.finish_checkpoints()
-            return report_failure(events, e, trainer.step if trainer else None)
+            return ending(report_failure(events, e, trainer.step if trainer else None), trainer)
     print(f"attempt {args.attempt}: {outcome} at step {trainer.step}/{trainer.total_steps}", flush=True)
-    return EXIT_FINISHED if outcome == "finished" else EXIT_STOPPED
+    return ending(EXIT_FINISHED if outcome == "finished" else EXIT_STOPPED, trainer)
 
 
-def leave(code: int) -> NoReturn:
-    """The attempt's end, decided and written (events with os.write, checkpoints finished, the
-    step published through a shared map): its exit hooks run (a workload's logger, wandb.finish),
-    then it exits without the interpreter's teardown. After torch
-    that teardown took about a second of C-level destructors on the 2-core machine, at every
-    attempt's end, a crash's included, before the supervisor could see it; and with
-    torch.distributed's threads it aborted one rank in several runs ("terminate called without
-    an active exception", SIGABRT after "finished"), which its peers then saw as a machine lost."""
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+def ending(code: int, trainer: Trainer | None) -> int:
+    """`code`, the attempt's end decided and written (events with os.write, checkpoints
+    finished, the step published through a shared map). A process running only our code leaves
+    at once: the interpreter's teardown after torch and torch._dynamo took about a second of
+    C-level destructors on the 2-core machine, at every attempt's end, a crash's included, before
+    the supervisor could see it; and with torch.distributed's threads it aborted one rank in
+    several runs ("terminate called without an active exception", SIGABRT after "finished"),
+    which its peers then saw as a machine lost. A workload of the user's own ends as Python
+    ends: its threads joined, its files flushed as they are freed."""
+    if trainer is not None and (trainer.world.size > 1 or trainer.name in BUILTIN):
+        atexit._run_exitfuncs()   # what libraries registered (logging's shutdown)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":
-    leave(main())
+    sys.exit(main())

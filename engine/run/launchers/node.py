@@ -37,6 +37,7 @@ from typing import Callable
 from engine.emit import Emit
 from engine.preset_types import DevicePreset
 from engine.record import nodes
+from engine.record.events import EventFollower
 from engine.run.crashes import Verdict
 from engine.run.launch import Launch
 from engine.run.launchers.torchrun import TorchrunLauncher, torchrun_argv
@@ -61,7 +62,6 @@ AWAY_S = 120.0
 # machine trains nothing: judged lost after this long, not the whole hang timeout, since a
 # collective may wait for the process group's timeout instead of breaking (30 minutes).
 PEER_LOST_GRACE_S = 30.0
-PEERS_READ_S = 5.0   # how often the others' word is read while this machine is quiet
 # What a rendezvous that never formed says: the endpoint unreachable, too few machines in time.
 _UNFORMED = re.compile(r"RendezvousTimeoutError|RendezvousConnectionError|Connection refused|"
                        r"DistNetworkError|timed out after \d+ms")
@@ -93,8 +93,7 @@ class NodeLauncher(TorchrunLauncher):
             self.see(event, lambda *a, **k: None)
         self.formed = False                         # its workers started in a world, this attempt
         self.rehearsed = False                      # --inject node-lost fired in this attempt
-        self._peers_read = 0.0                      # when the others' word was last read (monotonic)
-        self._peer_said: str | None = None          # a peer said it was lost during this attempt
+        self._watch_peers()
 
     def launch(self, attempt: int, name: str, preset: DevicePreset, resume: dict | None = None) -> Launch:
         run = nodes.run_of(self.run)
@@ -119,6 +118,7 @@ class NodeLauncher(TorchrunLauncher):
             return
         world = (int(event.get("nodes") or 1), int(event["world_size"]))
         before, self.world, self.formed = self.world, world, True
+        self._watch_peers()   # a world formed: what the others said before it is not of it
         if before is not None and before != world:
             resumed = (event.get("resumed_from") or {}).get("step") or 0
             say("nodes_changed", attempt=int(event.get("attempt") or 0), nodes_before=before[0],
@@ -131,13 +131,11 @@ class NodeLauncher(TorchrunLauncher):
         process.kill()
 
     def hang_limit(self, launch: Launch, limit: float, quiet_s: float) -> float:
-        """Quiet for PEER_LOST_GRACE_S after a peer said it was lost during this attempt: judged
-        now (engine.run.attempt), not after the whole `limit`."""
+        """Quiet for PEER_LOST_GRACE_S after a peer said it was lost while this machine's world
+        trained: judged now (engine.run.attempt), not after the whole `limit`."""
         if not self.formed or quiet_s < PEER_LOST_GRACE_S:
             return limit
-        if (now := time.monotonic()) - self._peers_read >= PEERS_READ_S:
-            self._peers_read, self._peer_said = now, self._said_lost(launch.started)
-        return min(limit, PEER_LOST_GRACE_S) if self._peer_said is not None else limit
+        return min(limit, PEER_LOST_GRACE_S) if self._said_lost() is not None else limit
 
     def away(self) -> Callable[[], bool] | None:
         """After a rehearsed loss, this machine stays away until another trained in a world
@@ -161,7 +159,7 @@ class NodeLauncher(TorchrunLauncher):
         if not self.formed and not self.rehearsed and (
                 (line := _first_line(_UNFORMED, tail)) is not None or facts.get("hung_for") is not None):
             return self._unformed(verdict, line or verdict.sentence), code, sig
-        if (lost := self._lost(verdict, tail, sig, facts.get("hung_for"), launch.started)) is not None:
+        if (lost := self._lost(verdict, tail, sig, facts.get("hung_for"))) is not None:
             return lost, code, sig
         return verdict, code, sig
 
@@ -178,8 +176,7 @@ class NodeLauncher(TorchrunLauncher):
                        {**verdict.evidence, "message": line, "node": self.run.path.name,
                         "judged_by": self.name})
 
-    def _lost(self, verdict: Verdict, tail: str, sig: str | None, hung_for: float | None,
-              started: float) -> Verdict | None:
+    def _lost(self, verdict: Verdict, tail: str, sig: str | None, hung_for: float | None) -> Verdict | None:
         """A crash that is a machine lost: this one's (its agent killed), or a peer's (a broken
         connection in the log; a hang after it said it was lost, or with it silent), with its
         evidence: `machine`, the one lost, where known."""
@@ -195,7 +192,7 @@ class NodeLauncher(TorchrunLauncher):
             found = _PEER_LOST.search(line)
             who, how = self._peer(), line[found.start():].split(". ")[0] if found else line
             evidence["message"] = line
-        elif hung_for is not None and (machine := self._said_lost(started)) is not None:
+        elif hung_for is not None and (machine := self._said_lost()) is not None:
             how = f"{quiet}, after its supervisor said so"
         elif hung_for is not None and (machine := self._silent_peer(hung_for)) is not None:
             how = f"{quiet}, and it is silent too"
@@ -207,17 +204,29 @@ class NodeLauncher(TorchrunLauncher):
         evidence["node"] = self.run.path.name
         return Verdict("node-lost", f"{who} was lost{where} ({how}).", evidence)
 
-    def _said_lost(self, since: float) -> str | None:
-        """A machine of the run whose supervisor said, since `since`, that it was lost."""
-        return next((n.path.name for n in nodes.siblings(self.run) if nodes.said_lost(n, since)), None)
+    def _watch_peers(self) -> None:
+        """From now on, what the others' supervisors say: read from where their events end now
+        (this machine's reading, not a clock another machine keeps)."""
+        self._peers = {n.path.name: EventFollower(n.events_path, _size(n.events_path))
+                       for n in nodes.siblings(self.run)}
+        self._peer_said: str | None = None   # a machine said it was lost while this world trained
+
+    def _said_lost(self) -> str | None:
+        """A machine of the run whose supervisor said, since this machine's world formed, that
+        it was lost (one that joined since: all it said)."""
+        for node in nodes.siblings(self.run) if self._peer_said is None else ():
+            follower = self._peers.setdefault(node.path.name, EventFollower(node.events_path))
+            if any(nodes.lost_itself(e, node.path.name) for e in follower.poll()):
+                self._peer_said = node.path.name
+                break
+        return self._peer_said
 
     def _peer(self) -> str:
         """Which machine is gone, as far as the run's directories say: the one whose supervisor
-        said so, or the one silent longest."""
+        said so while this world trained, or the one silent longest."""
+        if (said := self._said_lost()) is not None:
+            return f"Machine {said}"
         others = [nodes.view(n) for n in nodes.siblings(self.run)]
-        said = sorted((v for v in others if v.lost), key=lambda v: v.last_event or 0)
-        if said:   # the newest to say so
-            return f"Machine {said[-1].name}"
         quiet = sorted((v for v in others if v.last_event is not None), key=lambda v: v.last_event or 0)
         return f"A machine ({quiet[0].name}, silent longest)" if quiet else "A machine of the run"
 
@@ -228,6 +237,13 @@ class NodeLauncher(TorchrunLauncher):
             if view.last_event is not None and now - view.last_event >= quiet_s:
                 return view.name
         return None
+
+
+def _size(path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _first_line(pattern: re.Pattern, text: str) -> str | None:
