@@ -5,6 +5,7 @@ where it is shown (runs show and its JSON, the headless last lines, run_finished
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -198,4 +199,7 @@ def test_the_headless_last_lines_say_the_goodput(home):
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("goodput ")]
     # what the rest was, largest first (the first attempt's start-up is mostly done ahead, by
     # the process the CLI started as it checked the device: engine.run.spare.early)
-    assert "training kept; the rest: " in line and "exits and the rest" in line
+    assert "training kept; the rest: " in line
+    rest = re.sub(r" \([^)]*\)", "", line.split("the rest: ", 1)[1])   # the parts of a bucket aside
+    seconds = [float(s) for s in re.findall(r"(\d+\.\d+) s\b", rest)]
+    assert "start-up" in rest and seconds and seconds == sorted(seconds, reverse=True), line

@@ -170,3 +170,33 @@ def test_an_attempt_that_trained_and_crashed_between_two_polls_still_gets_its_sp
     assert [e["outcome"] for e in events if e["type"] == "attempt_ended"] == ["native-crash", "finished"]
     assert [e["attempt"] for e in events if e["type"] == "attempt_process" and e.get("spare")] == [2]
     assert len(supervisor.spare_pids) == 1
+
+
+def test_a_stop_from_outside_obeyed_before_a_poll_is_said_all_the_same(home):
+    """SLURM's SIGTERM reaches the trainer as well as the supervisor; the trainer checkpoints and
+    exits before the supervisor's next poll (here the poll outlasts it): the record still says
+    the stop was asked, and from outside."""
+    import signal
+    import threading
+    import time
+
+    from conftest import TINY
+    from engine import runconfig
+    from engine.record.rundir import RunDir
+    from engine.run.supervisor import Supervisor
+
+    run = RunDir.create(runconfig.resolve("matmul", "cpu", TINY + ["train.epochs=400", "inject=['slow@1']"]))
+    supervisor = Supervisor(run, poll_s=3600, spare=False)
+
+    def scancel() -> None:   # what SLURM does: the same SIGTERM to the trainer and the supervisor
+        while not (ready := [e for e in run.events() if e["type"] == "trainer_ready"]):
+            time.sleep(0.05)
+        pid = ready[0]["pid"]
+        os.kill(pid, signal.SIGTERM)
+        supervisor.stop_delivered()
+
+    threading.Thread(target=scancel, daemon=True).start()
+    assert supervisor.supervise() == "stopped"
+    events = run.events()
+    assert [e["outcome"] for e in events if e["type"] == "attempt_ended"] == ["stopped"]
+    assert [e.get("why") for e in events if e["type"] == "stop_requested"] == ["SIGTERM from outside (SLURM)"]

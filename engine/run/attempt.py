@@ -175,6 +175,7 @@ class Attempt:
                              **({"spare": True} if self.in_spare else {}))
 
     def _end(self, code: int | None, unstarted: OSError | None = None) -> AttemptResult:
+        self._forward_stop()   # a stop from outside it obeyed before a poll said so
         self._read_output(final=True)
         self._read_reached()   # the step it died at, not the last one it reported
         # what it reported last (a save the HF callback told as it finished) before the files
@@ -328,13 +329,16 @@ class Attempt:
         # wedged and answers no signal it can handle. A command moves on by itself too, after
         # its grace period: SIGINT, SIGTERM, SIGKILL.
         process = self.process
-        if process is None or not process.running:
+        if process is None:
             return
         signals = process.stop_signals
         while process.stops_sent < min(self.context.stop_requests(), len(signals)):
             # SLURM's SIGTERM reaches every process of the job, the attempt's too: counted as
-            # sent, and the next signal only if it goes on past OUTSIDE_GRACE_S
+            # sent, and the next signal only if it goes on past OUTSIDE_GRACE_S; said even if
+            # the attempt obeyed it and exited before this poll (called again at its end)
             outside = process.stops_sent < self.context.delivered()
+            if not (outside or process.running):
+                break   # it ended before it was asked: nothing to send
             why = self.context.preempted() or ("SIGTERM from outside (SLURM)" if outside else None)
             self.events.emit("stop_requested", attempt=self.number, request=process.stops_sent + 1,
                              signal="SIGTERM" if outside else signals[process.stops_sent].name,
@@ -343,7 +347,7 @@ class Attempt:
                 process.stop_delivered(OUTSIDE_GRACE_S)
             else:
                 self._escalate_stop()
-        if process.stop_overdue():
+        if process.running and process.stop_overdue():
             self._escalate_stop()
 
     def _escalate_stop(self, skip_graceful: bool = False) -> None:
