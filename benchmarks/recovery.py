@@ -22,6 +22,7 @@ supervisor without a switch (an older checkout) runs its one way, shown as `as i
 
     python benchmarks/recovery.py                  # every variant, 3 crashes + 3 kills each
     python benchmarks/recovery.py --crashes 4 --kills 0 --variants both,none
+    python benchmarks/recovery.py --kind oom --crashes 4 --kills 0 --variants both   # exceptions
 
 Target (issue 27, item 4), built-in CPU workloads on a 2-core VM: death -> first step, median
 <= 1.5 s.
@@ -101,13 +102,13 @@ class Killer(threading.Thread):
             time.sleep(0.01)
 
 
-def one_run(variant: dict, crashes: int, kills: int, rng: random.Random) -> list[dict]:
+def one_run(variant: dict, crashes: int, kills: int, rng: random.Random, kind: str = "native-crash") -> list[dict]:
     from engine import runconfig
     from engine.record.rundir import RunDir
     from engine.run.supervisor import Supervisor
 
     # the crashes first, one an attempt (each fault fires once a run: distinct times), then kills
-    faults = [f"native-crash@{CRASH_AFTER_S + 0.1 * i:g}s" for i in range(crashes)]
+    faults = [f"{kind}@{CRASH_AFTER_S + 0.1 * i:g}s" for i in range(crashes)]
     run = RunDir.create(runconfig.resolve("matmul", "recovery", SETTINGS + [f"inject={faults!r}"]))
     accepted = inspect.signature(Supervisor).parameters
     keywords = {k: v for k, v in variant.items() if k in accepted}
@@ -162,6 +163,9 @@ def main() -> int:
     parser.add_argument("--variants", default="both,wait,spare,none",
                         help="comma-separated: " + ", ".join(VARIANTS))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kind", default="native-crash", choices=["native-crash", "oom", "user-code"],
+                        help="what the injected crashes are: an abort, or an exception the trainer "
+                             "raises (its end goes through the trainer's own exit)")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory(prefix="cockpit-recovery-") as home:
@@ -173,7 +177,7 @@ def main() -> int:
         presets.mkdir(parents=True)
         (presets / "recovery.toml").write_text(
             f'device = "cpu"\nmax_attempts = {args.crashes + args.kills + 2}\n'
-            'rules = { native-crash = "retry", killed = "retry" }\n')
+            f'rules = {{ {args.kind} = "retry", killed = "retry" }}\n')
         from engine.run.supervisor import Supervisor
 
         accepted = inspect.signature(Supervisor).parameters
@@ -183,7 +187,7 @@ def main() -> int:
         medians = {}
         print(f"{'variant':<8} {'#':>2} {'how':<6} {'spare':<5} " + " ".join(f"{p:>7}" for p in PHASES))
         for name in names:
-            rows = one_run(VARIANTS.get(name, {}), args.crashes, args.kills, rng)
+            rows = one_run(VARIANTS.get(name, {}), args.crashes, args.kills, rng, args.kind)
             for i, row in enumerate(rows, 1):
                 print(f"{name:<8} {i:>2} {row['how']:<6} {'yes' if row['spare'] else 'no':<5} "
                       + " ".join(f"{row[p]:>7.3f}" for p in PHASES), flush=True)
