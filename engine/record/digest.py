@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 from engine.record.curves import CurveFold, RunCurves
-from engine.record.events import EventFollower
+from engine.record.events import EventFollower, file_size
 from engine.record.rundir import UNREADABLE, RunDir, RunSummary, broken, list_runs, summary_of
 from engine.record.state import RunState, require
 from engine.record.stats import Averages
@@ -50,7 +50,7 @@ class RunDigest:
     def refresh(self) -> bool:
         """Read what was appended; True if the summary may have changed. A running run is
         summarized again each time: its supervisor can die without writing a line."""
-        seen = (_size(self.run.events_path), _mtime(self.run.config_path))
+        seen = (file_size(self.run.events_path), _mtime(self.run.config_path))
         if seen[0] < self._follower.offset:   # the file was replaced, not appended to
             self._start_over()
         changed = seen != self._seen or self.summary is None
@@ -94,13 +94,6 @@ class RunDigests:
             for d in digests:
                 d.refresh()
             return digests
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
 
 
 def _mtime(path: Path) -> int | None:

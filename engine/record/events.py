@@ -221,12 +221,25 @@ class EventWriter:
         self.close()
 
 
+def file_size(path: Path) -> int:
+    """An events file's size in bytes, 0 for one not written yet."""
+    try:
+        return Path(path).stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 class EventFollower:
     """Reads the events appended since the last call; only complete lines are consumed."""
 
     def __init__(self, path: Path, offset: int = 0):
         self.path = Path(path)
         self.offset = offset
+
+    @classmethod
+    def from_end(cls, path: Path) -> "EventFollower":
+        """One that reads only what is appended from now on."""
+        return cls(path, file_size(path))
 
     def poll(self) -> list[dict]:
         try:

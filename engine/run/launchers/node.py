@@ -207,8 +207,7 @@ class NodeLauncher(TorchrunLauncher):
     def _watch_peers(self) -> None:
         """From now on, what the others' supervisors say: read from where their events end now
         (this machine's reading, not a clock another machine keeps)."""
-        self._peers = {n.path.name: EventFollower(n.events_path, _size(n.events_path))
-                       for n in nodes.siblings(self.run)}
+        self._peers = {n.path.name: EventFollower.from_end(n.events_path) for n in nodes.siblings(self.run)}
         self._peer_said: str | None = None   # a machine said it was lost while this world trained
 
     def _said_lost(self) -> str | None:
@@ -237,13 +236,6 @@ class NodeLauncher(TorchrunLauncher):
             if view.last_event is not None and now - view.last_event >= quiet_s:
                 return view.name
         return None
-
-
-def _size(path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
 
 
 def _first_line(pattern: re.Pattern, text: str) -> str | None:
