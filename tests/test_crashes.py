@@ -293,3 +293,42 @@ def test_a_commands_native_crash_on_the_cpu_does_not_blame_torch():
     """A command need not be torch (mlx-lm is MLX): its crash is in a native library it loaded."""
     sentence = classify(AttemptEnd(None, "SIGABRT", device="cpu", subject=COMMAND)).sentence
     assert "torch" not in sentence and "a native crash in a native library it loaded" in sentence
+
+
+# torchrun's report as a killed rank 1 left it, its peer's broken collective seen exit first
+# (the trainer's end is quick: rank 0's exit 1 reached the agent before rank 1's SIGKILL)
+TORCHRUN_REPORT = """\
+RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:4242: Connection reset by peer.
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+engine.train.trainer FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-29_22:46:57
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 22028)  (SIGKILL)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 22028
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-29_22:46:57
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 22027)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+
+
+def test_a_rank_a_signal_ended_is_the_root_cause_wherever_torchrun_lists_it():
+    from engine.run.crashes import torchrun_root_cause
+
+    assert torchrun_root_cause(TORCHRUN_REPORT) == (1, -9)
+    # with no rank ended by a signal, torchrun's first observed failure
+    exited = TORCHRUN_REPORT.replace("-9 (pid: 22028)  (SIGKILL)", "1 (pid: 22028)")
+    assert torchrun_root_cause(exited) == (0, 1)
+    assert torchrun_root_cause("Traceback (most recent call last):\nValueError: x\n") is None

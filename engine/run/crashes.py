@@ -291,12 +291,24 @@ _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(
                          r"exitcode\s*:\s*(-?\d+)", re.S)
 
 
+_FAILURE = re.compile(r"rank\s*:\s*(\d+)[^\n]*\n[^\n]*exitcode\s*:\s*(-?\d+)")
+
+
 def torchrun_root_cause(tail: str) -> tuple[int, int] | None:
-    """(rank, exit code — negative: a signal) of the first rank that failed, from torchrun's
-    ChildFailedError report; None when the text has no such report. The other ranks' errors
-    ("Connection reset by peer" in a collective) are consequences of that one."""
+    """(rank, exit code — negative: a signal) of the rank whose end the others' followed, from
+    torchrun's ChildFailedError report; None when the text has no such report. The other ranks'
+    errors ("Connection reset by peer" in a collective) are consequences of that one. A rank a
+    signal ended (killed, aborted) is that one wherever the report lists it: torchrun's "first
+    observed failure" is the first it saw exit, and a peer whose collective broke can exit at
+    once, before the agent sees the killed rank."""
     match = _ROOT_CAUSE.search(tail or "")
-    return (int(match.group(1)), int(match.group(2))) if match else None
+    if match is None:
+        return None
+    tail = tail or ""
+    listed = tail.rfind("Failures:", 0, match.start())
+    report = tail[listed if listed >= 0 else match.start():]
+    signalled = [(int(r), int(c)) for r, c in _FAILURE.findall(report) if int(c) < 0]
+    return signalled[0] if signalled else (int(match.group(1)), int(match.group(2)))
 
 
 _BOX = "│╭╰┃┏┗"
