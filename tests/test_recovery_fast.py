@@ -83,7 +83,11 @@ def test_without_a_pidfd_or_kqueue_the_wait_sleeps_and_poll_still_tells(monkeypa
 
 
 def test_a_crash_resumes_in_the_spare_at_the_same_sample_and_finishes(home):
-    run = RunDir.create(runconfig.resolve("matmul", "cpu", SPARED + ["inject=['slow@1', 'native-crash@31']"]))
+    # four epochs, 64 steps: the second attempt, which runs in the spare, must train long
+    # enough for a poll to see it too (slow from step 40), or no spare is started beside it
+    config = runconfig.resolve("matmul", "cpu", SPARED + [
+        "train.epochs=4", "inject=['slow@1', 'native-crash@31', 'slow@40']"])
+    run = RunDir.create(config)
     supervisor = Supervisor(run, poll_s=0.05, spare=True)
     assert supervisor.supervise() == "finished"
     (crash,) = of_type(run, "crash")
@@ -95,10 +99,12 @@ def test_a_crash_resumes_in_the_spare_at_the_same_sample_and_finishes(home):
     assert process["pid"] == second["pid"]   # the lifeline was told of it as the attempt
     before = [e for e in of_type(run, "checkpoint") if e["attempt"] == 1]
     assert second["resumed_from"]["samples_seen"] == before[-1]["samples_seen"]
-    assert of_type(run, "checkpoint")[-1]["samples_seen"] == 2 * 512
+    assert of_type(run, "checkpoint")[-1]["samples_seen"] == 4 * 512
     # its output went to its own log, as an attempt started directly has it
     assert "attempt 2: finished at step" in run.attempt_log(2).read_text()
-    # the spare started while the second attempt trained was never used, and is gone too
+    # the spare started while the second attempt trained (slowed so a poll sees it) was never
+    # used, and is gone too
+    assert [e["attempt"] for e in of_type(run, "fault_injected") if e["spec"] == "slow@40"] == [2]
     assert len(supervisor.spare_pids) == 2
     assert all(gone(pid) for pid in supervisor.spare_pids)
 
