@@ -275,7 +275,7 @@ def test_native_crash_resumes_on_the_next_preset_from_the_newest_checkpoint(home
                    "--set", "command.checkpoints={run_dir}/out/*.pt",
                    "--", PY, TRAIN, "--bs", "{batch_size}", "--accum", "{accumulation}",
                    "--out", "{run_dir}/out", "--steps", "200", "--ckpt-every", "100",
-                   "--step-delay", "0.01")
+                   "--step-delay", "0.015")   # 1.2 s past step 120: a loaded poll still reads it
     assert done.returncode == 0, done.stdout + done.stderr
     run = only_run()
     (crash,) = events(run, "crash")
@@ -346,8 +346,9 @@ def test_an_injected_hang_is_killed_and_falls_back(home):
     # the short timeout for the hanging preset only: `--set` would carry it to the one it falls
     # back to, which a loaded machine can keep quiet for 3 s without a hang
     ladder(home, first_extra="hang_timeout_s = 3\n")
-    done = cockpit("run", "-d", "first", "--inject", "hang@50",
-                   "--", PY, TRAIN, "--out", "{run_dir}/out", "--steps", "100", "--step-delay", "0.01")
+    # hang@20 of 120: the supervisor reads step 20 with a second of training left to do it in
+    done = cockpit("run", "-d", "first", "--inject", "hang@20",
+                   "--", PY, TRAIN, "--out", "{run_dir}/out", "--steps", "120", "--step-delay", "0.01")
     assert done.returncode == 0, done.stdout + done.stderr
     run = only_run()
     (crash,) = events(run, "crash")

@@ -146,7 +146,8 @@ def test_a_lost_machine_is_said_the_run_goes_on_without_it_and_grows_back(home):
 
 
 def test_a_run_whose_nnodes_is_a_number_stops_saying_which_machine_was_lost(home):
-    a, b = start_two(home, ["nnodes=2", "train.epochs=40"], "--inject", "node-lost@8")
+    # epochs enough that b's supervisor reads step 8 while it trains: the run ends at the loss
+    a, b = start_two(home, ["nnodes=2", "train.epochs=400"], "--inject", "node-lost@8")
     assert finish(a, b) == [1, 1]
     (failed,) = events(home, "a", "run_failed")
     assert failed["kind"] == "node-lost" and "needs every machine" in failed["reason"]

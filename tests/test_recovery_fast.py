@@ -83,10 +83,10 @@ def test_without_a_pidfd_or_kqueue_the_wait_sleeps_and_poll_still_tells(monkeypa
 
 
 def test_a_crash_resumes_in_the_spare_at_the_same_sample_and_finishes(home):
-    # four epochs, 64 steps: the second attempt, which runs in the spare, must train long
-    # enough for a poll to see it too (slow from step 40), or no spare is started beside it
+    # six epochs, 96 steps: the second attempt, which runs in the spare, must train long
+    # enough for a poll to see it too (slow from step 32), or no spare is started beside it
     config = runconfig.resolve("matmul", "cpu", SPARED + [
-        "train.epochs=4", "inject=['slow@1', 'native-crash@31', 'slow@40']"])
+        "train.epochs=6", "inject=['slow@1', 'native-crash@31', 'slow@32']"])
     run = RunDir.create(config)
     supervisor = Supervisor(run, poll_s=0.05, spare=True)
     assert supervisor.supervise() == "finished"
@@ -99,12 +99,12 @@ def test_a_crash_resumes_in_the_spare_at_the_same_sample_and_finishes(home):
     assert process["pid"] == second["pid"]   # the lifeline was told of it as the attempt
     before = [e for e in of_type(run, "checkpoint") if e["attempt"] == 1]
     assert second["resumed_from"]["samples_seen"] == before[-1]["samples_seen"]
-    assert of_type(run, "checkpoint")[-1]["samples_seen"] == 4 * 512
+    assert of_type(run, "checkpoint")[-1]["samples_seen"] == 6 * 512
     # its output went to its own log, as an attempt started directly has it
     assert "attempt 2: finished at step" in run.attempt_log(2).read_text()
     # the spare started while the second attempt trained (slowed so a poll sees it) was never
     # used, and is gone too
-    assert [e["attempt"] for e in of_type(run, "fault_injected") if e["spec"] == "slow@40"] == [2]
+    assert [e["attempt"] for e in of_type(run, "fault_injected") if e["spec"] == "slow@32"] == [2]
     assert len(supervisor.spare_pids) == 2
     assert all(gone(pid) for pid in supervisor.spare_pids)
 
@@ -137,8 +137,8 @@ def test_switched_off_there_is_no_spare(home, monkeypatch):
 
 LOOP = textwrap.dedent("""
     import time
-    for step in range(1, 13):
-        print(f"step {step}/12 loss {1 / step:.4f}", flush=True)
+    for step in range(1, 41):
+        print(f"step {step}/40 loss {1 / step:.4f}", flush=True)
         time.sleep(0.05)
 """)
 

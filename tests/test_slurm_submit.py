@@ -90,7 +90,7 @@ def assert_resumed_where_it_checkpointed(run: RunDir) -> None:
 
 @linux_only
 def test_a_rehearsed_preemption_checkpoints_is_requeued_and_finishes_with_no_step_lost(home, slurm_cluster, jobs):
-    run, job = submit(slurm_cluster, jobs, "--inject", "preempt@6")
+    run, job = submit(slurm_cluster, jobs, "--inject", "preempt@6", "--inject", "slow@1")   # slow: polls to see step 6 in
     script = (run.path / "slurm" / "job.sh").read_text()
     assert "#SBATCH --requeue" in script and "#SBATCH --signal=B:USR1@120" in script
     s = finished(slurm_cluster, run)
