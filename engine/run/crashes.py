@@ -287,10 +287,8 @@ COMMAND = Subject(name="The command", code_name="The command",
                   compile_is_ours=False, exits=_command_exits, unloadable=_command_unloadable)
 
 
-_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?"
-                         r"exitcode\s*:\s*(-?\d+)", re.S)
-
-
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):")
+# One rank's entry in the report, the root cause's and each of the other failures' alike.
 _FAILURE = re.compile(r"rank\s*:\s*(\d+)[^\n]*\n[^\n]*exitcode\s*:\s*(-?\d+)")
 
 
@@ -301,14 +299,14 @@ def torchrun_root_cause(tail: str) -> tuple[int, int] | None:
     signal ended (killed, aborted) is that one wherever the report lists it: torchrun's "first
     observed failure" is the first it saw exit, and a peer whose collective broke can exit at
     once, before the agent sees the killed rank."""
-    match = _ROOT_CAUSE.search(tail or "")
-    if match is None:
-        return None
     tail = tail or ""
-    listed = tail.rfind("Failures:", 0, match.start())
-    report = tail[listed if listed >= 0 else match.start():]
-    signalled = [(int(r), int(c)) for r, c in _FAILURE.findall(report) if int(c) < 0]
-    return signalled[0] if signalled else (int(match.group(1)), int(match.group(2)))
+    root = _ROOT_CAUSE.search(tail)
+    first = _FAILURE.search(tail, root.end()) if root else None
+    if root is None or first is None:
+        return None
+    listed = tail.rfind("Failures:", 0, root.start())
+    entries = [(int(r), int(c)) for r, c in _FAILURE.findall(tail, listed if listed >= 0 else root.start())]
+    return next((entry for entry in entries if entry[1] < 0), (int(first[1]), int(first[2])))
 
 
 _BOX = "│╭╰┃┏┗"

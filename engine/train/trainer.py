@@ -57,9 +57,9 @@ from engine.train.failures import (NonFiniteLoss, checked_loss,
                                    refuse_unreachable_faults, report_failure, step_set_by)
 from engine.train.faults import DIVERGE, SPIKE, Injector
 from engine.train.saving import Saving
-from engine.workloads.builtin import BUILTIN
 from engine.train.window import Window, grad_norm
 from engine.vocabulary import EXIT_FINISHED, EXIT_STOPPED
+from engine.workloads.builtin import BUILTIN
 
 
 class StopRequest:
